@@ -1,0 +1,96 @@
+//! The engine's CPU benchmark: the workloads of `benches/torch_peer.py`, timed the same way
+//! (one warm-up, then at least 10 repetitions and about 1 s; the median is the figure).
+//!
+//! `cargo bench --bench engine [-- --quick] [-- --only a,b]` prints one JSON object a line;
+//! `benches/compare.sh` runs this and the PyTorch peer and prints the ratios.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use placelab::prelude::*;
+
+type Setup = Box<dyn Fn() -> Box<dyn FnMut()>>;
+
+fn workloads() -> Vec<(&'static str, Setup)> {
+    let cpu = Device::Cpu;
+    let ten_m = move |f: fn(&Tensor) -> Result<Tensor>| -> Setup {
+        Box::new(move || {
+            let a = Tensor::randn([10_000_000], &cpu).unwrap();
+            Box::new(move || drop(black_box(f(&a).unwrap())))
+        })
+    };
+    let matmul = move |n: usize| -> Setup {
+        Box::new(move || {
+            let (a, b) = (Tensor::randn([n, n], &cpu).unwrap(), Tensor::randn([n, n], &cpu).unwrap());
+            Box::new(move || drop(black_box(a.matmul(&b).unwrap())))
+        })
+    };
+    vec![
+        ("matmul_1000", matmul(1000)),
+        ("matmul_2048", matmul(2048)),
+        (
+            "add_10m",
+            Box::new(move || {
+                let (a, b) = (Tensor::randn([10_000_000], &cpu).unwrap(), Tensor::randn([10_000_000], &cpu).unwrap());
+                Box::new(move || drop(black_box((&a + &b).unwrap())))
+            }),
+        ),
+        ("relu_10m", ten_m(|a| a.relu())),
+        ("exp_10m", ten_m(|a| a.exp())),
+        ("sum_10m", ten_m(|a| a.sum_all())),
+        (
+            "softmax_1000x1000",
+            Box::new(move || {
+                let a = Tensor::randn([1000, 1000], &cpu).unwrap();
+                Box::new(move || drop(black_box(a.softmax(1).unwrap())))
+            }),
+        ),
+        ("randn_1000x1000", Box::new(move || Box::new(move || drop(black_box(Tensor::randn([1000, 1000], &cpu).unwrap()))))),
+        (
+            "clone_400mb",
+            Box::new(move || {
+                let a = Tensor::randn([100_000_000], &cpu).unwrap();
+                Box::new(move || drop(black_box(a.copy().unwrap())))
+            }),
+        ),
+        (
+            "transpose_contig_2048",
+            Box::new(move || {
+                let a = Tensor::randn([2048, 2048], &cpu).unwrap();
+                Box::new(move || drop(black_box(a.t().unwrap().contiguous().unwrap())))
+            }),
+        ),
+        ("to_f16_10m", ten_m(|a| a.to_dtype(DType::F16))),
+    ]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only: Option<Vec<String>> =
+        args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(|s| s.split(',').map(String::from).collect());
+    for (name, setup) in workloads() {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
+            continue;
+        }
+        let mut run = setup();
+        run(); // warm-up: fills the allocator's cache, as PyTorch's warm-up does
+        let mut times: Vec<Duration> = Vec::new();
+        let started = Instant::now();
+        let min_reps = if quick { 3 } else { 10 };
+        while times.len() < min_reps || (!quick && started.elapsed() < Duration::from_secs(1) && times.len() < 10_000) {
+            let t = Instant::now();
+            run();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "{{\"name\": \"{name}\", \"median_ms\": {:.4}, \"min_ms\": {:.4}, \"reps\": {}, \"peer\": \"placelab {}\"}}",
+            ms(times[times.len() / 2]),
+            ms(times[0]),
+            times.len(),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
+}

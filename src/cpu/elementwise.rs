@@ -1,0 +1,335 @@
+//! Element-wise arithmetic on host slices: binary ops, comparisons, unary math, clamp, where.
+//! Inputs arrive already promoted to one dtype; f16/bf16 math is done in f32 by the caller.
+
+use super::{map1, map2, map3};
+use crate::layout::Layout;
+use crate::Element;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Maximum,
+    Minimum,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Relu,
+    Exp,
+    Log,
+    Sqrt,
+    Sigmoid,
+    Tanh,
+    Gelu,
+}
+
+impl UnaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Gelu => "gelu",
+        }
+    }
+
+    /// Ops that keep an integer dtype; the rest need floats (ints are promoted to f32).
+    pub fn keeps_ints(self) -> bool {
+        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
+    }
+}
+
+/// The arithmetic every numeric element type supports. Integers wrap on overflow, as PyTorch's do.
+pub trait Arith: Element {
+    fn add(a: Self, b: Self) -> Self;
+    fn sub(a: Self, b: Self) -> Self;
+    fn mul(a: Self, b: Self) -> Self;
+    fn div(a: Self, b: Self) -> Self;
+    fn pow(a: Self, b: Self) -> Self;
+    fn maximum(a: Self, b: Self) -> Self;
+    fn minimum(a: Self, b: Self) -> Self;
+    fn neg(a: Self) -> Self;
+    fn abs(a: Self) -> Self;
+    fn relu(a: Self) -> Self;
+}
+
+macro_rules! arith_float {
+    ($t:ty) => {
+        impl Arith for $t {
+            fn add(a: Self, b: Self) -> Self {
+                a + b
+            }
+            fn sub(a: Self, b: Self) -> Self {
+                a - b
+            }
+            fn mul(a: Self, b: Self) -> Self {
+                a * b
+            }
+            fn div(a: Self, b: Self) -> Self {
+                a / b
+            }
+            fn pow(a: Self, b: Self) -> Self {
+                a.powf(b)
+            }
+            // NaN wins, as in torch.maximum.
+            fn maximum(a: Self, b: Self) -> Self {
+                if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.max(b) }
+            }
+            fn minimum(a: Self, b: Self) -> Self {
+                if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.min(b) }
+            }
+            fn neg(a: Self) -> Self {
+                -a
+            }
+            fn abs(a: Self) -> Self {
+                a.abs()
+            }
+            fn relu(a: Self) -> Self {
+                if a > 0.0 || a.is_nan() { a } else { 0.0 }
+            }
+        }
+    };
+}
+arith_float!(f32);
+arith_float!(f64);
+
+macro_rules! arith_int {
+    ($t:ty, $abs:expr) => {
+        impl Arith for $t {
+            fn add(a: Self, b: Self) -> Self {
+                a.wrapping_add(b)
+            }
+            fn sub(a: Self, b: Self) -> Self {
+                a.wrapping_sub(b)
+            }
+            fn mul(a: Self, b: Self) -> Self {
+                a.wrapping_mul(b)
+            }
+            // Integer division never reaches a kernel (`div` is true division); this serves
+            // floor-style helpers and guards zero.
+            fn div(a: Self, b: Self) -> Self {
+                if b == 0 { 0 } else { a.wrapping_div(b) }
+            }
+            // Negative exponents are rejected before the kernel runs.
+            fn pow(a: Self, b: Self) -> Self {
+                a.wrapping_pow(b as u32)
+            }
+            fn maximum(a: Self, b: Self) -> Self {
+                a.max(b)
+            }
+            fn minimum(a: Self, b: Self) -> Self {
+                a.min(b)
+            }
+            fn neg(a: Self) -> Self {
+                (0 as $t).wrapping_sub(a)
+            }
+            fn abs(a: Self) -> Self {
+                $abs(a)
+            }
+            fn relu(a: Self) -> Self {
+                a.max(0)
+            }
+        }
+    };
+}
+arith_int!(i64, |a: i64| a.wrapping_abs());
+arith_int!(i32, |a: i32| a.wrapping_abs());
+arith_int!(u8, |a: u8| a);
+
+/// Bool arithmetic as PyTorch defines it: `+` is or, `*` is and.
+impl Arith for bool {
+    fn add(a: Self, b: Self) -> Self {
+        a | b
+    }
+    fn sub(a: Self, b: Self) -> Self {
+        a ^ b
+    }
+    fn mul(a: Self, b: Self) -> Self {
+        a & b
+    }
+    fn div(a: Self, _b: Self) -> Self {
+        a
+    }
+    fn pow(a: Self, b: Self) -> Self {
+        a | !b
+    }
+    fn maximum(a: Self, b: Self) -> Self {
+        a | b
+    }
+    fn minimum(a: Self, b: Self) -> Self {
+        a & b
+    }
+    fn neg(a: Self) -> Self {
+        a
+    }
+    fn abs(a: Self) -> Self {
+        a
+    }
+    fn relu(a: Self) -> Self {
+        a
+    }
+}
+
+/// Transcendental math for the float types kernels compute in.
+pub trait FloatMath: Arith {
+    fn exp(a: Self) -> Self;
+    fn ln(a: Self) -> Self;
+    fn sqrt(a: Self) -> Self;
+    fn tanh(a: Self) -> Self;
+    fn sigmoid(a: Self) -> Self;
+    fn gelu(a: Self) -> Self;
+}
+
+impl FloatMath for f32 {
+    fn exp(a: f32) -> f32 {
+        a.exp()
+    }
+    fn ln(a: f32) -> f32 {
+        a.ln()
+    }
+    fn sqrt(a: f32) -> f32 {
+        a.sqrt()
+    }
+    fn tanh(a: f32) -> f32 {
+        a.tanh()
+    }
+    fn sigmoid(a: f32) -> f32 {
+        1.0 / (1.0 + (-a).exp())
+    }
+    // The exact (erf) form, PyTorch's default.
+    fn gelu(a: f32) -> f32 {
+        0.5 * a * (1.0 + libm::erff(a * std::f32::consts::FRAC_1_SQRT_2))
+    }
+}
+
+impl FloatMath for f64 {
+    fn exp(a: f64) -> f64 {
+        a.exp()
+    }
+    fn ln(a: f64) -> f64 {
+        a.ln()
+    }
+    fn sqrt(a: f64) -> f64 {
+        a.sqrt()
+    }
+    fn tanh(a: f64) -> f64 {
+        a.tanh()
+    }
+    fn sigmoid(a: f64) -> f64 {
+        1.0 / (1.0 + (-a).exp())
+    }
+    fn gelu(a: f64) -> f64 {
+        0.5 * a * (1.0 + libm::erf(a * std::f64::consts::FRAC_1_SQRT_2))
+    }
+}
+
+pub fn binary<T: Arith>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout, out: &mut [T]) {
+    match op {
+        BinaryOp::Add => map2(a, la, b, lb, out, T::add),
+        BinaryOp::Sub => map2(a, la, b, lb, out, T::sub),
+        BinaryOp::Mul => map2(a, la, b, lb, out, T::mul),
+        BinaryOp::Div => map2(a, la, b, lb, out, T::div),
+        BinaryOp::Pow => map2(a, la, b, lb, out, T::pow),
+        BinaryOp::Maximum => map2(a, la, b, lb, out, T::maximum),
+        BinaryOp::Minimum => map2(a, la, b, lb, out, T::minimum),
+    }
+}
+
+pub fn compare<T: Element>(op: CmpOp, a: &[T], la: &Layout, b: &[T], lb: &Layout, out: &mut [bool]) {
+    match op {
+        CmpOp::Eq => map2(a, la, b, lb, out, |x, y| x == y),
+        CmpOp::Ne => map2(a, la, b, lb, out, |x, y| x != y),
+        CmpOp::Lt => map2(a, la, b, lb, out, |x, y| x < y),
+        CmpOp::Le => map2(a, la, b, lb, out, |x, y| x <= y),
+        CmpOp::Gt => map2(a, la, b, lb, out, |x, y| x > y),
+        CmpOp::Ge => map2(a, la, b, lb, out, |x, y| x >= y),
+    }
+}
+
+/// Ops that keep the dtype (neg, abs, relu) for any numeric type.
+pub fn unary_arith<T: Arith>(op: UnaryOp, a: &[T], la: &Layout, out: &mut [T]) {
+    match op {
+        UnaryOp::Neg => map1(a, la, out, T::neg),
+        UnaryOp::Abs => map1(a, la, out, T::abs),
+        UnaryOp::Relu => map1(a, la, out, T::relu),
+        _ => unreachable!("{} needs a float kernel", op.name()),
+    }
+}
+
+pub fn unary_float<T: FloatMath>(op: UnaryOp, a: &[T], la: &Layout, out: &mut [T]) {
+    match op {
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => unary_arith(op, a, la, out),
+        UnaryOp::Exp => map1(a, la, out, T::exp),
+        UnaryOp::Log => map1(a, la, out, T::ln),
+        UnaryOp::Sqrt => map1(a, la, out, T::sqrt),
+        UnaryOp::Sigmoid => map1(a, la, out, T::sigmoid),
+        UnaryOp::Tanh => map1(a, la, out, T::tanh),
+        UnaryOp::Gelu => map1(a, la, out, T::gelu),
+    }
+}
+
+/// `min(max(x, lo), hi)`; NaN stays NaN.
+pub fn clamp<T: Arith>(a: &[T], la: &Layout, lo: Option<T>, hi: Option<T>, out: &mut [T]) {
+    map1(a, la, out, |x| {
+        let x = match lo {
+            Some(l) if x < l => l,
+            _ => x,
+        };
+        match hi {
+            Some(h) if x > h => h,
+            _ => x,
+        }
+    });
+}
+
+pub fn where_<T: Element>(c: (&[bool], &Layout), a: (&[T], &Layout), b: (&[T], &Layout), out: &mut [T]) {
+    map3(c, a, b, out, |c, x, y| if c { x } else { y });
+}

@@ -1,0 +1,253 @@
+//! CPU kernels over host slices: strided walking, copies and casts here; arithmetic, reductions
+//! and matmul in the submodules. Work is split over rayon only when it is big enough to pay for
+//! waking the pool (on 2 cores a wake-up costs about as much as 30k element-ops).
+
+pub mod elementwise;
+pub mod matmul;
+pub mod reduce;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::layout::{Layout, coalesce};
+use crate::{DType, Element};
+
+/// Below this many elements a kernel runs on the calling thread.
+pub const PAR_MIN: usize = 1 << 15;
+/// The number of elements one rayon task handles.
+const TASK: usize = 1 << 14;
+
+/// Walks the rows (last coalesced dim) of N layouts that share one shape.
+pub struct Strided<const N: usize> {
+    outer: Vec<usize>,
+    outer_strides: [Vec<usize>; N],
+    pub inner: usize,
+    pub inner_strides: [usize; N],
+    offsets: [usize; N],
+}
+
+impl<const N: usize> Strided<N> {
+    pub fn new(layouts: [&Layout; N]) -> Self {
+        let (mut shape, strides) = coalesce(&layouts);
+        let mut strides: [Vec<usize>; N] = std::array::from_fn(|k| strides[k].clone());
+        let inner = shape.pop().unwrap_or(1);
+        let inner_strides = std::array::from_fn(|k| strides[k].pop().unwrap_or(0));
+        Strided { outer: shape, outer_strides: strides, inner, inner_strides, offsets: layouts.map(|l| l.offset) }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.outer.iter().product()
+    }
+
+    /// Calls `f(row, base offsets)` for each row in `rows`, stepping the multi-index like an
+    /// odometer instead of dividing per row.
+    pub fn for_rows(&self, rows: std::ops::Range<usize>, mut f: impl FnMut(usize, [usize; N])) {
+        let rank = self.outer.len();
+        let mut idx = vec![0usize; rank];
+        let mut rem = rows.start;
+        for d in (0..rank).rev() {
+            idx[d] = rem % self.outer[d];
+            rem /= self.outer[d];
+        }
+        let mut base: [usize; N] = std::array::from_fn(|k| {
+            self.offsets[k] + (0..rank).map(|d| idx[d] * self.outer_strides[k][d]).sum::<usize>()
+        });
+        for r in rows {
+            f(r, base);
+            for d in (0..rank).rev() {
+                idx[d] += 1;
+                for (k, b) in base.iter_mut().enumerate() {
+                    *b += self.outer_strides[k][d];
+                }
+                if idx[d] < self.outer[d] {
+                    break;
+                }
+                for (k, b) in base.iter_mut().enumerate() {
+                    *b -= self.outer_strides[k][d] * self.outer[d];
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+}
+
+/// Runs `f(first_element_index, chunk)` over chunks of `out`, in parallel when `out` is large.
+/// Chunks hold whole rows of `row` elements.
+pub fn chunked<O: Send>(out: &mut [O], row: usize, f: impl Fn(usize, &mut [O]) + Sync) {
+    let row = row.max(1);
+    if out.len() < PAR_MIN {
+        f(0, out);
+        return;
+    }
+    let chunk = (TASK / row).max(1) * row;
+    out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c));
+}
+
+/// `out[i] = f(a[i])` over `a` seen through layout `la` (same shape as `out`).
+pub fn map1<A: Copy + Sync, O: Send>(a: &[A], la: &Layout, out: &mut [O], f: impl Fn(A) -> O + Sync) {
+    if la.is_contiguous() {
+        let a = &a[la.offset..la.offset + out.len()];
+        chunked(out, 1, |start, o| {
+            let n = o.len();
+            for (o, &x) in o.iter_mut().zip(&a[start..start + n]) {
+                *o = f(x);
+            }
+        });
+        return;
+    }
+    let s = Strided::new([la]);
+    let (inner, [sa]) = (s.inner, s.inner_strides);
+    chunked(out, inner, |start, o| {
+        let r0 = start / inner;
+        s.for_rows(r0..r0 + o.len() / inner, |r, [oa]| {
+            let row = &mut o[(r - r0) * inner..][..inner];
+            for (i, o) in row.iter_mut().enumerate() {
+                *o = f(a[oa + i * sa]);
+            }
+        });
+    });
+}
+
+/// `out[i] = f(a[i], b[i])` with `la`, `lb` already broadcast to the shape of `out`.
+pub fn map2<A: Copy + Sync, B: Copy + Sync, O: Send>(
+    a: &[A],
+    la: &Layout,
+    b: &[B],
+    lb: &Layout,
+    out: &mut [O],
+    f: impl Fn(A, B) -> O + Sync,
+) {
+    if la.is_contiguous() && lb.is_contiguous() && la.numel() == out.len() {
+        let a = &a[la.offset..la.offset + out.len()];
+        let b = &b[lb.offset..lb.offset + out.len()];
+        chunked(out, 1, |start, o| {
+            let n = o.len();
+            for ((o, &x), &y) in o.iter_mut().zip(&a[start..start + n]).zip(&b[start..start + n]) {
+                *o = f(x, y);
+            }
+        });
+        return;
+    }
+    let s = Strided::new([la, lb]);
+    let (inner, [sa, sb]) = (s.inner, s.inner_strides);
+    chunked(out, inner, |start, o| {
+        let r0 = start / inner;
+        s.for_rows(r0..r0 + o.len() / inner, |r, [oa, ob]| {
+            let row = &mut o[(r - r0) * inner..][..inner];
+            if sa == 1 && sb == 1 {
+                for ((o, &x), &y) in row.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]) {
+                    *o = f(x, y);
+                }
+            } else {
+                for (i, o) in row.iter_mut().enumerate() {
+                    *o = f(a[oa + i * sa], b[ob + i * sb]);
+                }
+            }
+        });
+    });
+}
+
+/// `out[i] = f(a[i], b[i], c[i])` with all layouts broadcast to the shape of `out`.
+pub fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Send>(
+    (a, la): (&[A], &Layout),
+    (b, lb): (&[B], &Layout),
+    (c, lc): (&[C], &Layout),
+    out: &mut [O],
+    f: impl Fn(A, B, C) -> O + Sync,
+) {
+    let s = Strided::new([la, lb, lc]);
+    let (inner, [sa, sb, sc]) = (s.inner, s.inner_strides);
+    chunked(out, inner, |start, o| {
+        let r0 = start / inner;
+        s.for_rows(r0..r0 + o.len() / inner, |r, [oa, ob, oc]| {
+            let row = &mut o[(r - r0) * inner..][..inner];
+            for (i, o) in row.iter_mut().enumerate() {
+                *o = f(a[oa + i * sa], b[ob + i * sb], c[oc + i * sc]);
+            }
+        });
+    });
+}
+
+/// A raw pointer that may cross threads; each task writes disjoint elements through it.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+/// Copies `src` (layout `ls`) into the elements of `dst` that layout `ld` names (same shape).
+/// `ld` must not map two positions to one element.
+pub fn copy_strided<T: Copy + Send + Sync>(src: &[T], ls: &Layout, dst: &mut [T], ld: &Layout) {
+    let s = Strided::new([ld, ls]);
+    let (inner, [sd, ss]) = (s.inner, s.inner_strides);
+    let rows = s.rows();
+    let dst_len = dst.len();
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let body = |range: std::ops::Range<usize>| {
+        let p = ptr;
+        s.for_rows(range, |_, [od, os]| {
+            for i in 0..inner {
+                let d = od + i * sd;
+                assert!(d < dst_len);
+                // SAFETY: `d` is in bounds, and distinct positions of `ld` are distinct elements,
+                // so no two tasks write the same one.
+                unsafe { *p.0.add(d) = src[os + i * ss] };
+            }
+        })
+    };
+    if rows * inner < PAR_MIN {
+        body(0..rows);
+    } else {
+        let per = (TASK / inner).max(1);
+        (0..rows.div_ceil(per)).into_par_iter().for_each(|t| body(t * per..((t + 1) * per).min(rows)));
+    }
+}
+
+/// Converts `src` (layout `ls`) into contiguous `out`, element by element.
+pub fn cast<S: Element, D: Element>(src: &[S], ls: &Layout, out: &mut [D]) {
+    let contiguous = ls.is_contiguous();
+    let s = &src[ls.offset.min(src.len())..];
+    // Fast paths for the conversions mixed precision lives on.
+    macro_rules! fast {
+        ($from:ty, $to:ty, $conv:expr) => {
+            if contiguous && S::DTYPE == <$from as Element>::DTYPE && D::DTYPE == <$to as Element>::DTYPE {
+                // SAFETY: the dtypes were just checked equal, so the types are the same.
+                let s: &[$from] = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const $from, out.len()) };
+                let o: &mut [$to] = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut $to, out.len()) };
+                chunked(o, 1, |start, o| $conv(&s[start..start + o.len()], o));
+                return;
+            }
+        };
+    }
+    {
+        use half::slice::HalfFloatSliceExt;
+        fast!(f32, f16, |s: &[f32], o: &mut [f16]| o.convert_from_f32_slice(s));
+        fast!(f32, bf16, |s: &[f32], o: &mut [bf16]| o.convert_from_f32_slice(s));
+        fast!(f16, f32, |s: &[f16], o: &mut [f32]| s.convert_to_f32_slice(o));
+        fast!(bf16, f32, |s: &[bf16], o: &mut [f32]| s.convert_to_f32_slice(o));
+    }
+    if D::DTYPE.is_float() || S::DTYPE.is_float() {
+        map1(src, ls, out, |x| D::from_f64(x.to_f64()));
+    } else {
+        map1(src, ls, out, |x| D::from_i64(x.to_i64()));
+    }
+}
+
+/// Fills `out` with `v`.
+pub fn fill<T: Copy + Send + Sync>(out: &mut [T], v: T) {
+    chunked(out, 1, |_, o| o.fill(v));
+}
+
+/// Copies `src` into `dst` (same length), in parallel for large buffers.
+pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
+    const CHUNK: usize = 1 << 20;
+    if src.len() < 4 * CHUNK {
+        dst.copy_from_slice(src);
+    } else {
+        dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+    }
+}
+
+/// The dtype of the storage a kernel of `D` reads, for debug checks.
+pub fn check_dtype<T: Element>(dtype: DType) {
+    debug_assert_eq!(T::DTYPE, dtype, "kernel type does not match the storage dtype");
+}

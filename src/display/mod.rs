@@ -1,0 +1,149 @@
+//! One card model for a tensor, rendered as text (optionally with ANSI colour) and as HTML for
+//! Jupyter (through evcxr's `evcxr_display` protocol), plus the human units every view shares.
+
+mod preview;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use preview::preview;
+
+use crate::{Device, Tensor};
+
+/// `512 B`, `3.81 MiB`, `20.00 MiB`, `1.50 GiB` (binary units, as PyTorch's memory tools).
+pub fn human_bytes(n: usize) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+/// `850 ns`, `41.2 µs`, `0.41 ms`, `1.25 s`.
+pub fn human_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.2} s", ns as f64 / 1e9)
+    }
+}
+
+/// `9.7 GB/s`, `850 MB/s` (decimal units, as bandwidth is quoted for PCIe and HBM).
+pub fn human_rate(bytes_per_s: f64) -> String {
+    if !bytes_per_s.is_finite() {
+        "∞ GB/s".into()
+    } else if bytes_per_s >= 1e9 {
+        format!("{:.1} GB/s", bytes_per_s / 1e9)
+    } else if bytes_per_s >= 1e6 {
+        format!("{:.0} MB/s", bytes_per_s / 1e6)
+    } else {
+        format!("{:.0} kB/s", bytes_per_s / 1e3)
+    }
+}
+
+fn shape_text(t: &Tensor) -> String {
+    let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+    format!("{}[{}]", t.dtype(), dims.join(", "))
+}
+
+/// The memory part of a card: the view's bytes, and the storage's when a view shows less.
+fn bytes_text(t: &Tensor) -> String {
+    let own = t.nbytes();
+    let storage = t.storage().numel() * t.element_size();
+    if storage > own { format!("{} (view of {})", human_bytes(own), human_bytes(storage)) } else { human_bytes(own) }
+}
+
+fn transfer_text(t: &Tensor) -> String {
+    match t.last_transfer() {
+        Some(tr) => format!("last .to(): {tr}"),
+        None => "no .to() yet".into(),
+    }
+}
+
+/// ANSI colour of a device badge: blue CPU, green GPU, yellow simulated GPU.
+fn ansi(device: &Device) -> &'static str {
+    match device {
+        Device::Cpu => "\x1b[1;34m",
+        d if d.is_simulated() => "\x1b[1;33m",
+        _ => "\x1b[1;32m",
+    }
+}
+
+/// The card's first line: `Tensor f32[2, 3] · cpu · 24 B · no .to() yet`.
+pub fn header(t: &Tensor, colour: bool) -> String {
+    let device = t.device().label();
+    let device = if colour { format!("{}{device}\x1b[0m", ansi(&t.device())) } else { device };
+    let pinned = if t.is_pinned() { " · pinned" } else { "" };
+    format!("Tensor {} · {device} · {}{pinned} · {}", shape_text(t), bytes_text(t), transfer_text(t))
+}
+
+/// The whole text card: the header, then the values.
+pub fn card_text(t: &Tensor, colour: bool) -> String {
+    format!("{}\n{}", header(t, colour), preview(t, 0))
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The HTML card: a coloured device badge, shape and dtype, bytes, the last transfer, values.
+pub fn card_html(t: &Tensor) -> String {
+    let d = t.device();
+    let (bg, label) = match d {
+        Device::Cpu => ("#3b6ea5", d.to_string()),
+        d if d.is_simulated() => ("#b7791f", format!("{d} · simulated")),
+        d => ("#5a8f00", d.to_string()),
+    };
+    let transfer = match t.last_transfer() {
+        Some(tr) => format!(
+            "<span title=\"{} bytes, timed by {:?}\">last <code>.to()</code>: {}</span>",
+            tr.bytes,
+            tr.clock,
+            escape(&tr.to_string())
+        ),
+        None => "<span style=\"color:#888\">no <code>.to()</code> yet</span>".into(),
+    };
+    let pinned = if t.is_pinned() { " · pinned" } else { "" };
+    format!(
+        "<div class=\"placelab-tensor\" style=\"font-family:ui-monospace,monospace;font-size:13px;border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;display:inline-block;max-width:100%\">\
+         <div><span style=\"background:{bg};color:#fff;border-radius:4px;padding:1px 7px;font-weight:600\">{label}</span> \
+         <b>{}</b> · {}{pinned} · {transfer}</div>\
+         <pre style=\"margin:6px 0 0 0\">{}</pre></div>",
+        escape(&shape_text(t)),
+        escape(&bytes_text(t)),
+        escape(&preview(t, 0))
+    )
+}
+
+impl fmt::Display for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&card_text(self, false))
+    }
+}
+
+impl Tensor {
+    /// Shows the card in evcxr (the REPL and Jupyter): HTML with `text/plain` beside it, in one
+    /// write so the two blocks never interleave with other output.
+    pub fn evcxr_display(&self) {
+        use std::io::Write;
+        let block = format!(
+            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\n",
+            card_html(self),
+            card_text(self, false)
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(block.as_bytes());
+        let _ = out.flush();
+    }
+}

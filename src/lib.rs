@@ -1,0 +1,39 @@
+//! placelab: a tensor engine with CPU and CUDA devices, built for seeing where tensors live.
+//!
+//! ```
+//! use placelab::prelude::*;
+//! # fn main() -> placelab::Result<()> {
+//! let device = Device::cuda_if_available();
+//! let x = Tensor::randn([2, 3], &Device::Cpu)?;
+//! let y = x.to(&device)?;             // a copy; `x` stays on the CPU
+//! assert_eq!(y.device(), device);
+//! let z = (&y * 2.0)?.sum_all()?;
+//! println!("{z}");
+//! # Ok(()) }
+//! ```
+
+pub mod cpu;
+pub mod cuda;
+pub mod device;
+pub mod display;
+pub mod dtype;
+pub mod error;
+pub mod layout;
+pub mod memory;
+mod storage;
+pub mod tensor;
+pub mod transfer;
+
+pub use device::Device;
+pub use dtype::{DType, Element, Scalar};
+pub use error::{Error, Result};
+pub use layout::{Dim, Dims, IntoShape};
+pub use tensor::{IntoOptions, Tensor, TensorOptions, manual_seed};
+pub use transfer::{Clock, HostMemoryKind, Transfer};
+
+/// Everything a REPL cell or a script needs: `use placelab::prelude::*;`.
+pub mod prelude {
+    pub use crate::memory::{self, MemoryStats};
+    pub use crate::transfer::{self, Transfer};
+    pub use crate::{DType, Device, Error, Result, Scalar, Tensor, cuda, manual_seed};
+}

@@ -1,0 +1,192 @@
+//! Per-device memory: one caching allocator per device, the ledger of live tensor storages, and
+//! the stats functions (`memory_allocated`, `memory_reserved`, `empty_cache`, …).
+//!
+//! Process-global on purpose: every tensor of a device, in every REPL cell, draws on the same
+//! pool, exactly as in PyTorch.
+
+pub mod caching;
+pub mod host;
+mod summary;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crate::{DType, Device, Error, Result};
+pub use caching::MemoryStats;
+use caching::{CachingAllocator, RawAllocator};
+pub use summary::memory_summary;
+
+/// One live tensor storage, as the ledger records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveStorage {
+    pub id: u64,
+    pub dtype: DType,
+    pub numel: usize,
+    /// Bytes the tensor needs (`numel × dtype size`).
+    pub requested: usize,
+    /// Bytes of the block it holds (rounded up by the allocator).
+    pub bytes: usize,
+}
+
+pub(crate) struct DeviceMemory {
+    alloc: CachingAllocator,
+    live: BTreeMap<u64, LiveStorage>,
+}
+
+type Shared = Arc<Mutex<DeviceMemory>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere never makes memory accounting unusable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn registry() -> &'static Mutex<HashMap<Device, Shared>> {
+    static R: OnceLock<Mutex<HashMap<Device, Shared>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+fn raw_allocator_for(device: Device) -> Result<Box<dyn RawAllocator>> {
+    match device {
+        Device::Cpu => Ok(Box::new(host::HostMemory::cpu())),
+        Device::Cuda(i) => match crate::cuda::backend(i)? {
+            crate::cuda::Backend::Simulated { capacity } => Ok(Box::new(host::HostMemory::simulated(capacity))),
+            crate::cuda::Backend::Real => Err(Error::DeviceUnavailable {
+                device,
+                reason: "this build's engine core has no CUDA kernels yet (they come with the CUDA backend); \
+                         run with PLACELAB_SIMULATE_CUDA=N to use simulated CUDA devices"
+                    .into(),
+            }),
+        },
+    }
+}
+
+/// The memory of `device`, created on first use. Fails for devices that do not exist.
+pub(crate) fn device_memory(device: Device) -> Result<Shared> {
+    if let Some(m) = lock(registry()).get(&device) {
+        return Ok(m.clone());
+    }
+    let raw = raw_allocator_for(device)?;
+    let mut reg = lock(registry());
+    let m = reg
+        .entry(device)
+        .or_insert_with(|| Arc::new(Mutex::new(DeviceMemory { alloc: CachingAllocator::new(raw), live: BTreeMap::new() })));
+    Ok(m.clone())
+}
+
+/// A block of device memory held by one tensor storage; dropping it returns the block to the
+/// device's cache at once.
+pub(crate) struct Block {
+    addr: usize,
+    size: usize,
+    id: u64,
+    device: Device,
+    mem: Shared,
+}
+
+impl Block {
+    pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Block> {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let requested = numel
+            .checked_mul(dtype.size_in_bytes())
+            .filter(|b| *b <= isize::MAX as usize)
+            .ok_or(Error::SizeOverflow { op: "allocate", shape: vec![numel] })?;
+        let mem = device_memory(device)?;
+        let mut m = lock(&mem);
+        let (addr, size) = m.alloc.malloc(requested).map_err(|oom| Error::OutOfMemory {
+            device,
+            requested: oom.requested,
+            free: oom.free,
+            total: oom.total,
+            allocated: oom.allocated,
+            reserved: oom.reserved,
+        })?;
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        m.live.insert(id, LiveStorage { id, dtype, numel, requested, bytes: size });
+        drop(m);
+        Ok(Block { addr, size, id, device, mem })
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        if self.addr == 0 { std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8 } else { self.addr as *mut u8 }
+    }
+
+    /// The rounded size of the block (what `memory_allocated` counts).
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        self.device
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        let mut m = lock(&self.mem);
+        m.alloc.free(self.addr);
+        m.live.remove(&self.id);
+    }
+}
+
+fn with_memory<R>(device: &Device, f: impl FnOnce(&mut DeviceMemory) -> R) -> Result<R> {
+    let mem = device_memory(*device)?;
+    let mut m = lock(&mem);
+    Ok(f(&mut m))
+}
+
+/// The allocator's counters for `device` (all zero for a device not used yet).
+pub fn stats(device: &Device) -> Result<MemoryStats> {
+    with_memory(device, |m| m.alloc.stats())
+}
+
+/// Bytes held by live tensors on `device` (`torch.cuda.memory_allocated`).
+pub fn allocated(device: &Device) -> Result<usize> {
+    Ok(stats(device)?.allocated_bytes)
+}
+
+/// Bytes held by the cache of `device`, used or not (`torch.cuda.memory_reserved`).
+pub fn reserved(device: &Device) -> Result<usize> {
+    Ok(stats(device)?.reserved_bytes)
+}
+
+/// Returns the wholly free cached segments of `device` to the system; returns the bytes freed.
+pub fn empty_cache(device: &Device) -> Result<usize> {
+    with_memory(device, |m| m.alloc.empty_cache())
+}
+
+/// Sets the peak counters of `device` to their current values.
+pub fn reset_peak(device: &Device) -> Result<()> {
+    with_memory(device, |m| m.alloc.reset_peak())
+}
+
+/// (free, total) bytes of `device` as its driver (or the OS, for the CPU) reports them.
+pub fn mem_get_info(device: &Device) -> Result<(usize, usize)> {
+    with_memory(device, |m| m.alloc.mem_info())
+}
+
+/// The live tensor storages on `device`, oldest first.
+pub fn live_storages(device: &Device) -> Result<Vec<LiveStorage>> {
+    with_memory(device, |m| m.live.values().cloned().collect())
+}
+
+/// Devices whose memory has been used in this process, CPU first.
+pub fn used_devices() -> Vec<Device> {
+    let mut v: Vec<Device> = lock(registry()).keys().copied().collect();
+    v.sort();
+    v
+}
+
+/// Drops the allocators of CUDA devices that hold no tensor, so that a new simulation setting
+/// (count, capacity) takes effect for them.
+pub(crate) fn forget_simulated_devices() {
+    lock(registry()).retain(|d, m| d.is_cpu() || !lock(m).live.is_empty());
+}
+
+/// Each segment of `device`: (address, size, blocks as (offset, size, allocated)).
+pub fn segments(device: &Device) -> Result<Vec<(usize, usize, Vec<(usize, usize, bool)>)>> {
+    with_memory(device, |m| m.alloc.segments())
+}

@@ -1,0 +1,311 @@
+//! Element-wise math with NumPy/PyTorch broadcasting and type promotion, comparisons, `where`,
+//! dtype casts and the operator overloads on `&Tensor`.
+
+use std::ops;
+
+use super::{Tensor, same_device};
+use crate::cpu::elementwise::{BinaryOp, CmpOp, UnaryOp};
+use crate::layout::broadcast_shapes;
+use crate::storage::Storage;
+use crate::{DType, Error, Result, Scalar};
+
+/// The right-hand side of a binary op: another tensor, or a number.
+pub trait Operand {
+    #[doc(hidden)]
+    fn resolve(self) -> OperandKind;
+}
+
+#[doc(hidden)]
+pub enum OperandKind {
+    Tensor(Tensor),
+    Scalar(Scalar),
+}
+
+impl Operand for &Tensor {
+    fn resolve(self) -> OperandKind {
+        OperandKind::Tensor(self.clone())
+    }
+}
+impl Operand for Tensor {
+    fn resolve(self) -> OperandKind {
+        OperandKind::Tensor(self)
+    }
+}
+macro_rules! scalar_operand {
+    ($($t:ty),*) => {$(impl Operand for $t {
+        fn resolve(self) -> OperandKind { OperandKind::Scalar(self.into()) }
+    })*};
+}
+scalar_operand!(f64, f32, i64, i32, usize, bool);
+
+fn category(d: DType) -> u8 {
+    if d.is_float() {
+        2
+    } else if d == DType::Bool {
+        0
+    } else {
+        1
+    }
+}
+
+/// PyTorch's `result_type` for two tensors: a 0-dim tensor only raises the dtype of a
+/// dimensioned one when it is of a higher category (bool < int < float).
+fn result_type(a: &Tensor, b: &Tensor) -> DType {
+    let (za, zb) = (a.rank() == 0, b.rank() == 0);
+    if za == zb {
+        return DType::promote(a.dtype(), b.dtype());
+    }
+    let (dim, zero) = if za { (b.dtype(), a.dtype()) } else { (a.dtype(), b.dtype()) };
+    if category(zero) > category(dim) { DType::promote(dim, zero) } else { dim }
+}
+
+/// The dtype a kernel computes `dtype` in: f16/bf16 run in f32 and round once at the end.
+fn compute_dtype(dtype: DType) -> DType {
+    if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { dtype }
+}
+
+impl Tensor {
+    /// This tensor converted to `dtype` (a new tensor), or this handle when it already is.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        let s = self.storage().copy_as(self.layout(), dtype)?;
+        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+    }
+
+    fn scalar_like(&self, s: Scalar, dtype: DType) -> Result<Tensor> {
+        Tensor::scalar(s, (dtype, self.device()))
+    }
+
+    /// Turns `other` into a tensor and the dtype of the result.
+    fn rhs(&self, op: &'static str, other: impl Operand, true_div: bool) -> Result<(Tensor, DType)> {
+        let (t, dtype) = match other.resolve() {
+            OperandKind::Tensor(t) => {
+                same_device(op, &[("self", self), ("other", &t)])?;
+                let d = result_type(self, &t);
+                (t, d)
+            }
+            OperandKind::Scalar(s) => {
+                let d = DType::promote_scalar(self.dtype(), s.is_float());
+                let d = if true_div { d.to_float() } else { d };
+                (self.scalar_like(s, compute_dtype(d))?, d)
+            }
+        };
+        Ok((t, if true_div { dtype.to_float() } else { dtype }))
+    }
+
+    fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
+        let name = op.name();
+        let (other, dtype) = self.rhs(name, other, op == BinaryOp::Div)?;
+        let (a, b) = if reverse { (&other, self) } else { (self, &other) };
+        if dtype == DType::Bool && op == BinaryOp::Sub {
+            return Err(Error::UnsupportedDType {
+                op: name,
+                dtype,
+                hint: "Subtracting bool tensors is not defined; use `a.ne(&b)?` for exclusive-or, or convert with `.to_dtype(DType::I64)?` first.".into(),
+            });
+        }
+        if op == BinaryOp::Pow && !dtype.is_float() && b.to_f64_vec()?.iter().any(|&e| e < 0.0) {
+            return Err(Error::invalid("pow", "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`"));
+        }
+        let shape = broadcast_shapes(name, a.shape(), b.shape())?;
+        let cd = compute_dtype(dtype);
+        let (a, b) = (a.to_dtype(cd)?, b.to_dtype(cd)?);
+        let s = Storage::binary(op, a.storage(), &a.layout().broadcast_to(&shape), b.storage(), &b.layout().broadcast_to(&shape))?;
+        Tensor::from_storage(s, shape).to_dtype(dtype)
+    }
+
+    /// `self + other` with broadcasting; `other` is a tensor or a number.
+    pub fn add(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Add, other, false)
+    }
+    pub fn sub(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, other, false)
+    }
+    pub fn mul(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Mul, other, false)
+    }
+    /// True division: integer inputs give a float result, as in PyTorch.
+    pub fn div(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, other, false)
+    }
+    pub fn pow(&self, exponent: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Pow, exponent, false)
+    }
+    /// Element-wise maximum (NaN wins).
+    pub fn maximum(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Maximum, other, false)
+    }
+    pub fn minimum(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Minimum, other, false)
+    }
+    /// `other - self` (for `scalar - tensor`).
+    pub fn rsub(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Sub, other, true)
+    }
+    /// `other / self`.
+    pub fn rdiv(&self, other: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Div, other, true)
+    }
+    /// `base ^ self`.
+    pub fn rpow(&self, base: impl Operand) -> Result<Tensor> {
+        self.binary(BinaryOp::Pow, base, true)
+    }
+
+    fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
+        let name = op.name();
+        let (other, dtype) = self.rhs(name, other, false)?;
+        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
+        let cd = compute_dtype(dtype);
+        let (a, b) = (self.to_dtype(cd)?, other.to_dtype(cd)?);
+        let s = Storage::compare(op, a.storage(), &a.layout().broadcast_to(&shape), b.storage(), &b.layout().broadcast_to(&shape))?;
+        Ok(Tensor::from_storage(s, shape))
+    }
+
+    pub fn eq(&self, other: impl Operand) -> Result<Tensor> {
+        self.compare(CmpOp::Eq, other)
+    }
+    pub fn ne(&self, other: impl Operand) -> Result<Tensor> {
+        self.compare(CmpOp::Ne, other)
+    }
+    pub fn lt(&self, other: impl Operand) -> Result<Tensor> {
+        self.compare(CmpOp::Lt, other)
+    }
+    pub fn le(&self, other: impl Operand) -> Result<Tensor> {
+        self.compare(CmpOp::Le, other)
+    }
+    pub fn gt(&self, other: impl Operand) -> Result<Tensor> {
+        self.compare(CmpOp::Gt, other)
+    }
+    pub fn ge(&self, other: impl Operand) -> Result<Tensor> {
+        self.compare(CmpOp::Ge, other)
+    }
+
+    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        let dtype = self.dtype();
+        if dtype == DType::Bool && op != UnaryOp::Abs {
+            return Err(Error::UnsupportedDType {
+                op: op.name(),
+                dtype,
+                hint: "Convert the bool tensor first, e.g. `.to_dtype(DType::F32)?`.".into(),
+            });
+        }
+        let out = if op.keeps_ints() { dtype } else { dtype.to_float() };
+        let x = self.to_dtype(compute_dtype(out))?;
+        let s = x.storage().unary(op, x.layout())?;
+        Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
+    }
+
+    pub fn neg(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Neg)
+    }
+    pub fn abs(&self) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return Ok(self.clone());
+        }
+        self.unary(UnaryOp::Abs)
+    }
+    pub fn relu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Relu)
+    }
+    pub fn exp(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Exp)
+    }
+    /// Natural logarithm (log of 0 is -inf, of a negative number NaN).
+    pub fn log(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Log)
+    }
+    pub fn sqrt(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sqrt)
+    }
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Sigmoid)
+    }
+    pub fn tanh(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Tanh)
+    }
+    /// GELU, exact erf form (PyTorch's default).
+    pub fn gelu(&self) -> Result<Tensor> {
+        self.unary(UnaryOp::Gelu)
+    }
+
+    /// Limits every element to `[min, max]`; either bound may be `None`.
+    pub fn clamp(&self, min: Option<impl Into<Scalar>>, max: Option<impl Into<Scalar>>) -> Result<Tensor> {
+        let (lo, hi) = (min.map(Into::into), max.map(Into::into));
+        if lo.is_none() && hi.is_none() {
+            return Err(Error::invalid("clamp", "give at least one of min and max"));
+        }
+        if self.dtype() == DType::Bool {
+            return Err(Error::UnsupportedDType { op: "clamp", dtype: DType::Bool, hint: "Convert it first, e.g. `.to_dtype(DType::F32)?`.".into() });
+        }
+        let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
+        let out = DType::promote_scalar(self.dtype(), any_float);
+        let x = self.to_dtype(compute_dtype(out))?;
+        let s = x.storage().clamp(x.layout(), lo, hi)?;
+        Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
+    }
+
+    pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
+        self.clamp(Some(min), None::<f64>)
+    }
+
+    pub fn clamp_max(&self, max: impl Into<Scalar>) -> Result<Tensor> {
+        self.clamp(None::<f64>, Some(max))
+    }
+
+    /// `x` where `condition` is true, else `y` (`torch.where`), broadcasting all three.
+    pub fn where_cond(condition: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        same_device("where", &[("condition", condition), ("x", x), ("y", y)])?;
+        if condition.dtype() != DType::Bool {
+            return Err(Error::DTypeMismatch {
+                op: "where",
+                lhs: condition.dtype(),
+                rhs: DType::Bool,
+                hint: "The condition must be a bool tensor; make one with a comparison, e.g. `x.gt(0.0)?`.".into(),
+            });
+        }
+        let shape = broadcast_shapes("where", &broadcast_shapes("where", condition.shape(), x.shape())?, y.shape())?;
+        let dtype = result_type(x, y);
+        let (x, y) = (x.to_dtype(dtype)?, y.to_dtype(dtype)?);
+        let s = Storage::where_(
+            (condition.storage(), &condition.layout().broadcast_to(&shape)),
+            (x.storage(), &x.layout().broadcast_to(&shape)),
+            (y.storage(), &y.layout().broadcast_to(&shape)),
+        )?;
+        Ok(Tensor::from_storage(s, shape))
+    }
+}
+
+// Operators are implemented for `&Tensor` only: an impl for owned `Tensor` would make
+// `x.add(1.0)` resolve to the consuming trait method and move `x` away (in a REPL, lose it).
+macro_rules! binary_operator {
+    ($trait:ident, $method:ident, $op:ident, $rev:ident) => {
+        impl<R: Operand> ops::$trait<R> for &Tensor {
+            type Output = Result<Tensor>;
+            fn $method(self, rhs: R) -> Result<Tensor> {
+                self.$op(rhs)
+            }
+        }
+        binary_operator!(@scalars $trait, $method, $rev, f64, f32, i64, i32);
+    };
+    (@scalars $trait:ident, $method:ident, $rev:ident, $($t:ty),*) => {$(
+        impl ops::$trait<&Tensor> for $t {
+            type Output = Result<Tensor>;
+            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
+                rhs.$rev(self)
+            }
+        }
+    )*};
+}
+binary_operator!(Add, add, add, add);
+binary_operator!(Sub, sub, sub, rsub);
+binary_operator!(Mul, mul, mul, mul);
+binary_operator!(Div, div, div, rdiv);
+
+impl ops::Neg for &Tensor {
+    type Output = Result<Tensor>;
+    fn neg(self) -> Result<Tensor> {
+        Tensor::neg(self)
+    }
+}

@@ -1,0 +1,263 @@
+//! `Tensor`: a cheap handle (an `Arc`) over a storage, a view layout and the record of the
+//! `.to()` that made it. Ops live in the submodules; the one device check is here.
+
+mod create;
+mod math;
+mod reduce;
+mod shape_ops;
+
+use std::sync::Arc;
+
+use crate::layout::Layout;
+use crate::storage::Storage;
+use crate::transfer::Transfer;
+use crate::{DType, Device, Element, Error, Result};
+
+pub use create::manual_seed;
+
+/// An n-dimensional array on a device. Cloning is cheap and shares the data, like a Python
+/// reference; the memory goes back to the device's cache when the last handle is dropped.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<TensorInner>);
+
+pub(crate) struct TensorInner {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) layout: Layout,
+    pub(crate) last_transfer: Option<Transfer>,
+}
+
+/// Where and as what a new tensor is made: `&device`, `(DType::F16, &device)` or
+/// `(&device, DType::I64)`. Without a dtype, the constructor's default applies (f32 for floats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorOptions {
+    pub dtype: Option<DType>,
+    pub device: Device,
+}
+
+pub trait IntoOptions {
+    fn into_options(self) -> TensorOptions;
+}
+impl IntoOptions for &Device {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions { dtype: None, device: *self }
+    }
+}
+impl IntoOptions for Device {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions { dtype: None, device: self }
+    }
+}
+impl IntoOptions for (DType, &Device) {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions { dtype: Some(self.0), device: *self.1 }
+    }
+}
+impl IntoOptions for (&Device, DType) {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions { dtype: Some(self.1), device: *self.0 }
+    }
+}
+impl IntoOptions for (DType, Device) {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions { dtype: Some(self.0), device: self.1 }
+    }
+}
+impl IntoOptions for TensorOptions {
+    fn into_options(self) -> TensorOptions {
+        self
+    }
+}
+
+/// The one device check of the engine: every op with several tensor arguments calls it with
+/// the arguments' names, and gets their common device or an error naming the odd one out.
+pub(crate) fn same_device(op: &'static str, args: &[(&str, &Tensor)]) -> Result<Device> {
+    let (first_name, first) = args[0];
+    for &(name, t) in &args[1..] {
+        if t.device() != first.device() {
+            return Err(Error::DeviceMismatch {
+                op,
+                arg: name.to_string(),
+                arg_device: t.device(),
+                first_arg: first_name.to_string(),
+                first_device: first.device(),
+            });
+        }
+    }
+    Ok(first.device())
+}
+
+impl Tensor {
+    pub(crate) fn from_storage(storage: Storage, shape: Vec<usize>) -> Tensor {
+        debug_assert_eq!(storage.numel(), shape.iter().product::<usize>());
+        Tensor(Arc::new(TensorInner { storage: Arc::new(storage), layout: Layout::contiguous(shape), last_transfer: None }))
+    }
+
+    /// Another view of the same storage.
+    pub(crate) fn view_as(&self, layout: Layout) -> Tensor {
+        Tensor(Arc::new(TensorInner { storage: self.0.storage.clone(), layout, last_transfer: None }))
+    }
+
+    pub(crate) fn with_transfer(self, t: Transfer) -> Tensor {
+        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|a| TensorInner {
+            storage: a.storage.clone(),
+            layout: a.layout.clone(),
+            last_transfer: None,
+        });
+        Tensor(Arc::new(TensorInner { last_transfer: Some(t), ..inner }))
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.0.layout
+    }
+
+    pub fn device(&self) -> Device {
+        self.0.storage.device()
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.0.layout.shape
+    }
+
+    /// The number of dimensions (`x.dim()` in PyTorch).
+    pub fn rank(&self) -> usize {
+        self.0.layout.rank()
+    }
+
+    /// The size of dimension `dim` (negative counts from the end).
+    pub fn size(&self, dim: impl crate::Dim) -> Result<usize> {
+        let d = crate::layout::resolve_dim("size", dim.as_i64(), self.rank())?;
+        Ok(self.shape().get(d).copied().unwrap_or(1))
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.0.storage.dtype()
+    }
+
+    pub fn numel(&self) -> usize {
+        self.0.layout.numel()
+    }
+
+    pub fn element_size(&self) -> usize {
+        self.dtype().size_in_bytes()
+    }
+
+    /// Bytes of the elements this tensor shows (`numel × element size`, PyTorch's `nbytes`).
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.element_size()
+    }
+
+    /// Bytes of the allocator block behind this tensor's storage (rounded up, shared by views).
+    pub fn storage_bytes(&self) -> usize {
+        self.0.storage.block_bytes()
+    }
+
+    /// The ledger id of the storage, shared by every view of it.
+    pub fn storage_id(&self) -> u64 {
+        self.0.storage.id()
+    }
+
+    pub fn strides(&self) -> &[usize] {
+        &self.0.layout.strides
+    }
+
+    pub fn storage_offset(&self) -> usize {
+        self.0.layout.offset
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        self.0.layout.is_contiguous()
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        self.device().is_cuda()
+    }
+
+    pub fn is_cpu(&self) -> bool {
+        self.device().is_cpu()
+    }
+
+    /// Whether this CPU tensor sits in page-locked memory (see `pin_memory`).
+    pub fn is_pinned(&self) -> bool {
+        self.0.storage.pinned
+    }
+
+    /// The `.to()` that produced this tensor: route, bytes, time, bandwidth.
+    pub fn last_transfer(&self) -> Option<&Transfer> {
+        self.0.last_transfer.as_ref()
+    }
+
+    /// Whether two tensors share a storage (one is a view of the other).
+    pub fn shares_storage_with(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.0.storage, &other.0.storage)
+    }
+
+    /// This tensor, readable on the host: host-backed storages (the CPU, simulated GPUs) as they
+    /// are; reading values never counts as a user's transfer.
+    pub(crate) fn host_readable(&self) -> Result<Tensor> {
+        if self.storage().is_host() {
+            return Ok(self.clone());
+        }
+        Err(Error::DeviceUnavailable { device: self.device(), reason: "no host copy path for this backend".into() })
+    }
+
+    /// The elements in row-major order as `T`, which must be this tensor's element type.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::ElementType { op: "to_vec", tensor: self.dtype(), requested: T::DTYPE });
+        }
+        let host = self.host_readable()?;
+        let l = host.layout();
+        let s = host.storage().slice::<T>();
+        if l.is_contiguous() {
+            return Ok(s[l.offset..l.offset + l.numel()].to_vec());
+        }
+        let mut out = vec![T::zero(); l.numel()];
+        crate::cpu::map1(s, l, &mut out, |x| x);
+        Ok(out)
+    }
+
+    /// The rows of a 2-D tensor.
+    pub fn to_vec2<T: Element>(&self) -> Result<Vec<Vec<T>>> {
+        if self.rank() != 2 {
+            return Err(Error::invalid("to_vec2", format!("expected a 2-D tensor, got shape {:?}; use `to_vec` for any shape", self.shape())));
+        }
+        let cols = self.shape()[1];
+        let flat = self.to_vec::<T>()?;
+        Ok(if cols == 0 { vec![Vec::new(); self.shape()[0]] } else { flat.chunks(cols).map(|c| c.to_vec()).collect() })
+    }
+
+    /// Every element as f64, whatever the dtype (bools as 0/1).
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        let host = self.host_readable()?;
+        Ok(host.storage().read_f64(host.layout()))
+    }
+
+    /// The value of a one-element tensor.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::invalid(
+                "item",
+                format!("a tensor with {} elements (shape {:?}) cannot be read as one value; reduce it first, e.g. `.sum_all()?`", self.numel(), self.shape()),
+            ));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+
+    /// The value of a one-element tensor as f64, whatever its dtype.
+    pub fn item_f64(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::invalid("item_f64", format!("the tensor has {} elements (shape {:?}), not one", self.numel(), self.shape())));
+        }
+        Ok(self.to_f64_vec()?[0])
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}

@@ -1,0 +1,243 @@
+//! Reductions (sum, mean, max, min, argmax, argmin) over all or given dims, softmax and
+//! log-softmax, and matmul.
+
+use super::{Tensor, same_device};
+use crate::layout::{Dims, Layout, broadcast_shapes, resolve_dim, resolve_dims};
+use crate::storage::Storage;
+use crate::{DType, Dim, Error, Result};
+
+/// A tensor rearranged so the reduced dims are last and contiguous: `rows × len` elements.
+struct Rows {
+    data: Tensor,
+    rows: usize,
+    len: usize,
+    out_shape: Vec<usize>,
+}
+
+impl Tensor {
+    fn to_rows(&self, op: &'static str, dims: Option<Vec<i64>>, keepdim: bool) -> Result<Rows> {
+        let rank = self.rank();
+        let reduced = match dims {
+            None => (0..rank).collect(),
+            Some(d) if d.is_empty() => (0..rank).collect(),
+            Some(d) => resolve_dims(op, &d, rank)?,
+        };
+        let reduced: Vec<usize> = reduced.into_iter().filter(|&d| d < rank).collect();
+        let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
+        let perm: Vec<usize> = kept.iter().chain(&reduced).copied().collect();
+        let data = self.view_as(self.layout().permuted(&perm)).contiguous()?;
+        let rows = kept.iter().map(|&d| self.shape()[d]).product();
+        let len = reduced.iter().map(|&d| self.shape()[d]).product();
+        let out_shape = if keepdim {
+            (0..rank).map(|d| if reduced.contains(&d) { 1 } else { self.shape()[d] }).collect()
+        } else {
+            kept.iter().map(|&d| self.shape()[d]).collect()
+        };
+        Ok(Rows { data, rows, len, out_shape })
+    }
+
+    fn sum_impl(&self, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> Result<Tensor> {
+        let op = if mean { "mean" } else { "sum" };
+        let dtype = self.dtype();
+        if mean && !dtype.is_float() {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype,
+                hint: "mean needs a float dtype; convert first, e.g. `.to_dtype(DType::F32)?`.".into(),
+            });
+        }
+        // Integers and bools sum in i64 (as in PyTorch); halves accumulate in f32.
+        let (compute, out) = match dtype {
+            DType::F16 | DType::BF16 => (DType::F32, dtype),
+            DType::F32 | DType::F64 => (dtype, dtype),
+            _ => (DType::I64, DType::I64),
+        };
+        let r = self.to_dtype(compute)?.to_rows(op, dims, keepdim)?;
+        let s = r.data.storage().sum_rows(r.rows, r.len, mean)?;
+        Tensor::from_storage(s, r.out_shape).to_dtype(out)
+    }
+
+    /// The sum of all elements (a 0-dim tensor). Ints and bools sum to i64.
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.sum_impl(None, false, false)
+    }
+
+    /// Sums over `dims` (one dim or several); `keepdim` keeps them with size 1.
+    pub fn sum(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        self.sum_impl(Some(dims.dims()), keepdim, false)
+    }
+
+    /// The mean of all elements (float dtypes).
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.sum_impl(None, false, true)
+    }
+
+    pub fn mean(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        self.sum_impl(Some(dims.dims()), keepdim, true)
+    }
+
+    fn extreme(&self, op: &'static str, dims: Option<Vec<i64>>, keepdim: bool, greater: bool) -> Result<(Tensor, Tensor)> {
+        if self.numel() == 0 {
+            return Err(Error::invalid(op, format!("the tensor is empty (shape {:?}), so it has no {}", self.shape(), if greater { "maximum" } else { "minimum" })));
+        }
+        let r = self.to_rows(op, dims, keepdim)?;
+        if r.len == 0 {
+            return Err(Error::invalid(op, format!("cannot reduce over a dimension of size 0 (shape {:?})", self.shape())));
+        }
+        let (v, i) = r.data.storage().extreme_rows(r.rows, r.len, greater)?;
+        Ok((Tensor::from_storage(v, r.out_shape.clone()), Tensor::from_storage(i, r.out_shape)))
+    }
+
+    /// The largest element (NaN if any element is NaN).
+    pub fn max_all(&self) -> Result<Tensor> {
+        Ok(self.extreme("max", None, false, true)?.0)
+    }
+
+    /// The largest elements over `dims` (`torch.amax`).
+    pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        Ok(self.extreme("max", Some(dims.dims()), keepdim, true)?.0)
+    }
+
+    /// The largest elements along `dim` and their positions (`torch.max(x, dim)`).
+    pub fn max_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.extreme("max", Some(vec![dim.as_i64()]), keepdim, true)
+    }
+
+    pub fn min_all(&self) -> Result<Tensor> {
+        Ok(self.extreme("min", None, false, false)?.0)
+    }
+
+    pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
+        Ok(self.extreme("min", Some(dims.dims()), keepdim, false)?.0)
+    }
+
+    pub fn min_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        self.extreme("min", Some(vec![dim.as_i64()]), keepdim, false)
+    }
+
+    /// The flat position of the largest element (a 0-dim i64 tensor).
+    pub fn argmax_all(&self) -> Result<Tensor> {
+        Ok(self.extreme("argmax", None, false, true)?.1)
+    }
+
+    /// Positions of the largest elements along `dim` (the first one on ties).
+    pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        Ok(self.extreme("argmax", Some(vec![dim.as_i64()]), keepdim, true)?.1)
+    }
+
+    pub fn argmin_all(&self) -> Result<Tensor> {
+        Ok(self.extreme("argmin", None, false, false)?.1)
+    }
+
+    pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
+        Ok(self.extreme("argmin", Some(vec![dim.as_i64()]), keepdim, false)?.1)
+    }
+
+    fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
+        let op = if log { "log_softmax" } else { "softmax" };
+        let dtype = self.dtype();
+        if !dtype.is_float() {
+            return Err(Error::UnsupportedDType { op, dtype, hint: "Convert first, e.g. `.to_dtype(DType::F32)?`.".into() });
+        }
+        let rank = self.rank();
+        let d = resolve_dim(op, dim, rank)?;
+        let compute = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        if rank == 0 {
+            return self.to_dtype(compute)?.reshape([1])?.softmax_impl(0, log)?.reshape(())?.to_dtype(dtype);
+        }
+        // Move `dim` last, work on rows, move it back.
+        let mut perm: Vec<usize> = (0..rank).filter(|&k| k != d).collect();
+        perm.push(d);
+        let x = self.to_dtype(compute)?;
+        let rows = x.view_as(x.layout().permuted(&perm)).contiguous()?;
+        let s = rows.storage().softmax_rows(self.shape()[d], log)?;
+        let out = Tensor::from_storage(s, rows.shape().to_vec());
+        let mut inverse = vec![0; rank];
+        for (i, &p) in perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        out.permute(inverse)?.contiguous()?.to_dtype(dtype)
+    }
+
+    /// `exp(x) / Σ exp(x)` along `dim`, computed stably (halves in f32).
+    pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        self.softmax_impl(dim.as_i64(), false)
+    }
+
+    /// `log(softmax(x))` along `dim`, without the intermediate rounding.
+    pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
+        self.softmax_impl(dim.as_i64(), true)
+    }
+
+    /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
+    /// batch dims and broadcast.
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        same_device("matmul", &[("self", self), ("other", other)])?;
+        if self.dtype() != other.dtype() {
+            return Err(Error::DTypeMismatch {
+                op: "matmul",
+                lhs: self.dtype(),
+                rhs: other.dtype(),
+                hint: format!("matmul needs both operands of one dtype; convert one, e.g. `other.to_dtype(DType::{})?`.", self.dtype().variant_name()),
+            });
+        }
+        let dtype = self.dtype();
+        if dtype == DType::Bool {
+            return Err(Error::UnsupportedDType { op: "matmul", dtype, hint: "Convert to a numeric dtype first.".into() });
+        }
+        if self.rank() == 0 || other.rank() == 0 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+                why: "both operands need at least one dimension; use `mul` for scalars".into(),
+            });
+        }
+        let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
+        let b = if other.rank() == 1 { other.unsqueeze(1)? } else { other.clone() };
+        let (ra, rb) = (a.rank(), b.rank());
+        let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+        let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
+        if k != k2 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+                why: format!("a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."),
+            });
+        }
+        let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+        let compute = if dtype == DType::BF16 { DType::F32 } else { dtype };
+        let (a, b) = (a.to_dtype(compute)?, b.to_dtype(compute)?);
+        let full = |t: &Tensor, r: usize, c: usize| {
+            let mut shape = batch.clone();
+            shape.extend([r, c]);
+            t.layout().broadcast_to(&shape)
+        };
+        let (la, lb) = (full(&a, m, k), full(&b, k, n));
+        let nb = batch.len();
+        let offsets = |l: &Layout| -> Vec<usize> {
+            let bl = Layout { shape: batch.clone(), strides: l.strides[..nb].to_vec(), offset: l.offset };
+            (0..batch.iter().product::<usize>()).map(|i| bl.offset_of(i)).collect()
+        };
+        let s = Storage::matmul(
+            a.storage(),
+            &offsets(&la),
+            (la.strides[nb], la.strides[nb + 1]),
+            b.storage(),
+            &offsets(&lb),
+            (lb.strides[nb], lb.strides[nb + 1]),
+            (m, n, k),
+        )?;
+        let mut shape = batch;
+        shape.extend([m, n]);
+        let mut out = Tensor::from_storage(s, shape);
+        if other.rank() == 1 {
+            out = out.squeeze(-1)?;
+        }
+        if self.rank() == 1 {
+            out = out.squeeze(if other.rank() == 1 { -1 } else { -2 })?;
+        }
+        out.to_dtype(dtype)
+    }
+}

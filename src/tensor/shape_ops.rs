@@ -1,0 +1,281 @@
+//! Views and layout ops: reshape, transpose, permute, narrow, squeeze/unsqueeze, expand,
+//! contiguous; and the copying ones: cat, stack, index_select.
+
+use super::{Tensor, same_device};
+use crate::layout::{Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims};
+use crate::storage::Storage;
+use crate::{DType, Dim, Error, Result};
+
+/// A target shape for `reshape`: like a shape, but one entry may be -1 (inferred).
+pub trait IntoReshape {
+    fn into_reshape(self) -> Vec<i64>;
+}
+macro_rules! reshape_from {
+    ($($t:ty),*) => {$(
+        impl<const N: usize> IntoReshape for [$t; N] {
+            fn into_reshape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+        impl IntoReshape for &[$t] {
+            fn into_reshape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+        impl IntoReshape for Vec<$t> {
+            fn into_reshape(self) -> Vec<i64> { self.iter().map(|&d| d as i64).collect() }
+        }
+        impl IntoReshape for $t {
+            fn into_reshape(self) -> Vec<i64> { vec![self as i64] }
+        }
+    )*};
+}
+reshape_from!(i32, i64, usize);
+impl IntoReshape for () {
+    fn into_reshape(self) -> Vec<i64> {
+        vec![]
+    }
+}
+
+impl Tensor {
+    /// The same elements in a new shape (one dim may be -1). A view when the layout allows it
+    /// (as `view` would), else a contiguous copy — PyTorch's `reshape`.
+    pub fn reshape(&self, shape: impl IntoReshape) -> Result<Tensor> {
+        let spec = shape.into_reshape();
+        let numel = self.numel();
+        let known: Vec<usize> = spec.iter().filter(|&&d| d >= 0).map(|&d| d as usize).collect();
+        let infer = spec.iter().filter(|&&d| d == -1).count();
+        if infer > 1 || spec.iter().any(|&d| d < -1) {
+            return Err(Error::invalid("reshape", format!("{spec:?}: only one dimension may be -1, and no other may be negative")));
+        }
+        let known_prod = numel_checked("reshape", &known)?;
+        let shape: Vec<usize> = if infer == 1 {
+            if known_prod == 0 || numel % known_prod != 0 {
+                return Err(Error::ShapeMismatch {
+                    op: "reshape",
+                    lhs: self.shape().to_vec(),
+                    rhs: known,
+                    why: format!("{numel} elements cannot be split into {spec:?}"),
+                });
+            }
+            spec.iter().map(|&d| if d == -1 { numel / known_prod } else { d as usize }).collect()
+        } else {
+            known
+        };
+        if numel_checked("reshape", &shape)? != numel {
+            return Err(Error::ShapeMismatch {
+                op: "reshape",
+                lhs: self.shape().to_vec(),
+                rhs: shape.clone(),
+                why: format!("a tensor of {numel} elements cannot be reshaped to {} elements", shape.iter().product::<usize>()),
+            });
+        }
+        match self.layout().view_strides(&shape) {
+            Some(strides) if numel > 0 => Ok(self.view_as(Layout { shape, strides, offset: self.storage_offset() })),
+            _ => self.contiguous()?.reshape(shape),
+        }
+    }
+
+    /// All elements in one dimension.
+    pub fn flatten(&self) -> Result<Tensor> {
+        self.reshape([-1])
+    }
+
+    /// This tensor if it is row-major and gap-free, else a contiguous copy.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() && self.storage_offset() == 0 && self.storage().numel() == self.numel() {
+            return Ok(self.clone());
+        }
+        let s = self.storage().copy_as(self.layout(), self.dtype())?;
+        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+    }
+
+    /// A new tensor with its own copy of the data (PyTorch's `x.clone()`; Rust's `clone()` of a
+    /// `Tensor` copies only the handle).
+    pub fn copy(&self) -> Result<Tensor> {
+        let s = self.storage().copy_as(self.layout(), self.dtype())?;
+        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+    }
+
+    /// Dimensions reordered: result dim `i` is input dim `dims[i]` (a view).
+    pub fn permute(&self, dims: impl Dims) -> Result<Tensor> {
+        let dims = dims.dims();
+        if dims.len() != self.rank() {
+            return Err(Error::invalid("permute", format!("{dims:?} names {} dims but the tensor has {} (shape {:?}); name each dim once", dims.len(), self.rank(), self.shape())));
+        }
+        let perm = resolve_dims("permute", &dims, self.rank())?;
+        Ok(self.view_as(self.layout().permuted(&perm)))
+    }
+
+    /// Dims `d0` and `d1` swapped (a view).
+    pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Tensor> {
+        let r = self.rank();
+        let (a, b) = (resolve_dim("transpose", d0.as_i64(), r)?, resolve_dim("transpose", d1.as_i64(), r)?);
+        if r < 2 {
+            return Ok(self.clone());
+        }
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(a, b);
+        Ok(self.view_as(self.layout().permuted(&perm)))
+    }
+
+    /// The transpose of a matrix (`x.t()`); 0-D and 1-D tensors come back unchanged.
+    pub fn t(&self) -> Result<Tensor> {
+        if self.rank() > 2 {
+            return Err(Error::invalid("t", format!("t() expects a tensor with at most 2 dims, got shape {:?}; use `transpose(d0, d1)`", self.shape())));
+        }
+        self.transpose(0, -1)
+    }
+
+    /// `len` elements of dimension `dim` from `start` (a view).
+    pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Tensor> {
+        let d = resolve_dim("narrow", dim.as_i64(), self.rank())?;
+        let size = self.shape()[d];
+        if start.checked_add(len).is_none_or(|end| end > size) {
+            return Err(Error::invalid(
+                "narrow",
+                format!("start {start} + length {len} exceeds dimension {d} of size {size} (shape {:?})", self.shape()),
+            ));
+        }
+        let mut l = self.layout().clone();
+        l.offset += start * l.strides[d];
+        l.shape[d] = len;
+        Ok(self.view_as(l))
+    }
+
+    /// Removes dimension `dim` if it has size 1 (otherwise returns the tensor unchanged).
+    pub fn squeeze(&self, dim: impl Dim) -> Result<Tensor> {
+        let d = resolve_dim("squeeze", dim.as_i64(), self.rank())?;
+        if self.rank() == 0 || self.shape()[d] != 1 {
+            return Ok(self.clone());
+        }
+        let mut l = self.layout().clone();
+        l.shape.remove(d);
+        l.strides.remove(d);
+        Ok(self.view_as(l))
+    }
+
+    /// Removes every dimension of size 1.
+    pub fn squeeze_all(&self) -> Result<Tensor> {
+        let l = self.layout();
+        let keep: Vec<usize> = (0..self.rank()).filter(|&i| l.shape[i] != 1).collect();
+        Ok(self.view_as(Layout {
+            shape: keep.iter().map(|&i| l.shape[i]).collect(),
+            strides: keep.iter().map(|&i| l.strides[i]).collect(),
+            offset: l.offset,
+        }))
+    }
+
+    /// Inserts a dimension of size 1 at `dim` (which may be `rank`, or negative).
+    pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
+        let d = resolve_dim("unsqueeze", dim.as_i64(), self.rank() + 1)?;
+        let mut l = self.layout().clone();
+        let stride = if d < l.rank() { l.strides[d] * l.shape[d] } else { 1 };
+        l.shape.insert(d, 1);
+        l.strides.insert(d, stride);
+        Ok(self.view_as(l))
+    }
+
+    /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
+    pub fn broadcast_to(&self, shape: impl crate::layout::IntoShape) -> Result<Tensor> {
+        let shape = shape.into_shape();
+        let b = broadcast_shapes("broadcast_to", self.shape(), &shape)?;
+        if b != shape {
+            return Err(Error::ShapeMismatch { op: "broadcast_to", lhs: self.shape().to_vec(), rhs: shape, why: "the target must contain the tensor's shape".into() });
+        }
+        Ok(self.view_as(self.layout().broadcast_to(&shape)))
+    }
+
+    /// Joins tensors along an existing dimension (`torch.cat`). Dtypes are promoted.
+    pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
+        let first = *tensors.first().ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+        let names: Vec<String> = (0..tensors.len()).map(|i| format!("tensors[{i}]")).collect();
+        let args: Vec<(&str, &Tensor)> = names.iter().map(|n| n.as_str()).zip(tensors.iter().copied()).collect();
+        let device = same_device("cat", &args)?;
+        let d = resolve_dim("cat", dim.as_i64(), first.rank())?;
+        if first.rank() == 0 {
+            return Err(Error::invalid("cat", "0-dimensional tensors cannot be concatenated; use `stack`, or `unsqueeze(0)` them first"));
+        }
+        let mut shape = first.shape().to_vec();
+        shape[d] = 0;
+        let mut dtype = first.dtype();
+        for (i, t) in tensors.iter().enumerate() {
+            let same_rest = t.rank() == first.rank() && (0..first.rank()).all(|k| k == d || t.shape()[k] == first.shape()[k]);
+            if !same_rest {
+                return Err(Error::ShapeMismatch {
+                    op: "cat",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                    why: format!("tensors[0] and tensors[{i}] must match in every dimension except {d}, the one joined"),
+                });
+            }
+            shape[d] += t.shape()[d];
+            dtype = DType::promote(dtype, t.dtype());
+        }
+        let mut out = Storage::alloc(device, dtype, numel_checked("cat", &shape)?)?;
+        let out_layout = Layout::contiguous(shape.clone());
+        let mut at = 0;
+        for t in tensors {
+            let t = t.to_dtype(dtype)?;
+            let mut dst = out_layout.clone();
+            dst.offset = at * dst.strides[d];
+            dst.shape[d] = t.shape()[d];
+            out.write_view(&dst, t.storage(), t.layout());
+            at += t.shape()[d];
+        }
+        Ok(Tensor::from_storage(out, shape))
+    }
+
+    /// Joins tensors of one shape along a new dimension (`torch.stack`).
+    pub fn stack(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
+        let first = *tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+        let d = resolve_dim("stack", dim.as_i64(), first.rank() + 1)?;
+        for (i, t) in tensors.iter().enumerate() {
+            if t.shape() != first.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "stack",
+                    lhs: first.shape().to_vec(),
+                    rhs: t.shape().to_vec(),
+                    why: format!("tensors[0] and tensors[{i}] must have the same shape"),
+                });
+            }
+        }
+        let parts: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(d)).collect::<Result<_>>()?;
+        Tensor::cat(&parts.iter().collect::<Vec<_>>(), d)
+    }
+
+    /// The entries of dimension `dim` at `index` (an i64 or i32 tensor of positions).
+    pub fn index_select(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
+        same_device("index_select", &[("self", self), ("index", index)])?;
+        let d = resolve_dim("index_select", dim.as_i64(), self.rank())?;
+        if !matches!(index.dtype(), DType::I64 | DType::I32) || index.rank() > 1 {
+            return Err(Error::invalid(
+                "index_select",
+                format!("the index must be a 1-D i64 or i32 tensor, got {} of shape {:?}", index.dtype(), index.shape()),
+            ));
+        }
+        let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
+        let idx: Vec<i64> = index.to_f64_vec()?.into_iter().map(|v| v as i64).collect();
+        let mut positions = Vec::with_capacity(idx.len());
+        for &i in &idx {
+            let p = if i < 0 { i + size as i64 } else { i };
+            if p < 0 || p >= size as i64 {
+                return Err(Error::IndexOutOfRange { op: "index_select", index: i, dim: d, size });
+            }
+            positions.push(p as usize);
+        }
+        if self.rank() == 0 {
+            return Ok(self.clone());
+        }
+        let mut shape = self.shape().to_vec();
+        shape[d] = positions.len();
+        let mut out = Storage::alloc(self.device(), self.dtype(), numel_checked("index_select", &shape)?)?;
+        let out_layout = Layout::contiguous(shape.clone());
+        for (i, &p) in positions.iter().enumerate() {
+            let mut dst = out_layout.clone();
+            dst.offset = i * dst.strides[d];
+            dst.shape[d] = 1;
+            let mut src = self.layout().clone();
+            src.offset += p * src.strides[d];
+            src.shape[d] = 1;
+            out.write_view(&dst, self.storage(), &src);
+        }
+        Ok(Tensor::from_storage(out, shape))
+    }
+}

@@ -1,0 +1,186 @@
+//! Moving tensors between devices: the one function that copies across devices, measures the
+//! copy, and records it on the new tensor and in the session's transfer log.
+
+use std::fmt;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::storage::Storage;
+use crate::{DType, Device, Error, Result, Tensor};
+
+/// Host memory a transfer read from or wrote to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostMemoryKind {
+    /// Ordinary (pageable) memory: the driver stages it through a pinned buffer.
+    Pageable,
+    /// Page-locked memory (`pin_memory()`): the copy engine reads it directly.
+    Pinned,
+}
+
+/// How a transfer's duration was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// CUDA events recorded around the copy on its stream.
+    CudaEvents,
+    /// A host clock around the whole copy.
+    Host,
+    /// A host clock around a host-memory copy standing in for a simulated GPU's transfer: a real
+    /// PCIe copy would take a different time.
+    SimulatedHostCopy,
+}
+
+/// One completed `.to()`: where from, where to, how much, how long, and how it was measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    /// Position in the session's log (1 for the first transfer of the process).
+    pub seq: u64,
+    pub from: Device,
+    pub to: Device,
+    pub bytes: usize,
+    pub duration: Duration,
+    pub memory: HostMemoryKind,
+    pub clock: Clock,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl Transfer {
+    /// Bytes per second over the measured time.
+    pub fn bandwidth(&self) -> f64 {
+        let s = self.duration.as_secs_f64();
+        if s > 0.0 { self.bytes as f64 / s } else { f64::INFINITY }
+    }
+
+    /// `cpu → cuda:0`.
+    pub fn route(&self) -> String {
+        format!("{} → {}", self.from, self.to)
+    }
+}
+
+/// `cpu → cuda:0, 0.41 ms (9.7 GB/s, pageable)`, with `simulated` when it was.
+impl fmt::Display for Transfer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mem = match self.memory {
+            HostMemoryKind::Pageable => "pageable",
+            HostMemoryKind::Pinned => "pinned",
+        };
+        let clock = match self.clock {
+            Clock::SimulatedHostCopy => ", simulated: host copy time",
+            _ => "",
+        };
+        write!(
+            f,
+            "{}, {} ({}, {mem}{clock})",
+            self.route(),
+            crate::display::human_duration(self.duration),
+            crate::display::human_rate(self.bandwidth())
+        )
+    }
+}
+
+const LOG_CAPACITY: usize = 100_000;
+
+fn log_store() -> &'static Mutex<(u64, Vec<Transfer>)> {
+    static LOG: OnceLock<Mutex<(u64, Vec<Transfer>)>> = OnceLock::new();
+    LOG.get_or_init(Default::default)
+}
+
+fn record(mut t: Transfer) -> Transfer {
+    let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
+    log.0 += 1;
+    t.seq = log.0;
+    if log.1.len() == LOG_CAPACITY {
+        log.1.remove(0);
+    }
+    log.1.push(t.clone());
+    t
+}
+
+/// Every transfer of this process so far (the most recent 100,000), oldest first.
+pub fn log() -> Vec<Transfer> {
+    log_store().lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+}
+
+/// Transfers with `seq > after`: what a cell did, given the last `seq` seen before it.
+pub fn log_since(after: u64) -> Vec<Transfer> {
+    log_store().lock().unwrap_or_else(|e| e.into_inner()).1.iter().filter(|t| t.seq > after).cloned().collect()
+}
+
+/// The `seq` of the latest transfer (0 before the first).
+pub fn last_seq() -> u64 {
+    log_store().lock().unwrap_or_else(|e| e.into_inner()).0
+}
+
+pub fn clear_log() {
+    log_store().lock().unwrap_or_else(|e| e.into_inner()).1.clear();
+}
+
+impl Tensor {
+    /// A copy of this tensor on `device`; this tensor stays where it is. Moving to the device it
+    /// is already on returns a handle to the same storage and records nothing, as in PyTorch.
+    #[must_use = "`.to()` returns a new tensor and leaves the original where it was: write `let y = x.to(&device)?;`"]
+    pub fn to(&self, device: &Device) -> Result<Tensor> {
+        if *device == self.device() {
+            return Ok(self.clone());
+        }
+        device.check_available()?;
+        let src = self.contiguous()?;
+        let from = self.device();
+        let memory = if src.is_pinned() { HostMemoryKind::Pinned } else { HostMemoryKind::Pageable };
+        let start = Instant::now();
+        let storage = src.storage().copy_to_device(*device)?;
+        let duration = start.elapsed();
+        let simulated = device.is_simulated() || from.is_simulated();
+        let t = record(Transfer {
+            seq: 0,
+            from,
+            to: *device,
+            bytes: src.nbytes(),
+            duration,
+            memory,
+            clock: if simulated { Clock::SimulatedHostCopy } else { Clock::Host },
+            dtype: self.dtype(),
+            shape: self.shape().to_vec(),
+        });
+        Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t))
+    }
+
+    /// `to(&Device::Cuda(0))`.
+    #[must_use = "`.cuda()` returns a new tensor on the GPU and leaves the original on its device: write `let y = x.cuda()?;`"]
+    pub fn cuda(&self) -> Result<Tensor> {
+        self.to(&Device::Cuda(0))
+    }
+
+    /// `to(&Device::Cuda(index))`.
+    #[must_use = "`.cuda_at()` returns a new tensor and leaves the original where it was"]
+    pub fn cuda_at(&self, index: usize) -> Result<Tensor> {
+        self.to(&Device::Cuda(index))
+    }
+
+    /// `to(&Device::Cpu)`.
+    #[must_use = "`.cpu()` returns a new tensor on the CPU and leaves the original where it was: write `let y = x.cpu()?;`"]
+    pub fn cpu(&self) -> Result<Tensor> {
+        self.to(&Device::Cpu)
+    }
+
+    /// A copy of this CPU tensor in page-locked memory, so transfers to a GPU can use DMA
+    /// directly. Needs a CUDA device (real or simulated), as in PyTorch.
+    #[must_use = "`.pin_memory()` returns a pinned copy; the original stays pageable"]
+    pub fn pin_memory(&self) -> Result<Tensor> {
+        if !self.is_cpu() {
+            return Err(Error::invalid("pin_memory", format!("only CPU tensors can be pinned, this one is on {}", self.device())));
+        }
+        if !crate::cuda::is_available() {
+            return Err(Error::DeviceUnavailable {
+                device: Device::Cuda(0),
+                reason: "pinned memory is page-locked for a GPU's copy engine, and there is no CUDA device".into(),
+            });
+        }
+        if self.is_pinned() {
+            return Ok(self.clone());
+        }
+        let mut s: Storage = self.storage().copy_as(self.layout(), self.dtype())?;
+        s.pinned = true;
+        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+    }
+}
