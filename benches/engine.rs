@@ -15,13 +15,16 @@ fn workloads() -> Vec<(&'static str, Setup)> {
     let cpu = Device::Cpu;
     let ten_m = move |f: fn(&Tensor) -> Result<Tensor>| -> Setup {
         Box::new(move || {
-            let a = Tensor::randn([10_000_000], &cpu).unwrap();
+            let a = Tensor::randn([10_000_000], cpu).unwrap();
             Box::new(move || drop(black_box(f(&a).unwrap())))
         })
     };
     let matmul = move |n: usize| -> Setup {
         Box::new(move || {
-            let (a, b) = (Tensor::randn([n, n], &cpu).unwrap(), Tensor::randn([n, n], &cpu).unwrap());
+            let (a, b) = (
+                Tensor::randn([n, n], cpu).unwrap(),
+                Tensor::randn([n, n], cpu).unwrap(),
+            );
             Box::new(move || drop(black_box(a.matmul(&b).unwrap())))
         })
     };
@@ -31,7 +34,10 @@ fn workloads() -> Vec<(&'static str, Setup)> {
         (
             "add_10m",
             Box::new(move || {
-                let (a, b) = (Tensor::randn([10_000_000], &cpu).unwrap(), Tensor::randn([10_000_000], &cpu).unwrap());
+                let (a, b) = (
+                    Tensor::randn([10_000_000], cpu).unwrap(),
+                    Tensor::randn([10_000_000], cpu).unwrap(),
+                );
                 Box::new(move || drop(black_box((&a + &b).unwrap())))
             }),
         ),
@@ -41,22 +47,27 @@ fn workloads() -> Vec<(&'static str, Setup)> {
         (
             "softmax_1000x1000",
             Box::new(move || {
-                let a = Tensor::randn([1000, 1000], &cpu).unwrap();
+                let a = Tensor::randn([1000, 1000], cpu).unwrap();
                 Box::new(move || drop(black_box(a.softmax(1).unwrap())))
             }),
         ),
-        ("randn_1000x1000", Box::new(move || Box::new(move || drop(black_box(Tensor::randn([1000, 1000], &cpu).unwrap()))))),
+        (
+            "randn_1000x1000",
+            Box::new(move || {
+                Box::new(move || drop(black_box(Tensor::randn([1000, 1000], cpu).unwrap())))
+            }),
+        ),
         (
             "clone_400mb",
             Box::new(move || {
-                let a = Tensor::randn([100_000_000], &cpu).unwrap();
+                let a = Tensor::randn([100_000_000], cpu).unwrap();
                 Box::new(move || drop(black_box(a.copy().unwrap())))
             }),
         ),
         (
             "transpose_contig_2048",
             Box::new(move || {
-                let a = Tensor::randn([2048, 2048], &cpu).unwrap();
+                let a = Tensor::randn([2048, 2048], cpu).unwrap();
                 Box::new(move || drop(black_box(a.t().unwrap().contiguous().unwrap())))
             }),
         ),
@@ -67,8 +78,11 @@ fn workloads() -> Vec<(&'static str, Setup)> {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let only: Option<Vec<String>> =
-        args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(|s| s.split(',').map(String::from).collect());
+    let only: Option<Vec<String>> = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(|s| s.split(',').map(String::from).collect());
     for (name, setup) in workloads() {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
             continue;
@@ -78,7 +92,9 @@ fn main() {
         let mut times: Vec<Duration> = Vec::new();
         let started = Instant::now();
         let min_reps = if quick { 3 } else { 10 };
-        while times.len() < min_reps || (!quick && started.elapsed() < Duration::from_secs(1) && times.len() < 10_000) {
+        while times.len() < min_reps
+            || (!quick && started.elapsed() < Duration::from_secs(1) && times.len() < 10_000)
+        {
             let t = Instant::now();
             run();
             times.push(t.elapsed());

@@ -11,7 +11,9 @@ use crate::{Device, Error, Result};
 pub enum Backend {
     Real,
     /// Host memory with a set capacity, standing in for a GPU (never in a benchmark).
-    Simulated { capacity: usize },
+    Simulated {
+        capacity: usize,
+    },
 }
 
 /// The capacity of a simulated device when none is given.
@@ -26,13 +28,16 @@ struct Simulation {
 fn simulation() -> &'static RwLock<Option<Simulation>> {
     static SIM: OnceLock<RwLock<Option<Simulation>>> = OnceLock::new();
     SIM.get_or_init(|| {
-        let from_env = std::env::var("PLACELAB_SIMULATE_CUDA").ok().and_then(|v| match parse_simulation(&v) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("placelab: ignoring PLACELAB_SIMULATE_CUDA: {e}");
-                None
-            }
-        });
+        let from_env =
+            std::env::var("PLACELAB_SIMULATE_CUDA")
+                .ok()
+                .and_then(|v| match parse_simulation(&v) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("placelab: ignoring PLACELAB_SIMULATE_CUDA: {e}");
+                        None
+                    }
+                });
         RwLock::new(from_env)
     })
 }
@@ -51,12 +56,16 @@ fn parse_simulation(v: &str) -> std::result::Result<Option<Simulation>, String> 
         Some((n, c)) => (n.trim(), Some(c.trim())),
         None => (v, None),
     };
-    let count: usize = n.parse().map_err(|_| format!("{v:?}: expected N or N,CAPACITY such as 2 or 2,8GiB"))?;
+    let count: usize = n
+        .parse()
+        .map_err(|_| format!("{v:?}: expected N or N,CAPACITY such as 2 or 2,8GiB"))?;
     if count == 0 {
         return Ok(None);
     }
     let capacity = match cap {
-        Some(c) => parse_bytes(c).ok_or_else(|| format!("{c:?} is not a size; write e.g. 8GiB, 512MiB or a byte count"))?,
+        Some(c) => parse_bytes(c).ok_or_else(|| {
+            format!("{c:?} is not a size; write e.g. 8GiB, 512MiB or a byte count")
+        })?,
         None => DEFAULT_SIMULATED_CAPACITY,
     };
     Ok(Some(Simulation { count, capacity }))
@@ -65,7 +74,9 @@ fn parse_simulation(v: &str) -> std::result::Result<Option<Simulation>, String> 
 /// `8GiB`, `8G`, `512MiB`, `512M`, `64KiB`, `1000` (bytes).
 pub fn parse_bytes(s: &str) -> Option<usize> {
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let num: f64 = num.parse().ok()?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
@@ -84,7 +95,10 @@ pub fn parse_bytes(s: &str) -> Option<usize> {
 /// `PLACELAB_SIMULATE_CUDA` does at start-up. Fails while tensors live on a device that would
 /// disappear or change size.
 pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
-    let new = (count > 0).then(|| Simulation { count, capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY) });
+    let new = (count > 0).then(|| Simulation {
+        count,
+        capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
+    });
     let mut guard = simulation().write().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = *guard {
         for i in 0..old.count {
@@ -96,7 +110,9 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
                 if live > 0 {
                     return Err(Error::invalid(
                         "cuda::simulate",
-                        format!("{live} tensor storage(s) still live on {d} (simulated); drop them before changing the simulated devices"),
+                        format!(
+                            "{live} tensor storage(s) still live on {d} (simulated); drop them before changing the simulated devices"
+                        ),
                     ));
                 }
                 guard = simulation().write().unwrap_or_else(|e| e.into_inner());
@@ -128,7 +144,10 @@ fn probe_real() -> &'static std::result::Result<usize, String> {
             Ok(Ok(n)) if n > 0 => Ok(n as usize),
             Ok(Ok(_)) => Err("the NVIDIA driver reports no CUDA device".into()),
             Ok(Err(e)) => Err(format!("the CUDA driver failed to start: {e}")),
-            Err(_) => Err("the installed CUDA driver lacks a function this build needs (driver too old?)".into()),
+            Err(_) => Err(
+                "the installed CUDA driver lacks a function this build needs (driver too old?)"
+                    .into(),
+            ),
         }
     })
 }
@@ -152,7 +171,11 @@ pub fn unavailable_reason() -> Option<String> {
     if is_available() {
         return None;
     }
-    probe_real().as_ref().err().cloned().or_else(|| Some("no CUDA device".into()))
+    probe_real()
+        .as_ref()
+        .err()
+        .cloned()
+        .or_else(|| Some("no CUDA device".into()))
 }
 
 /// What backs `cuda:index`, or why it does not exist.
@@ -160,18 +183,33 @@ pub fn backend(index: usize) -> Result<Backend> {
     let device = Device::Cuda(index);
     if let Some(s) = current_simulation() {
         return if index < s.count {
-            Ok(Backend::Simulated { capacity: s.capacity })
+            Ok(Backend::Simulated {
+                capacity: s.capacity,
+            })
         } else {
             Err(Error::DeviceUnavailable {
                 device,
-                reason: format!("there are {} simulated CUDA device(s), cuda:0 to cuda:{}", s.count, s.count - 1),
+                reason: format!(
+                    "there are {} simulated CUDA device(s), cuda:0 to cuda:{}",
+                    s.count,
+                    s.count - 1
+                ),
             })
         };
     }
     match probe_real() {
         Ok(n) if index < *n => Ok(Backend::Real),
-        Ok(n) => Err(Error::DeviceUnavailable { device, reason: format!("this machine has {n} CUDA device(s), cuda:0 to cuda:{}", n - 1) }),
-        Err(why) => Err(Error::DeviceUnavailable { device, reason: why.clone() }),
+        Ok(n) => Err(Error::DeviceUnavailable {
+            device,
+            reason: format!(
+                "this machine has {n} CUDA device(s), cuda:0 to cuda:{}",
+                n - 1
+            ),
+        }),
+        Err(why) => Err(Error::DeviceUnavailable {
+            device,
+            reason: why.clone(),
+        }),
     }
 }
 
@@ -186,12 +224,17 @@ pub(crate) fn is_simulated(device: &Device) -> bool {
 pub fn device_name(index: usize) -> Result<String> {
     Ok(match backend(index)? {
         Backend::Simulated { capacity } => {
-            format!("simulated GPU ({} of host memory)", crate::display::human_bytes(capacity))
+            format!(
+                "simulated GPU ({} of host memory)",
+                crate::display::human_bytes(capacity)
+            )
         }
         Backend::Real => {
             let hook = std::panic::take_hook();
             std::panic::set_hook(Box::new(|_| {}));
-            let name = std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(index).and_then(|c| c.name()));
+            let name = std::panic::catch_unwind(|| {
+                cudarc::driver::CudaContext::new(index).and_then(|c| c.name())
+            });
             std::panic::set_hook(hook);
             match name {
                 Ok(Ok(n)) => n,
@@ -235,7 +278,11 @@ pub fn reset_peak_memory_stats(index: usize) -> Result<()> {
 
 /// Releases the unused cached segments of every CUDA device in use; returns the bytes released.
 pub fn empty_cache() -> usize {
-    memory::used_devices().iter().filter(|d| d.is_cuda()).map(|d| memory::empty_cache(d).unwrap_or(0)).sum()
+    memory::used_devices()
+        .iter()
+        .filter(|d| d.is_cuda())
+        .map(|d| memory::empty_cache(d).unwrap_or(0))
+        .sum()
 }
 
 /// (free, total) bytes of `cuda:index` as the driver reports them (`torch.cuda.mem_get_info`).
@@ -254,8 +301,20 @@ mod tests {
 
     #[test]
     fn parses_simulation_settings() {
-        assert_eq!(parse_simulation("2").unwrap(), Some(Simulation { count: 2, capacity: DEFAULT_SIMULATED_CAPACITY }));
-        assert_eq!(parse_simulation("1,512MiB").unwrap(), Some(Simulation { count: 1, capacity: 512 << 20 }));
+        assert_eq!(
+            parse_simulation("2").unwrap(),
+            Some(Simulation {
+                count: 2,
+                capacity: DEFAULT_SIMULATED_CAPACITY
+            })
+        );
+        assert_eq!(
+            parse_simulation("1,512MiB").unwrap(),
+            Some(Simulation {
+                count: 1,
+                capacity: 512 << 20
+            })
+        );
         assert_eq!(parse_simulation("0").unwrap(), None);
         assert!(parse_simulation("two").is_err());
         assert!(parse_simulation("2,lots").is_err());

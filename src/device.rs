@@ -16,7 +16,11 @@ impl Device {
     /// `cuda:0` when a CUDA device (real or simulated) exists, else the CPU: the PyTorch idiom
     /// `torch.device("cuda" if torch.cuda.is_available() else "cpu")`.
     pub fn cuda_if_available() -> Device {
-        if crate::cuda::is_available() { Device::Cuda(0) } else { Device::Cpu }
+        if crate::cuda::is_available() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        }
     }
 
     pub fn is_cuda(&self) -> bool {
@@ -58,7 +62,11 @@ impl Device {
 
     /// The name shown in cards: `cuda:0 (simulated)` for a simulated device.
     pub fn label(&self) -> String {
-        if self.is_simulated() { format!("{self} (simulated)") } else { self.to_string() }
+        if self.is_simulated() {
+            format!("{self} (simulated)")
+        } else {
+            self.to_string()
+        }
     }
 }
 
@@ -78,7 +86,9 @@ impl FromStr for Device {
 
     fn from_str(s: &str) -> Result<Device> {
         let t = s.trim().to_ascii_lowercase();
-        let bad = || Error::DeviceParse { input: s.to_string() };
+        let bad = || Error::DeviceParse {
+            input: s.to_string(),
+        };
         match t.as_str() {
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
@@ -110,7 +120,9 @@ mod tests {
         assert_eq!(" CUDA:1 ".parse::<Device>().unwrap(), Device::Cuda(1));
         assert_eq!(Device::Cuda(3).to_string(), "cuda:3");
         assert_eq!(Device::Cpu.to_string(), "cpu");
-        for bad in ["", "cuda:", "cuda:-1", "cuda:x", "tpu", "cuda:1:2", "cuda 1"] {
+        for bad in [
+            "", "cuda:", "cuda:-1", "cuda:x", "tpu", "cuda:1:2", "cuda 1",
+        ] {
             let e = bad.parse::<Device>().unwrap_err();
             assert!(e.to_string().contains("\"cuda:N\""), "{bad}: {e}");
         }

@@ -3,25 +3,54 @@
 
 use std::fmt;
 
-use crate::{DType, Device};
 use crate::display::human_bytes;
+use crate::{DType, Device};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Error {
     /// Two tensors of one operation live on different devices.
-    DeviceMismatch { op: &'static str, arg: String, arg_device: Device, first_arg: String, first_device: Device },
+    DeviceMismatch {
+        op: &'static str,
+        arg: String,
+        arg_device: Device,
+        first_arg: String,
+        first_device: Device,
+    },
     /// Shapes that cannot be combined (broadcast, matmul, cat, reshape…).
-    ShapeMismatch { op: &'static str, lhs: Vec<usize>, rhs: Vec<usize>, why: String },
+    ShapeMismatch {
+        op: &'static str,
+        lhs: Vec<usize>,
+        rhs: Vec<usize>,
+        why: String,
+    },
     /// Two dtypes that the operation needs equal.
-    DTypeMismatch { op: &'static str, lhs: DType, rhs: DType, hint: String },
+    DTypeMismatch {
+        op: &'static str,
+        lhs: DType,
+        rhs: DType,
+        hint: String,
+    },
     /// The operation does not exist for this dtype.
-    UnsupportedDType { op: &'static str, dtype: DType, hint: String },
+    UnsupportedDType {
+        op: &'static str,
+        dtype: DType,
+        hint: String,
+    },
     /// A dimension index outside `-rank..rank`.
-    DimOutOfRange { op: &'static str, dim: i64, rank: usize },
+    DimOutOfRange {
+        op: &'static str,
+        dim: i64,
+        rank: usize,
+    },
     /// An element index outside `0..size` along a dimension.
-    IndexOutOfRange { op: &'static str, index: i64, dim: usize, size: usize },
+    IndexOutOfRange {
+        op: &'static str,
+        index: i64,
+        dim: usize,
+        size: usize,
+    },
     /// An argument that is wrong on its own (a negative length, an empty list…).
     InvalidArgument { op: &'static str, msg: String },
     /// A device string that does not parse.
@@ -29,28 +58,56 @@ pub enum Error {
     /// A device that does not exist or cannot be reached.
     DeviceUnavailable { device: Device, reason: String },
     /// An allocation the device cannot hold, even after releasing its cache.
-    OutOfMemory { device: Device, requested: usize, free: usize, total: usize, allocated: usize, reserved: usize },
+    OutOfMemory {
+        device: Device,
+        requested: usize,
+        free: usize,
+        total: usize,
+        allocated: usize,
+        reserved: usize,
+    },
     /// A shape whose element or byte count overflows the address space.
     SizeOverflow { op: &'static str, shape: Vec<usize> },
     /// Reading a tensor's values as a Rust type of another dtype.
-    ElementType { op: &'static str, tensor: DType, requested: DType },
+    ElementType {
+        op: &'static str,
+        tensor: DType,
+        requested: DType,
+    },
 }
 
 impl Error {
     pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
-        Error::InvalidArgument { op, msg: msg.into() }
+        Error::InvalidArgument {
+            op,
+            msg: msg.into(),
+        }
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::DeviceMismatch { op, arg, arg_device, first_arg, first_device } => write!(
-                f,
-                "device mismatch in {op}: `{first_arg}` is on {first_device} but `{arg}` is on {arg_device}.\n\
-                 Tensors must share a device; move one first, e.g. `{arg}.to(&{})?`.",
-                first_device.rust_expr()
-            ),
+            Error::DeviceMismatch {
+                op,
+                arg,
+                arg_device,
+                first_arg,
+                first_device,
+            } => {
+                // Suggest moving toward the GPU, the usual intent; between two GPUs, toward the first.
+                let (target, stays) = if arg_device.is_cuda() && !first_device.is_cuda() {
+                    (arg_device, first_device)
+                } else {
+                    (first_device, arg_device)
+                };
+                write!(
+                    f,
+                    "device mismatch in {op}: `{first_arg}` is on {first_device} but `{arg}` is on {arg_device}.\n\
+                     Tensors must share a device; move one first, e.g. `.to(&{})?` on the tensor that is on {stays}.",
+                    target.rust_expr()
+                )
+            }
             Error::ShapeMismatch { op, lhs, rhs, why } => {
                 write!(f, "shape mismatch in {op}: {lhs:?} and {rhs:?}: {why}")
             }
@@ -62,13 +119,26 @@ impl fmt::Display for Error {
             }
             Error::DimOutOfRange { op, dim, rank } => {
                 if *rank == 0 {
-                    write!(f, "dimension {dim} out of range in {op}: the tensor is 0-dimensional and has no dimensions to index; reshape it first, e.g. `x.reshape([1])?`.")
+                    write!(
+                        f,
+                        "dimension {dim} out of range in {op}: the tensor is 0-dimensional and has no dimensions to index; reshape it first, e.g. `x.reshape([1])?`."
+                    )
                 } else {
                     let r = *rank as i64;
-                    write!(f, "dimension {dim} out of range in {op}: the tensor has {rank} dimension(s), so dims go from {} to {}.", -r, r - 1)
+                    write!(
+                        f,
+                        "dimension {dim} out of range in {op}: the tensor has {rank} dimension(s), so dims go from {} to {}.",
+                        -r,
+                        r - 1
+                    )
                 }
             }
-            Error::IndexOutOfRange { op, index, dim, size } => write!(
+            Error::IndexOutOfRange {
+                op,
+                index,
+                dim,
+                size,
+            } => write!(
                 f,
                 "index {index} out of range in {op}: dimension {dim} has size {size}, so indices go from 0 to {}.",
                 size.saturating_sub(1)
@@ -82,7 +152,14 @@ impl fmt::Display for Error {
                 f,
                 "{device} is not available: {reason}. Use `Device::cuda_if_available()` to fall back to the CPU, or `cuda::device_count()` to see how many CUDA devices there are (set PLACELAB_SIMULATE_CUDA=N for N simulated ones)."
             ),
-            Error::OutOfMemory { device, requested, free, total, allocated, reserved } => write!(
+            Error::OutOfMemory {
+                device,
+                requested,
+                free,
+                total,
+                allocated,
+                reserved,
+            } => write!(
                 f,
                 "out of memory on {device}: tried to allocate {} but only {} of {} is free \
                  ({} allocated by tensors, {} reserved by the cache; the cache was already released). \
@@ -97,7 +174,11 @@ impl fmt::Display for Error {
                 f,
                 "shape {shape:?} in {op} has more elements or bytes than this machine can address; use a smaller shape."
             ),
-            Error::ElementType { op, tensor, requested } => write!(
+            Error::ElementType {
+                op,
+                tensor,
+                requested,
+            } => write!(
                 f,
                 "{op}: the tensor holds {tensor} but {requested} was requested; convert first with `x.to_dtype(DType::{})?` or read it as {}.",
                 requested.variant_name(),

@@ -92,7 +92,10 @@ pub fn resolve_dims(op: &'static str, dims: &[i64], rank: usize) -> Result<Vec<u
     for &d in dims {
         let r = resolve_dim(op, d, rank)?;
         if out.contains(&r) {
-            return Err(Error::invalid(op, format!("dim {d} appears more than once in {dims:?}")));
+            return Err(Error::invalid(
+                op,
+                format!("dim {d} appears more than once in {dims:?}"),
+            ));
         }
         out.push(r);
     }
@@ -104,7 +107,10 @@ pub fn numel_checked(op: &'static str, shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| Error::SizeOverflow { op, shape: shape.to_vec() })
+        .ok_or_else(|| Error::SizeOverflow {
+            op,
+            shape: shape.to_vec(),
+        })
 }
 
 pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
@@ -120,8 +126,16 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -154,7 +168,11 @@ pub struct Layout {
 impl Layout {
     pub fn contiguous(shape: Vec<usize>) -> Layout {
         let strides = contiguous_strides(&shape);
-        Layout { shape, strides, offset: 0 }
+        Layout {
+            shape,
+            strides,
+            offset: 0,
+        }
     }
 
     pub fn numel(&self) -> usize {
@@ -182,9 +200,17 @@ impl Layout {
         let extra = shape.len() - self.rank();
         let mut strides = vec![0; shape.len()];
         for i in 0..self.rank() {
-            strides[i + extra] = if self.shape[i] == 1 && shape[i + extra] != 1 { 0 } else { self.strides[i] };
+            strides[i + extra] = if self.shape[i] == 1 && shape[i + extra] != 1 {
+                0
+            } else {
+                self.strides[i]
+            };
         }
-        Layout { shape: shape.to_vec(), strides, offset: self.offset }
+        Layout {
+            shape: shape.to_vec(),
+            strides,
+            offset: self.offset,
+        }
     }
 
     pub fn permuted(&self, perm: &[usize]) -> Layout {
@@ -214,8 +240,13 @@ impl Layout {
             return Some(contiguous_strides(shape));
         }
         // Drop size-1 dims, then walk both shapes matching products of sizes.
-        let old: Vec<(usize, usize)> =
-            self.shape.iter().zip(&self.strides).filter(|(d, _)| **d != 1).map(|(d, s)| (*d, *s)).collect();
+        let old: Vec<(usize, usize)> = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|(d, _)| **d != 1)
+            .map(|(d, s)| (*d, *s))
+            .collect();
         let mut new_strides = vec![0; shape.len()];
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < shape.len() {
@@ -268,19 +299,22 @@ pub fn coalesce(layouts: &[&Layout]) -> (Vec<usize>, Vec<Vec<usize>>) {
     let shape = &layouts[0].shape;
     let mut out_shape: Vec<usize> = Vec::new();
     let mut out_strides: Vec<Vec<usize>> = vec![Vec::new(); layouts.len()];
-    for d in 0..shape.len() {
-        if shape[d] == 1 {
+    for (d, &size) in shape.iter().enumerate() {
+        if size == 1 {
             continue;
         }
         let mergeable = !out_shape.is_empty()
-            && layouts.iter().enumerate().all(|(k, l)| *out_strides[k].last().unwrap() == l.strides[d] * shape[d]);
+            && layouts
+                .iter()
+                .enumerate()
+                .all(|(k, l)| *out_strides[k].last().unwrap() == l.strides[d] * size);
         if mergeable {
-            *out_shape.last_mut().unwrap() *= shape[d];
+            *out_shape.last_mut().unwrap() *= size;
             for (k, l) in layouts.iter().enumerate() {
                 *out_strides[k].last_mut().unwrap() = l.strides[d];
             }
         } else {
-            out_shape.push(shape[d]);
+            out_shape.push(size);
             for (k, l) in layouts.iter().enumerate() {
                 out_strides[k].push(l.strides[d]);
             }
@@ -296,10 +330,18 @@ mod tests {
     #[test]
     fn broadcasting_rules() {
         assert_eq!(broadcast_shapes("add", &[2, 3], &[3]).unwrap(), vec![2, 3]);
-        assert_eq!(broadcast_shapes("add", &[4, 1], &[1, 5]).unwrap(), vec![4, 5]);
+        assert_eq!(
+            broadcast_shapes("add", &[4, 1], &[1, 5]).unwrap(),
+            vec![4, 5]
+        );
         assert_eq!(broadcast_shapes("add", &[], &[2, 2]).unwrap(), vec![2, 2]);
-        let e = broadcast_shapes("add", &[2, 3], &[4]).unwrap_err().to_string();
-        assert!(e.contains("[2, 3] and [4]") && e.contains("sizes 3 and 4"), "{e}");
+        let e = broadcast_shapes("add", &[2, 3], &[4])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[2, 3] and [4]") && e.contains("sizes 3 and 4"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -308,7 +350,11 @@ mod tests {
         assert!(!l.is_contiguous());
         assert_eq!(l.view_strides(&[2, 12]), None);
         assert_eq!(l.view_strides(&[2, 4, 3, 1]), Some(vec![12, 1, 4, 1]));
-        let n = Layout { shape: vec![2, 3], strides: vec![4, 1], offset: 1 };
+        let n = Layout {
+            shape: vec![2, 3],
+            strides: vec![4, 1],
+            offset: 1,
+        };
         assert_eq!(n.view_strides(&[6]), None);
         assert_eq!(n.view_strides(&[2, 1, 3]), Some(vec![4, 1, 1]));
     }

@@ -28,12 +28,30 @@ pub(crate) struct Storage {
 macro_rules! with_arith {
     ($dtype:expr, $t:ident, $body:expr) => {
         match $dtype {
-            DType::F32 => { type $t = f32; $body }
-            DType::F64 => { type $t = f64; $body }
-            DType::I64 => { type $t = i64; $body }
-            DType::I32 => { type $t = i32; $body }
-            DType::U8 => { type $t = u8; $body }
-            DType::Bool => { type $t = bool; $body }
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            DType::Bool => {
+                type $t = bool;
+                $body
+            }
             DType::F16 | DType::BF16 => unreachable!("f16/bf16 arithmetic runs in f32"),
         }
     };
@@ -42,8 +60,14 @@ macro_rules! with_arith {
 macro_rules! with_float {
     ($dtype:expr, $t:ident, $body:expr) => {
         match $dtype {
-            DType::F32 => { type $t = f32; $body }
-            DType::F64 => { type $t = f64; $body }
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
             d => unreachable!("{d} has no native float kernel"),
         }
     };
@@ -54,7 +78,12 @@ impl Storage {
     /// since not every byte is a valid `bool`).
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Storage> {
         let block = Block::alloc(device, dtype, numel)?;
-        let mut s = Storage { dtype, numel, pinned: false, backing: Backing::Host(block) };
+        let mut s = Storage {
+            dtype,
+            numel,
+            pinned: false,
+            backing: Backing::Host(block),
+        };
         if dtype == DType::Bool {
             cpu::fill(s.bytes_mut(), 0u8);
         }
@@ -98,7 +127,9 @@ impl Storage {
         cpu::check_dtype::<T>(self.dtype);
         match &self.backing {
             // SAFETY: the block holds `numel` elements of this dtype, aligned to 512 bytes.
-            Backing::Host(b) => unsafe { std::slice::from_raw_parts(b.ptr() as *const T, self.numel) },
+            Backing::Host(b) => unsafe {
+                std::slice::from_raw_parts(b.ptr() as *const T, self.numel)
+            },
         }
     }
 
@@ -106,7 +137,9 @@ impl Storage {
         cpu::check_dtype::<T>(self.dtype);
         match &mut self.backing {
             // SAFETY: as in `slice`, and `&mut self` makes the access exclusive.
-            Backing::Host(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr() as *mut T, self.numel) },
+            Backing::Host(b) => unsafe {
+                std::slice::from_raw_parts_mut(b.ptr() as *mut T, self.numel)
+            },
         }
     }
 
@@ -134,9 +167,18 @@ impl Storage {
     }
 
     /// `numel` copies of `value`, converted to `dtype`.
-    pub(crate) fn full(device: Device, dtype: DType, numel: usize, value: Scalar) -> Result<Storage> {
+    pub(crate) fn full(
+        device: Device,
+        dtype: DType,
+        numel: usize,
+        value: Scalar,
+    ) -> Result<Storage> {
         let mut s = Storage::alloc(device, dtype, numel)?;
-        crate::with_dtype!(dtype, T, cpu::fill(s.slice_mut::<T>(), value.to_element::<T>()));
+        crate::with_dtype!(
+            dtype,
+            T,
+            cpu::fill(s.slice_mut::<T>(), value.to_element::<T>())
+        );
         Ok(s)
     }
 
@@ -159,44 +201,93 @@ impl Storage {
 
     /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).
     pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) {
-        crate::with_dtype!(self.dtype, T, cpu::copy_strided(src.slice::<T>(), ls, self.slice_mut::<T>(), ld));
+        crate::with_dtype!(
+            self.dtype,
+            T,
+            cpu::copy_strided(src.slice::<T>(), ls, self.slice_mut::<T>(), ld)
+        );
     }
 
-    pub(crate) fn binary(op: BinaryOp, a: &Storage, la: &Layout, b: &Storage, lb: &Layout) -> Result<Storage> {
+    pub(crate) fn binary(
+        op: BinaryOp,
+        a: &Storage,
+        la: &Layout,
+        b: &Storage,
+        lb: &Layout,
+    ) -> Result<Storage> {
         let mut out = Storage::alloc(a.device(), a.dtype, la.numel())?;
-        with_arith!(a.dtype, T, ew::binary::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut()));
+        with_arith!(
+            a.dtype,
+            T,
+            ew::binary::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut())
+        );
         Ok(out)
     }
 
-    pub(crate) fn compare(op: CmpOp, a: &Storage, la: &Layout, b: &Storage, lb: &Layout) -> Result<Storage> {
+    pub(crate) fn compare(
+        op: CmpOp,
+        a: &Storage,
+        la: &Layout,
+        b: &Storage,
+        lb: &Layout,
+    ) -> Result<Storage> {
         let mut out = Storage::alloc(a.device(), DType::Bool, la.numel())?;
-        crate::with_dtype!(a.dtype, T, ew::compare::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut()));
+        crate::with_dtype!(
+            a.dtype,
+            T,
+            ew::compare::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut())
+        );
         Ok(out)
     }
 
     pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
         let mut out = Storage::alloc(self.device(), self.dtype, l.numel())?;
         if op.keeps_ints() {
-            with_arith!(self.dtype, T, ew::unary_arith::<T>(op, self.slice(), l, out.slice_mut()));
+            with_arith!(
+                self.dtype,
+                T,
+                ew::unary_arith::<T>(op, self.slice(), l, out.slice_mut())
+            );
         } else {
-            with_float!(self.dtype, T, ew::unary_float::<T>(op, self.slice(), l, out.slice_mut()));
+            with_float!(
+                self.dtype,
+                T,
+                ew::unary_float::<T>(op, self.slice(), l, out.slice_mut())
+            );
         }
         Ok(out)
     }
 
-    pub(crate) fn clamp(&self, l: &Layout, lo: Option<Scalar>, hi: Option<Scalar>) -> Result<Storage> {
+    pub(crate) fn clamp(
+        &self,
+        l: &Layout,
+        lo: Option<Scalar>,
+        hi: Option<Scalar>,
+    ) -> Result<Storage> {
         let mut out = Storage::alloc(self.device(), self.dtype, l.numel())?;
         with_arith!(self.dtype, T, {
-            let (lo, hi) = (lo.map(|s| s.to_element::<T>()), hi.map(|s| s.to_element::<T>()));
+            let (lo, hi) = (
+                lo.map(|s| s.to_element::<T>()),
+                hi.map(|s| s.to_element::<T>()),
+            );
             ew::clamp::<T>(self.slice(), l, lo, hi, out.slice_mut())
         });
         Ok(out)
     }
 
-    pub(crate) fn where_(c: (&Storage, &Layout), a: (&Storage, &Layout), b: (&Storage, &Layout)) -> Result<Storage> {
+    pub(crate) fn where_(
+        c: (&Storage, &Layout),
+        a: (&Storage, &Layout),
+        b: (&Storage, &Layout),
+    ) -> Result<Storage> {
         let mut out = Storage::alloc(a.0.device(), a.0.dtype, a.1.numel())?;
         crate::with_dtype!(a.0.dtype, T, {
-            ew::where_::<T>((c.0.slice(), c.1), (a.0.slice(), a.1), (b.0.slice(), b.1), out.slice_mut())
+            ew::where_::<T>(
+                (c.0.slice(), c.1),
+                (a.0.slice(), a.1),
+                (b.0.slice(), b.1),
+                out.slice_mut(),
+            )
         });
         Ok(out)
     }
@@ -214,18 +305,33 @@ impl Storage {
     }
 
     /// Per-row max (or min) values and their i64 indices.
-    pub(crate) fn extreme_rows(&self, rows: usize, len: usize, greater: bool) -> Result<(Storage, Storage)> {
+    pub(crate) fn extreme_rows(
+        &self,
+        rows: usize,
+        len: usize,
+        greater: bool,
+    ) -> Result<(Storage, Storage)> {
         let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
         let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
         crate::with_dtype!(self.dtype, T, {
-            reduce::extreme_rows::<T>(self.slice(), len, greater, values.slice_mut(), indices.slice_mut())
+            reduce::extreme_rows::<T>(
+                self.slice(),
+                len,
+                greater,
+                values.slice_mut(),
+                indices.slice_mut(),
+            )
         });
         Ok((values, indices))
     }
 
     pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
         let mut out = Storage::alloc(self.device(), self.dtype, self.numel)?;
-        with_float!(self.dtype, T, reduce::softmax_rows::<T>(self.slice(), len, log, out.slice_mut()));
+        with_float!(
+            self.dtype,
+            T,
+            reduce::softmax_rows::<T>(self.slice(), len, log, out.slice_mut())
+        );
         Ok(out)
     }
 
@@ -242,19 +348,50 @@ impl Storage {
         (m, n, k): (usize, usize, usize),
     ) -> Result<Storage> {
         let mut out = Storage::alloc(a.device(), a.dtype, a_off.len() * m * n)?;
-        fn run<T: Matmul>(a: &Storage, ao: &[usize], ars: (usize, usize), b: &Storage, bo: &[usize], brs: (usize, usize), mnk: (usize, usize, usize), out: &mut Storage) {
-            let a = cpu::matmul::Operand { data: a.slice::<T>(), offsets: ao, row_stride: ars.0, col_stride: ars.1 };
-            let b = cpu::matmul::Operand { data: b.slice::<T>(), offsets: bo, row_stride: brs.0, col_stride: brs.1 };
+        fn run<T: Matmul>(
+            a: &Storage,
+            ao: &[usize],
+            ars: (usize, usize),
+            b: &Storage,
+            bo: &[usize],
+            brs: (usize, usize),
+            mnk: (usize, usize, usize),
+            out: &mut Storage,
+        ) {
+            let a = cpu::matmul::Operand {
+                data: a.slice::<T>(),
+                offsets: ao,
+                row_stride: ars.0,
+                col_stride: ars.1,
+            };
+            let b = cpu::matmul::Operand {
+                data: b.slice::<T>(),
+                offsets: bo,
+                row_stride: brs.0,
+                col_stride: brs.1,
+            };
             T::matmul(&a, &b, mnk.0, mnk.1, mnk.2, out.slice_mut::<T>());
         }
         let args = (a, a_off, (a_rs, a_cs), b, b_off, (b_rs, b_cs), (m, n, k));
         match a.dtype {
-            DType::F32 => run::<f32>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out),
-            DType::F64 => run::<f64>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out),
-            DType::F16 => run::<f16>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out),
-            DType::I64 => run::<i64>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out),
-            DType::I32 => run::<i32>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out),
-            DType::U8 => run::<u8>(args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out),
+            DType::F32 => run::<f32>(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
+            ),
+            DType::F64 => run::<f64>(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
+            ),
+            DType::F16 => run::<f16>(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
+            ),
+            DType::I64 => run::<i64>(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
+            ),
+            DType::I32 => run::<i32>(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
+            ),
+            DType::U8 => run::<u8>(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
+            ),
             d @ (DType::BF16 | DType::Bool) => unreachable!("matmul of {d} runs in another dtype"),
         }
         Ok(out)
@@ -263,7 +400,11 @@ impl Storage {
     /// The values of view `l` as f64 (for previews and tests), read on the host.
     pub(crate) fn read_f64(&self, l: &Layout) -> Vec<f64> {
         let mut out = vec![0.0; l.numel()];
-        crate::with_dtype!(self.dtype, T, cpu::map1(self.slice::<T>(), l, &mut out, |x: T| x.to_f64()));
+        crate::with_dtype!(
+            self.dtype,
+            T,
+            cpu::map1(self.slice::<T>(), l, &mut out, |x: T| x.to_f64())
+        );
         out
     }
 

@@ -48,7 +48,11 @@ impl Transfer {
     /// Bytes per second over the measured time.
     pub fn bandwidth(&self) -> f64 {
         let s = self.duration.as_secs_f64();
-        if s > 0.0 { self.bytes as f64 / s } else { f64::INFINITY }
+        if s > 0.0 {
+            self.bytes as f64 / s
+        } else {
+            f64::INFINITY
+        }
     }
 
     /// `cpu → cuda:0`.
@@ -98,12 +102,23 @@ fn record(mut t: Transfer) -> Transfer {
 
 /// Every transfer of this process so far (the most recent 100,000), oldest first.
 pub fn log() -> Vec<Transfer> {
-    log_store().lock().unwrap_or_else(|e| e.into_inner()).1.clone()
+    log_store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .clone()
 }
 
 /// Transfers with `seq > after`: what a cell did, given the last `seq` seen before it.
 pub fn log_since(after: u64) -> Vec<Transfer> {
-    log_store().lock().unwrap_or_else(|e| e.into_inner()).1.iter().filter(|t| t.seq > after).cloned().collect()
+    log_store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .iter()
+        .filter(|t| t.seq > after)
+        .cloned()
+        .collect()
 }
 
 /// The `seq` of the latest transfer (0 before the first).
@@ -112,7 +127,11 @@ pub fn last_seq() -> u64 {
 }
 
 pub fn clear_log() {
-    log_store().lock().unwrap_or_else(|e| e.into_inner()).1.clear();
+    log_store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .clear();
 }
 
 impl Tensor {
@@ -126,7 +145,11 @@ impl Tensor {
         device.check_available()?;
         let src = self.contiguous()?;
         let from = self.device();
-        let memory = if src.is_pinned() { HostMemoryKind::Pinned } else { HostMemoryKind::Pageable };
+        let memory = if src.is_pinned() {
+            HostMemoryKind::Pinned
+        } else {
+            HostMemoryKind::Pageable
+        };
         let start = Instant::now();
         let storage = src.storage().copy_to_device(*device)?;
         let duration = start.elapsed();
@@ -138,7 +161,11 @@ impl Tensor {
             bytes: src.nbytes(),
             duration,
             memory,
-            clock: if simulated { Clock::SimulatedHostCopy } else { Clock::Host },
+            clock: if simulated {
+                Clock::SimulatedHostCopy
+            } else {
+                Clock::Host
+            },
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
         });
@@ -168,7 +195,13 @@ impl Tensor {
     #[must_use = "`.pin_memory()` returns a pinned copy; the original stays pageable"]
     pub fn pin_memory(&self) -> Result<Tensor> {
         if !self.is_cpu() {
-            return Err(Error::invalid("pin_memory", format!("only CPU tensors can be pinned, this one is on {}", self.device())));
+            return Err(Error::invalid(
+                "pin_memory",
+                format!(
+                    "only CPU tensors can be pinned, this one is on {}",
+                    self.device()
+                ),
+            ));
         }
         if !crate::cuda::is_available() {
             return Err(Error::DeviceUnavailable {

@@ -2,8 +2,8 @@
 //! Inputs arrive already promoted to one dtype; f16/bf16 math is done in f32 by the caller.
 
 use super::{map1, map2, map3};
-use crate::layout::Layout;
 use crate::Element;
+use crate::layout::Layout;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BinaryOp {
@@ -121,10 +121,18 @@ macro_rules! arith_float {
             }
             // NaN wins, as in torch.maximum.
             fn maximum(a: Self, b: Self) -> Self {
-                if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.max(b) }
+                if a.is_nan() || b.is_nan() {
+                    <$t>::NAN
+                } else {
+                    a.max(b)
+                }
             }
             fn minimum(a: Self, b: Self) -> Self {
-                if a.is_nan() || b.is_nan() { <$t>::NAN } else { a.min(b) }
+                if a.is_nan() || b.is_nan() {
+                    <$t>::NAN
+                } else {
+                    a.min(b)
+                }
             }
             fn neg(a: Self) -> Self {
                 -a
@@ -283,7 +291,14 @@ pub fn binary<T: Arith>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout
     }
 }
 
-pub fn compare<T: Element>(op: CmpOp, a: &[T], la: &Layout, b: &[T], lb: &Layout, out: &mut [bool]) {
+pub fn compare<T: Element>(
+    op: CmpOp,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    out: &mut [bool],
+) {
     match op {
         CmpOp::Eq => map2(a, la, b, lb, out, |x, y| x == y),
         CmpOp::Ne => map2(a, la, b, lb, out, |x, y| x != y),
@@ -330,6 +345,11 @@ pub fn clamp<T: Arith>(a: &[T], la: &Layout, lo: Option<T>, hi: Option<T>, out: 
     });
 }
 
-pub fn where_<T: Element>(c: (&[bool], &Layout), a: (&[T], &Layout), b: (&[T], &Layout), out: &mut [T]) {
+pub fn where_<T: Element>(
+    c: (&[bool], &Layout),
+    a: (&[T], &Layout),
+    b: (&[T], &Layout),
+    out: &mut [T],
+) {
     map3(c, a, b, out, |c, x, y| if c { x } else { y });
 }

@@ -25,7 +25,14 @@ pub trait Matmul: Element {
 macro_rules! gemm_float {
     ($t:ty, $one:expr) => {
         impl Matmul for $t {
-            fn matmul(a: &Operand<$t>, b: &Operand<$t>, m: usize, n: usize, k: usize, out: &mut [$t]) {
+            fn matmul(
+                a: &Operand<$t>,
+                b: &Operand<$t>,
+                m: usize,
+                n: usize,
+                k: usize,
+                out: &mut [$t],
+            ) {
                 let batch = a.offsets.len();
                 let big = m * n * k >= PAR_FLOPS;
                 let one = |dst: &mut [$t], i: usize, par: gemm::Parallelism| {
@@ -63,7 +70,11 @@ macro_rules! gemm_float {
                     }
                 };
                 if big || batch == 1 {
-                    let par = if big { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+                    let par = if big {
+                        gemm::Parallelism::Rayon(0)
+                    } else {
+                        gemm::Parallelism::None
+                    };
                     for (i, dst) in out.chunks_mut((m * n).max(1)).enumerate().take(batch) {
                         one(dst, i, par);
                     }
@@ -84,8 +95,19 @@ gemm_float!(half::f16, half::f16::ONE);
 macro_rules! int_matmul {
     ($t:ty) => {
         impl Matmul for $t {
-            fn matmul(a: &Operand<$t>, b: &Operand<$t>, m: usize, n: usize, k: usize, out: &mut [$t]) {
-                for (bi, dst) in out.chunks_mut((m * n).max(1)).enumerate().take(a.offsets.len()) {
+            fn matmul(
+                a: &Operand<$t>,
+                b: &Operand<$t>,
+                m: usize,
+                n: usize,
+                k: usize,
+                out: &mut [$t],
+            ) {
+                for (bi, dst) in out
+                    .chunks_mut((m * n).max(1))
+                    .enumerate()
+                    .take(a.offsets.len())
+                {
                     let (ao, bo) = (a.offsets[bi], b.offsets[bi]);
                     for i in 0..m {
                         for j in 0..n {

@@ -32,7 +32,13 @@ impl<const N: usize> Strided<N> {
         let mut strides: [Vec<usize>; N] = std::array::from_fn(|k| strides[k].clone());
         let inner = shape.pop().unwrap_or(1);
         let inner_strides = std::array::from_fn(|k| strides[k].pop().unwrap_or(0));
-        Strided { outer: shape, outer_strides: strides, inner, inner_strides, offsets: layouts.map(|l| l.offset) }
+        Strided {
+            outer: shape,
+            outer_strides: strides,
+            inner,
+            inner_strides,
+            offsets: layouts.map(|l| l.offset),
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -50,7 +56,10 @@ impl<const N: usize> Strided<N> {
             rem /= self.outer[d];
         }
         let mut base: [usize; N] = std::array::from_fn(|k| {
-            self.offsets[k] + (0..rank).map(|d| idx[d] * self.outer_strides[k][d]).sum::<usize>()
+            self.offsets[k]
+                + (0..rank)
+                    .map(|d| idx[d] * self.outer_strides[k][d])
+                    .sum::<usize>()
         });
         for r in rows {
             f(r, base);
@@ -80,11 +89,18 @@ pub fn chunked<O: Send>(out: &mut [O], row: usize, f: impl Fn(usize, &mut [O]) +
         return;
     }
     let chunk = (TASK / row).max(1) * row;
-    out.par_chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i * chunk, c));
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(i, c)| f(i * chunk, c));
 }
 
 /// `out[i] = f(a[i])` over `a` seen through layout `la` (same shape as `out`).
-pub fn map1<A: Copy + Sync, O: Send>(a: &[A], la: &Layout, out: &mut [O], f: impl Fn(A) -> O + Sync) {
+pub fn map1<A: Copy + Sync, O: Send>(
+    a: &[A],
+    la: &Layout,
+    out: &mut [O],
+    f: impl Fn(A) -> O + Sync,
+) {
     if la.is_contiguous() {
         let a = &a[la.offset..la.offset + out.len()];
         chunked(out, 1, |start, o| {
@@ -122,7 +138,11 @@ pub fn map2<A: Copy + Sync, B: Copy + Sync, O: Send>(
         let b = &b[lb.offset..lb.offset + out.len()];
         chunked(out, 1, |start, o| {
             let n = o.len();
-            for ((o, &x), &y) in o.iter_mut().zip(&a[start..start + n]).zip(&b[start..start + n]) {
+            for ((o, &x), &y) in o
+                .iter_mut()
+                .zip(&a[start..start + n])
+                .zip(&b[start..start + n])
+            {
                 *o = f(x, y);
             }
         });
@@ -135,7 +155,11 @@ pub fn map2<A: Copy + Sync, B: Copy + Sync, O: Send>(
         s.for_rows(r0..r0 + o.len() / inner, |r, [oa, ob]| {
             let row = &mut o[(r - r0) * inner..][..inner];
             if sa == 1 && sb == 1 {
-                for ((o, &x), &y) in row.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]) {
+                for ((o, &x), &y) in row
+                    .iter_mut()
+                    .zip(&a[oa..oa + inner])
+                    .zip(&b[ob..ob + inner])
+                {
                     *o = f(x, y);
                 }
             } else {
@@ -198,7 +222,9 @@ pub fn copy_strided<T: Copy + Send + Sync>(src: &[T], ls: &Layout, dst: &mut [T]
         body(0..rows);
     } else {
         let per = (TASK / inner).max(1);
-        (0..rows.div_ceil(per)).into_par_iter().for_each(|t| body(t * per..((t + 1) * per).min(rows)));
+        (0..rows.div_ceil(per))
+            .into_par_iter()
+            .for_each(|t| body(t * per..((t + 1) * per).min(rows)));
     }
 }
 
@@ -209,10 +235,16 @@ pub fn cast<S: Element, D: Element>(src: &[S], ls: &Layout, out: &mut [D]) {
     // Fast paths for the conversions mixed precision lives on.
     macro_rules! fast {
         ($from:ty, $to:ty, $conv:expr) => {
-            if contiguous && S::DTYPE == <$from as Element>::DTYPE && D::DTYPE == <$to as Element>::DTYPE {
+            if contiguous
+                && S::DTYPE == <$from as Element>::DTYPE
+                && D::DTYPE == <$to as Element>::DTYPE
+            {
                 // SAFETY: the dtypes were just checked equal, so the types are the same.
-                let s: &[$from] = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const $from, out.len()) };
-                let o: &mut [$to] = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut $to, out.len()) };
+                let s: &[$from] =
+                    unsafe { std::slice::from_raw_parts(s.as_ptr() as *const $from, out.len()) };
+                let o: &mut [$to] = unsafe {
+                    std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut $to, out.len())
+                };
                 chunked(o, 1, |start, o| $conv(&s[start..start + o.len()], o));
                 return;
             }
@@ -220,10 +252,14 @@ pub fn cast<S: Element, D: Element>(src: &[S], ls: &Layout, out: &mut [D]) {
     }
     {
         use half::slice::HalfFloatSliceExt;
-        fast!(f32, f16, |s: &[f32], o: &mut [f16]| o.convert_from_f32_slice(s));
-        fast!(f32, bf16, |s: &[f32], o: &mut [bf16]| o.convert_from_f32_slice(s));
-        fast!(f16, f32, |s: &[f16], o: &mut [f32]| s.convert_to_f32_slice(o));
-        fast!(bf16, f32, |s: &[bf16], o: &mut [f32]| s.convert_to_f32_slice(o));
+        fast!(f32, f16, |s: &[f32], o: &mut [f16]| o
+            .convert_from_f32_slice(s));
+        fast!(f32, bf16, |s: &[f32], o: &mut [bf16]| o
+            .convert_from_f32_slice(s));
+        fast!(f16, f32, |s: &[f16], o: &mut [f32]| s
+            .convert_to_f32_slice(o));
+        fast!(bf16, f32, |s: &[bf16], o: &mut [f32]| s
+            .convert_to_f32_slice(o));
     }
     if D::DTYPE.is_float() || S::DTYPE.is_float() {
         map1(src, ls, out, |x| D::from_f64(x.to_f64()));
@@ -243,11 +279,17 @@ pub fn copy_bytes(src: &[u8], dst: &mut [u8]) {
     if src.len() < 4 * CHUNK {
         dst.copy_from_slice(src);
     } else {
-        dst.par_chunks_mut(CHUNK).zip(src.par_chunks(CHUNK)).for_each(|(d, s)| d.copy_from_slice(s));
+        dst.par_chunks_mut(CHUNK)
+            .zip(src.par_chunks(CHUNK))
+            .for_each(|(d, s)| d.copy_from_slice(s));
     }
 }
 
 /// The dtype of the storage a kernel of `D` reads, for debug checks.
 pub fn check_dtype<T: Element>(dtype: DType) {
-    debug_assert_eq!(T::DTYPE, dtype, "kernel type does not match the storage dtype");
+    debug_assert_eq!(
+        T::DTYPE,
+        dtype,
+        "kernel type does not match the storage dtype"
+    );
 }

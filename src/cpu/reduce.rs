@@ -67,13 +67,21 @@ fn row_sum<T: Sum>(row: &[T]) -> T::Acc {
     if row.len() < PAR_MIN {
         T::partial(row)
     } else {
-        row.par_chunks(1 << 16).map(T::partial).reduce(|| T::ZERO, |a, b| a + b)
+        row.par_chunks(1 << 16)
+            .map(T::partial)
+            .reduce(|| T::ZERO, |a, b| a + b)
     }
 }
 
 /// `out[r] = Σ data[r·len .. (r+1)·len]` (or the mean).
 pub fn sum_rows<T: Sum>(data: &[T], len: usize, mean: bool, out: &mut [T]) {
-    let finish = |acc: T::Acc| if mean { T::finish_mean(acc, len) } else { T::finish(acc) };
+    let finish = |acc: T::Acc| {
+        if mean {
+            T::finish_mean(acc, len)
+        } else {
+            T::finish(acc)
+        }
+    };
     if out.len() == 1 {
         out[0] = finish(row_sum(data));
         return;
@@ -123,11 +131,21 @@ fn combine<T: Element>(a: (T, usize), b: (T, usize), greater: bool) -> (T, usize
         return b;
     }
     let b_wins = if greater { b.0 > a.0 } else { b.0 < a.0 };
-    if b_wins || (b.0 == a.0 && b.1 < a.1) { b } else { a }
+    if b_wins || (b.0 == a.0 && b.1 < a.1) {
+        b
+    } else {
+        a
+    }
 }
 
 /// For each row of `len ≥ 1` elements: its max (or min) and the index of the first one.
-pub fn extreme_rows<T: Element>(data: &[T], len: usize, greater: bool, values: &mut [T], indices: &mut [i64]) {
+pub fn extreme_rows<T: Element>(
+    data: &[T],
+    len: usize,
+    greater: bool,
+    values: &mut [T],
+    indices: &mut [i64],
+) {
     if values.len() == 1 && len >= PAR_MIN {
         let chunk = 1 << 16;
         let (v, i) = data
@@ -155,10 +173,19 @@ pub fn softmax_rows<T: FloatMath>(data: &[T], len: usize, log: bool, out: &mut [
     chunked(out, len, |start, o| {
         for (r, orow) in o.chunks_mut(len).enumerate() {
             let row = &data[start + r * len..start + (r + 1) * len];
-            let m = row.iter().copied().fold(T::from_f64(f64::NEG_INFINITY), |a, b| {
-                #[allow(clippy::eq_op)]
-                if b != b || a != a { T::from_f64(f64::NAN) } else if b > a { b } else { a }
-            });
+            let m = row
+                .iter()
+                .copied()
+                .fold(T::from_f64(f64::NEG_INFINITY), |a, b| {
+                    #[allow(clippy::eq_op)]
+                    if b != b || a != a {
+                        T::from_f64(f64::NAN)
+                    } else if b > a {
+                        b
+                    } else {
+                        a
+                    }
+                });
             // A row of -inf (all masked) has no finite max: PyTorch gives NaN there.
             let mut sum = 0.0f64;
             for (o, &x) in orow.iter_mut().zip(row) {

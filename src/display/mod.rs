@@ -61,7 +61,11 @@ fn shape_text(t: &Tensor) -> String {
 fn bytes_text(t: &Tensor) -> String {
     let own = t.nbytes();
     let storage = t.storage().numel() * t.element_size();
-    if storage > own { format!("{} (view of {})", human_bytes(own), human_bytes(storage)) } else { human_bytes(own) }
+    if storage > own {
+        format!("{} (view of {})", human_bytes(own), human_bytes(storage))
+    } else {
+        human_bytes(own)
+    }
 }
 
 fn transfer_text(t: &Tensor) -> String {
@@ -83,9 +87,18 @@ fn ansi(device: &Device) -> &'static str {
 /// The card's first line: `Tensor f32[2, 3] · cpu · 24 B · no .to() yet`.
 pub fn header(t: &Tensor, colour: bool) -> String {
     let device = t.device().label();
-    let device = if colour { format!("{}{device}\x1b[0m", ansi(&t.device())) } else { device };
+    let device = if colour {
+        format!("{}{device}\x1b[0m", ansi(&t.device()))
+    } else {
+        device
+    };
     let pinned = if t.is_pinned() { " · pinned" } else { "" };
-    format!("Tensor {} · {device} · {}{pinned} · {}", shape_text(t), bytes_text(t), transfer_text(t))
+    format!(
+        "Tensor {} · {device} · {}{pinned} · {}",
+        shape_text(t),
+        bytes_text(t),
+        transfer_text(t)
+    )
 }
 
 /// The whole text card: the header, then the values.
@@ -94,7 +107,9 @@ pub fn card_text(t: &Tensor, colour: bool) -> String {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The HTML card: a coloured device badge, shape and dtype, bytes, the last transfer, values.

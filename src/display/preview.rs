@@ -10,7 +10,11 @@ const LINE_WIDTH: usize = 80;
 /// The positions shown along a dimension of `size`, with `None` where `...` goes.
 fn shown(size: usize, summarize: bool) -> Vec<Option<usize>> {
     if summarize && size > 2 * EDGE {
-        (0..EDGE).map(Some).chain([None]).chain((size - EDGE..size).map(Some)).collect()
+        (0..EDGE)
+            .map(Some)
+            .chain([None])
+            .chain((size - EDGE..size).map(Some))
+            .collect()
     } else {
         (0..size).map(Some).collect()
     }
@@ -36,12 +40,24 @@ fn style(dtype: DType, values: &[f64]) -> Style {
     let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     if finite.iter().all(|v| v.fract() == 0.0) {
         let max = finite.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        return if max > 1e8 { Style::Scientific } else { Style::WholeFloat };
+        return if max > 1e8 {
+            Style::Scientific
+        } else {
+            Style::WholeFloat
+        };
     }
-    let nonzero: Vec<f64> = finite.iter().map(|v| v.abs()).filter(|&v| v != 0.0).collect();
+    let nonzero: Vec<f64> = finite
+        .iter()
+        .map(|v| v.abs())
+        .filter(|&v| v != 0.0)
+        .collect();
     let max = nonzero.iter().fold(0.0f64, |m, &v| m.max(v));
     let min = nonzero.iter().fold(f64::INFINITY, |m, &v| m.min(v));
-    if !nonzero.is_empty() && (max / min > 1000.0 || max > 1e8 || min < 1e-4) { Style::Scientific } else { Style::Fixed }
+    if !nonzero.is_empty() && (max / min > 1000.0 || max > 1e8 || min < 1e-4) {
+        Style::Scientific
+    } else {
+        Style::Fixed
+    }
 }
 
 fn write_value(v: f64, style: &Style) -> String {
@@ -61,7 +77,11 @@ fn write_value(v: f64, style: &Style) -> String {
             let s = format!("{v:.4e}");
             match s.split_once('e') {
                 Some((m, e)) => {
-                    let (sign, digits) = if let Some(d) = e.strip_prefix('-') { ('-', d) } else { ('+', e) };
+                    let (sign, digits) = if let Some(d) = e.strip_prefix('-') {
+                        ('-', d)
+                    } else {
+                        ('+', e)
+                    };
                     format!("{m}e{sign}{digits:0>2}")
                 }
                 None => s,
@@ -79,13 +99,23 @@ pub fn preview(t: &Tensor, indent: usize) -> String {
     let summarize = t.numel() > THRESHOLD;
     let axes: Vec<Vec<Option<usize>>> = shape.iter().map(|&s| shown(s, summarize)).collect();
     // Read only the elements that are shown.
-    let sel: Vec<Vec<usize>> = axes.iter().map(|a| a.iter().flatten().copied().collect()).collect();
+    let sel: Vec<Vec<usize>> = axes
+        .iter()
+        .map(|a| a.iter().flatten().copied().collect())
+        .collect();
     let count: usize = sel.iter().map(Vec::len).product();
     let mut offsets = Vec::with_capacity(count);
     let l = host.layout();
     let mut idx = vec![0usize; shape.len()];
     for _ in 0..count {
-        offsets.push(l.offset + idx.iter().enumerate().map(|(d, &i)| sel[d][i] * l.strides[d]).sum::<usize>());
+        offsets.push(
+            l.offset
+                + idx
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &i)| sel[d][i] * l.strides[d])
+                    .sum::<usize>(),
+        );
         for d in (0..idx.len()).rev() {
             idx[d] += 1;
             if idx[d] < sel[d].len() {
@@ -101,11 +131,21 @@ pub fn preview(t: &Tensor, indent: usize) -> String {
     if shape.is_empty() {
         return texts.first().cloned().unwrap_or_default();
     }
-    let strides: Vec<usize> = (0..sel.len()).map(|d| sel[d + 1..].iter().map(Vec::len).product()).collect();
+    let strides: Vec<usize> = (0..sel.len())
+        .map(|d| sel[d + 1..].iter().map(Vec::len).product())
+        .collect();
     nested(&texts, &axes, &strides, 0, 0, indent, width)
 }
 
-fn nested(texts: &[String], axes: &[Vec<Option<usize>>], strides: &[usize], dim: usize, base: usize, indent: usize, width: usize) -> String {
+fn nested(
+    texts: &[String],
+    axes: &[Vec<Option<usize>>],
+    strides: &[usize],
+    dim: usize,
+    base: usize,
+    indent: usize,
+    width: usize,
+) -> String {
     let mut k = 0; // position among the shown entries of this dim
     if dim + 1 == axes.len() {
         let items: Vec<String> = axes[dim]
@@ -116,25 +156,40 @@ fn nested(texts: &[String], axes: &[Vec<Option<usize>>], strides: &[usize], dim:
                     k += 1;
                     s
                 }
-                None => "...".into(),
+                None => " ...".into(),
             })
             .collect();
         // Wrap long rows at the line width, aligned under the first element.
         let per_line = ((LINE_WIDTH.saturating_sub(indent + 1)) / (width + 2)).max(1);
         let lines: Vec<String> = items.chunks(per_line).map(|c| c.join(", ")).collect();
-        return format!("[{}]", lines.join(&format!(",\n{}", " ".repeat(indent + 1))));
+        return format!(
+            "[{}]",
+            lines.join(&format!(",\n{}", " ".repeat(indent + 1)))
+        );
     }
     let parts: Vec<String> = axes[dim]
         .iter()
         .map(|p| match p {
             Some(_) => {
-                let s = nested(texts, axes, strides, dim + 1, base + k * strides[dim], indent + 1, width);
+                let s = nested(
+                    texts,
+                    axes,
+                    strides,
+                    dim + 1,
+                    base + k * strides[dim],
+                    indent + 1,
+                    width,
+                );
                 k += 1;
                 s
             }
             None => "...".into(),
         })
         .collect();
-    let sep = format!(",{}{}", "\n".repeat(axes.len() - dim - 1), " ".repeat(indent + 1));
+    let sep = format!(
+        ",{}{}",
+        "\n".repeat(axes.len() - dim - 1),
+        " ".repeat(indent + 1)
+    );
     format!("[{}]", parts.join(&sep))
 }

@@ -89,11 +89,19 @@ pub struct CachingAllocator {
 }
 
 pub fn round_size(size: usize) -> usize {
-    if size < MIN_BLOCK_SIZE { MIN_BLOCK_SIZE } else { size.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE }
+    if size < MIN_BLOCK_SIZE {
+        MIN_BLOCK_SIZE
+    } else {
+        size.div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+    }
 }
 
 pub fn pool_for(size: usize) -> Pool {
-    if size <= SMALL_SIZE { Pool::Small } else { Pool::Large }
+    if size <= SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
 }
 
 /// The segment size requested from the raw allocator for a block of `size` (already rounded).
@@ -155,7 +163,10 @@ impl CachingAllocator {
         };
         let found = self.blocks[&addr].size;
         self.free_set(pool).remove(&(found, addr));
-        let block = self.blocks.get_mut(&addr).expect("free block is in the block map");
+        let block = self
+            .blocks
+            .get_mut(&addr)
+            .expect("free block is in the block map");
         let remaining = block.size - size;
         let split = match pool {
             Pool::Small => remaining >= MIN_BLOCK_SIZE,
@@ -163,7 +174,12 @@ impl CachingAllocator {
         };
         if split {
             block.size = size;
-            let rest = BlockInfo { size: remaining, segment: block.segment, allocated: false, requested: 0 };
+            let rest = BlockInfo {
+                size: remaining,
+                segment: block.segment,
+                allocated: false,
+                requested: 0,
+            };
             self.blocks.insert(addr + size, rest);
             self.free_set(pool).insert((remaining, addr + size));
         }
@@ -181,7 +197,12 @@ impl CachingAllocator {
     }
 
     /// Gets a segment from the raw allocator; on failure releases the cache and tries once more.
-    fn new_segment(&mut self, requested: usize, size: usize, pool: Pool) -> Result<usize, OutOfMemory> {
+    fn new_segment(
+        &mut self,
+        requested: usize,
+        size: usize,
+        pool: Pool,
+    ) -> Result<usize, OutOfMemory> {
         let seg_size = segment_size(size);
         let addr = match self.raw.alloc(seg_size) {
             Some(a) => a,
@@ -204,8 +225,22 @@ impl CachingAllocator {
                 }
             }
         };
-        self.segments.insert(addr, SegmentInfo { size: seg_size, pool });
-        self.blocks.insert(addr, BlockInfo { size: seg_size, segment: addr, allocated: false, requested: 0 });
+        self.segments.insert(
+            addr,
+            SegmentInfo {
+                size: seg_size,
+                pool,
+            },
+        );
+        self.blocks.insert(
+            addr,
+            BlockInfo {
+                size: seg_size,
+                segment: addr,
+                allocated: false,
+                requested: 0,
+            },
+        );
         self.free_set(pool).insert((seg_size, addr));
         let s = &mut self.stats;
         s.reserved_bytes += seg_size;
@@ -295,21 +330,40 @@ impl CachingAllocator {
         s.peak_allocations = s.allocations;
     }
 
-    /// (address, size, live blocks as (offset, size, allocated)) for each segment, for
-    /// `memory_summary` and segment maps.
-    pub fn segments(&self) -> Vec<(usize, usize, Vec<(usize, usize, bool)>)> {
+    /// Every segment with its blocks, in address order (for summaries and segment maps).
+    pub fn segments(&self) -> Vec<Segment> {
         self.segments
             .iter()
-            .map(|(&addr, seg)| {
-                let blocks = self
+            .map(|(&address, seg)| Segment {
+                address,
+                size: seg.size,
+                blocks: self
                     .blocks
-                    .range(addr..addr + seg.size)
-                    .map(|(&a, b)| (a - addr, b.size, b.allocated))
-                    .collect();
-                (addr, seg.size, blocks)
+                    .range(address..address + seg.size)
+                    .map(|(&a, b)| BlockSpan {
+                        offset: a - address,
+                        size: b.size,
+                        allocated: b.allocated,
+                    })
+                    .collect(),
             })
             .collect()
     }
+}
+
+/// One segment held from the raw allocator, and how it is carved into blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub address: usize,
+    pub size: usize,
+    pub blocks: Vec<BlockSpan>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSpan {
+    pub offset: usize,
+    pub size: usize,
+    pub allocated: bool,
 }
 
 impl Drop for CachingAllocator {
@@ -349,7 +403,11 @@ mod tests {
     }
 
     fn alloc(capacity: usize) -> CachingAllocator {
-        CachingAllocator::new(Box::new(Fake { next: 0, used: 0, capacity }))
+        CachingAllocator::new(Box::new(Fake {
+            next: 0,
+            used: 0,
+            capacity,
+        }))
     }
 
     #[test]
@@ -357,21 +415,33 @@ mod tests {
         let mut a = alloc(1 << 40);
         let (_one, s) = a.malloc(4).unwrap();
         assert_eq!(s, 512);
-        assert_eq!((a.stats().allocated_bytes, a.stats().reserved_bytes), (512, 2_097_152));
+        assert_eq!(
+            (a.stats().allocated_bytes, a.stats().reserved_bytes),
+            (512, 2_097_152)
+        );
         let (x, _) = a.malloc(4_000_000).unwrap();
-        assert_eq!((a.stats().allocated_bytes, a.stats().reserved_bytes), (4_000_768, 23_068_672));
+        assert_eq!(
+            (a.stats().allocated_bytes, a.stats().reserved_bytes),
+            (4_000_768, 23_068_672)
+        );
         let (y, _) = a.malloc(4_000_000).unwrap();
         assert_eq!(a.stats().allocated_bytes, 8_001_024);
         assert_eq!(a.stats().reserved_bytes, 23_068_672);
         a.free(x);
         a.empty_cache();
-        assert_eq!((a.stats().allocated_bytes, a.stats().reserved_bytes), (4_000_768, 23_068_672));
+        assert_eq!(
+            (a.stats().allocated_bytes, a.stats().reserved_bytes),
+            (4_000_768, 23_068_672)
+        );
         assert_eq!(a.stats().peak_allocated_bytes, 8_001_024);
         a.reset_peak();
         assert_eq!(a.stats().peak_allocated_bytes, 4_000_768);
         a.free(y);
         a.empty_cache();
-        assert_eq!((a.stats().allocated_bytes, a.stats().reserved_bytes), (512, 2_097_152));
+        assert_eq!(
+            (a.stats().allocated_bytes, a.stats().reserved_bytes),
+            (512, 2_097_152)
+        );
     }
 
     #[test]
@@ -398,7 +468,14 @@ mod tests {
         a.free(r);
         a.free(q);
         // Everything merged back into one free 2 MiB block.
-        assert_eq!(a.segments()[0].2, vec![(0, SMALL_BUFFER, false)]);
+        assert_eq!(
+            a.segments()[0].blocks,
+            vec![BlockSpan {
+                offset: 0,
+                size: SMALL_BUFFER,
+                allocated: false
+            }]
+        );
         assert_eq!(a.stats().inactive_split_bytes, 0);
     }
 

@@ -15,16 +15,24 @@ pub struct HostMemory {
 
 impl HostMemory {
     pub fn cpu() -> Self {
-        HostMemory { capacity: None, reserved: 0 }
+        HostMemory {
+            capacity: None,
+            reserved: 0,
+        }
     }
     pub fn simulated(capacity: usize) -> Self {
-        HostMemory { capacity: Some(capacity), reserved: 0 }
+        HostMemory {
+            capacity: Some(capacity),
+            reserved: 0,
+        }
     }
 }
 
 /// (available, total) physical memory of this machine.
 pub fn host_memory_info() -> (usize, usize) {
-    let total = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) as usize * libc::sysconf(libc::_SC_PAGESIZE) as usize };
+    let total = unsafe {
+        libc::sysconf(libc::_SC_PHYS_PAGES) as usize * libc::sysconf(libc::_SC_PAGESIZE) as usize
+    };
     let available = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {

@@ -67,9 +67,12 @@ pub(crate) fn device_memory(device: Device) -> Result<Shared> {
     }
     let raw = raw_allocator_for(device)?;
     let mut reg = lock(registry());
-    let m = reg
-        .entry(device)
-        .or_insert_with(|| Arc::new(Mutex::new(DeviceMemory { alloc: CachingAllocator::new(raw), live: BTreeMap::new() })));
+    let m = reg.entry(device).or_insert_with(|| {
+        Arc::new(Mutex::new(DeviceMemory {
+            alloc: CachingAllocator::new(raw),
+            live: BTreeMap::new(),
+        }))
+    });
     Ok(m.clone())
 }
 
@@ -89,25 +92,50 @@ impl Block {
         let requested = numel
             .checked_mul(dtype.size_in_bytes())
             .filter(|b| *b <= isize::MAX as usize)
-            .ok_or(Error::SizeOverflow { op: "allocate", shape: vec![numel] })?;
+            .ok_or(Error::SizeOverflow {
+                op: "allocate",
+                shape: vec![numel],
+            })?;
         let mem = device_memory(device)?;
         let mut m = lock(&mem);
-        let (addr, size) = m.alloc.malloc(requested).map_err(|oom| Error::OutOfMemory {
-            device,
-            requested: oom.requested,
-            free: oom.free,
-            total: oom.total,
-            allocated: oom.allocated,
-            reserved: oom.reserved,
-        })?;
+        let (addr, size) = m
+            .alloc
+            .malloc(requested)
+            .map_err(|oom| Error::OutOfMemory {
+                device,
+                requested: oom.requested,
+                free: oom.free,
+                total: oom.total,
+                allocated: oom.allocated,
+                reserved: oom.reserved,
+            })?;
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        m.live.insert(id, LiveStorage { id, dtype, numel, requested, bytes: size });
+        m.live.insert(
+            id,
+            LiveStorage {
+                id,
+                dtype,
+                numel,
+                requested,
+                bytes: size,
+            },
+        );
         drop(m);
-        Ok(Block { addr, size, id, device, mem })
+        Ok(Block {
+            addr,
+            size,
+            id,
+            device,
+            mem,
+        })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
-        if self.addr == 0 { std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8 } else { self.addr as *mut u8 }
+        if self.addr == 0 {
+            std::ptr::NonNull::<u64>::dangling().as_ptr() as *mut u8
+        } else {
+            self.addr as *mut u8
+        }
     }
 
     /// The rounded size of the block (what `memory_allocated` counts).
@@ -187,6 +215,6 @@ pub(crate) fn forget_simulated_devices() {
 }
 
 /// Each segment of `device`: (address, size, blocks as (offset, size, allocated)).
-pub fn segments(device: &Device) -> Result<Vec<(usize, usize, Vec<(usize, usize, bool)>)>> {
+pub fn segments(device: &Device) -> Result<Vec<caching::Segment>> {
     with_memory(device, |m| m.alloc.segments())
 }

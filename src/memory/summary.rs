@@ -24,32 +24,90 @@ pub fn memory_summary(device: &Device) -> Result<String> {
     let line = "=".repeat(75);
     let thin = "-".repeat(75);
     let mut o = String::new();
-    let kind = if crate::cuda::is_simulated(device) { " (simulated)" } else { "" };
+    let kind = if crate::cuda::is_simulated(device) {
+        " (simulated)"
+    } else {
+        ""
+    };
     let _ = writeln!(o, "{line}");
-    let _ = writeln!(o, "|{:^73}|", format!("placelab memory summary, {device}{kind}"));
+    let _ = writeln!(
+        o,
+        "|{:^73}|",
+        format!("placelab memory summary, {device}{kind}")
+    );
     let _ = writeln!(o, "{thin}");
-    let _ = writeln!(o, "|            OOMs: {:<10} | alloc retries: {:<10} | segment allocs: {:<6}|", s.num_ooms, s.num_alloc_retries, s.num_device_alloc);
+    let counts = format!(
+        "OOMs: {} · alloc retries: {} · segments allocated: {} · freed: {}",
+        s.num_ooms, s.num_alloc_retries, s.num_device_alloc, s.num_device_free
+    );
+    let _ = writeln!(o, "|{counts:^73}|");
     let _ = writeln!(o, "{line}");
-    let _ = writeln!(o, "| {:<30} | {:>18} | {:>18} |", "Metric", "Cur Usage", "Peak Usage");
+    let _ = writeln!(
+        o,
+        "| {:<29} | {:>18} | {:>18} |",
+        "Metric", "Cur Usage", "Peak Usage"
+    );
     let _ = writeln!(o, "{thin}");
     let rows: [(&str, String, String); 6] = [
-        ("Allocated memory", format_size(s.allocated_bytes), format_size(s.peak_allocated_bytes)),
-        ("Requested memory", format_size(s.requested_bytes), String::new()),
-        ("Reserved memory", format_size(s.reserved_bytes), format_size(s.peak_reserved_bytes)),
-        ("Non-releasable memory", format_size(s.inactive_split_bytes), String::new()),
-        ("Allocations", format!("{:>13}", s.allocations), format!("{:>13}", s.peak_allocations)),
-        ("Reserved segments", format!("{:>13}", s.segments), String::new()),
+        (
+            "Allocated memory",
+            format_size(s.allocated_bytes),
+            format_size(s.peak_allocated_bytes),
+        ),
+        (
+            "Requested memory",
+            format_size(s.requested_bytes),
+            String::new(),
+        ),
+        (
+            "Reserved memory",
+            format_size(s.reserved_bytes),
+            format_size(s.peak_reserved_bytes),
+        ),
+        (
+            "Non-releasable memory",
+            format_size(s.inactive_split_bytes),
+            String::new(),
+        ),
+        (
+            "Allocations",
+            format!("{:>13}", s.allocations),
+            format!("{:>13}", s.peak_allocations),
+        ),
+        (
+            "Reserved segments",
+            format!("{:>13}", s.segments),
+            String::new(),
+        ),
     ];
     for (name, cur, peak) in rows {
-        let _ = writeln!(o, "| {name:<30} | {cur:>18} | {peak:>18} |");
+        let _ = writeln!(o, "| {name:<29} | {cur:>18} | {peak:>18} |");
     }
     let _ = writeln!(o, "{thin}");
-    let _ = writeln!(o, "| {:<30} | {:>18} | {:>18} |", "Device free / total", format_size(free), format_size(total));
+    let _ = writeln!(
+        o,
+        "| {:<29} | {:>18} | {:>18} |",
+        "Device free / total",
+        format_size(free),
+        format_size(total)
+    );
     let _ = writeln!(o, "{line}");
     if !live.is_empty() {
-        let _ = writeln!(o, "| {:<8} {:<6} {:>16} {:>18} {:>18}  |", "storage", "dtype", "elements", "bytes", "block");
+        let _ = writeln!(
+            o,
+            "| {:<8} {:<6} {:>16} {:>18} {:>18}  |",
+            "storage", "dtype", "elements", "bytes", "block"
+        );
         for l in &live {
-            let _ = writeln!(o, "| #{:<7} {:<6} {:>16} {:>18} {:>18}  |", l.id, l.dtype.name(), l.numel, format_size(l.requested), format_size(l.bytes));
+            let _ = writeln!(
+                o,
+                "| #{:<7} {:<6} {:>16} {:>18} {:>18}  |",
+                l.id,
+                l.dtype.name(),
+                l.numel,
+                format_size(l.requested),
+                format_size(l.bytes)
+            );
         }
         let _ = writeln!(o, "{line}");
     }

@@ -23,24 +23,38 @@ fn generator() -> &'static Mutex<Xoshiro256PlusPlus> {
 
 /// Reseeds the generator behind `rand`, `randn` and `randint` (`torch.manual_seed`).
 pub fn manual_seed(seed: u64) {
-    *generator().lock().unwrap_or_else(|e| e.into_inner()) = Xoshiro256PlusPlus::seed_from_u64(seed);
+    *generator().lock().unwrap_or_else(|e| e.into_inner()) =
+        Xoshiro256PlusPlus::seed_from_u64(seed);
 }
 
 fn float_dtype(op: &'static str, dtype: Option<DType>) -> Result<DType> {
     match dtype.unwrap_or(DType::F32) {
         d if d.is_float() => Ok(d),
-        d => Err(Error::UnsupportedDType { op, dtype: d, hint: format!("{op} draws floats; use `randint` for integers, or a float dtype such as DType::F32") }),
+        d => Err(Error::UnsupportedDType {
+            op,
+            dtype: d,
+            hint: format!(
+                "{op} draws floats; use `randint` for integers, or a float dtype such as DType::F32"
+            ),
+        }),
     }
 }
 
 impl Tensor {
     /// A tensor of `shape` filled with `value`; the dtype comes from the value (ints → i64,
     /// floats → f32, bools → bool) unless the options give one.
-    pub fn full(shape: impl IntoShape, value: impl Into<Scalar>, opts: impl IntoOptions) -> Result<Tensor> {
+    pub fn full(
+        shape: impl IntoShape,
+        value: impl Into<Scalar>,
+        opts: impl IntoOptions,
+    ) -> Result<Tensor> {
         let (shape, value, o) = (shape.into_shape(), value.into(), opts.into_options());
         let dtype = o.dtype.unwrap_or(value.default_dtype());
         let n = numel_checked("full", &shape)?;
-        Ok(Tensor::from_storage(Storage::full(o.device, dtype, n, value)?, shape))
+        Ok(Tensor::from_storage(
+            Storage::full(o.device, dtype, n, value)?,
+            shape,
+        ))
     }
 
     /// Zeros, f32 unless the options give a dtype.
@@ -59,7 +73,11 @@ impl Tensor {
     }
 
     /// `start, start+1, …` below `end`: i64 for integer bounds, f32 when either is a float.
-    pub fn arange(start: impl Into<Scalar>, end: impl Into<Scalar>, opts: impl IntoOptions) -> Result<Tensor> {
+    pub fn arange(
+        start: impl Into<Scalar>,
+        end: impl Into<Scalar>,
+        opts: impl IntoOptions,
+    ) -> Result<Tensor> {
         Tensor::arange_step(start, end, 1, opts)
     }
 
@@ -72,18 +90,34 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (start, end, step, o) = (start.into(), end.into(), step.into(), opts.into_options());
         let any_float = start.is_float() || end.is_float() || step.is_float();
-        let dtype = o.dtype.unwrap_or(if any_float { DType::F32 } else { DType::I64 });
+        let dtype = o
+            .dtype
+            .unwrap_or(if any_float { DType::F32 } else { DType::I64 });
         let (a, b, s) = (start.to_f64(), end.to_f64(), step.to_f64());
         if s == 0.0 || !s.is_finite() || !a.is_finite() || !b.is_finite() {
-            return Err(Error::invalid("arange", format!("start, end and step must be finite and step non-zero, got ({a}, {b}, {s})")));
+            return Err(Error::invalid(
+                "arange",
+                format!(
+                    "start, end and step must be finite and step non-zero, got ({a}, {b}, {s})"
+                ),
+            ));
         }
         if (b - a) * s < 0.0 {
-            return Err(Error::invalid("arange", format!("end {b} cannot be reached from start {a} with step {s}: the step's sign is wrong")));
+            return Err(Error::invalid(
+                "arange",
+                format!(
+                    "end {b} cannot be reached from start {a} with step {s}: the step's sign is wrong"
+                ),
+            ));
         }
         let count = ((b - a) / s).ceil() as usize;
         let values: Vec<f64> = (0..count).map(|i| a + i as f64 * s).collect();
         let t = Tensor::from_vec(values, [count], &o.device)?;
-        if dtype == DType::F64 { Ok(t) } else { t.to_dtype(dtype) }
+        if dtype == DType::F64 {
+            Ok(t)
+        } else {
+            t.to_dtype(dtype)
+        }
     }
 
     /// The `n × n` identity matrix.
@@ -115,31 +149,58 @@ impl Tensor {
         Tensor::sample(shape.into_shape(), dtype, o.device, true)
     }
 
-    fn sample(shape: Vec<usize>, dtype: DType, device: crate::Device, normal: bool) -> Result<Tensor> {
+    fn sample(
+        shape: Vec<usize>,
+        dtype: DType,
+        device: crate::Device,
+        normal: bool,
+    ) -> Result<Tensor> {
         let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
         let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
         let storage = if dtype == DType::F64 {
             let mut s = Storage::alloc(device, DType::F64, n)?;
             for v in s.slice_mut::<f64>() {
-                *v = if normal { rng.sample(StandardNormal) } else { rng.sample(StandardUniform) };
+                *v = if normal {
+                    rng.sample(StandardNormal)
+                } else {
+                    rng.sample(StandardUniform)
+                };
             }
             s
         } else {
             let mut s = Storage::alloc(device, DType::F32, n)?;
             for v in s.slice_mut::<f32>() {
-                *v = if normal { rng.sample(StandardNormal) } else { rng.sample(StandardUniform) };
+                *v = if normal {
+                    rng.sample(StandardNormal)
+                } else {
+                    rng.sample(StandardUniform)
+                };
             }
             s
         };
         drop(rng);
         let t = Tensor::from_storage(storage, shape);
-        if t.dtype() == dtype { Ok(t) } else { t.to_dtype(dtype) }
+        if t.dtype() == dtype {
+            Ok(t)
+        } else {
+            t.to_dtype(dtype)
+        }
     }
 
     /// Integers drawn uniformly from `low..high`, i64 unless the options give a dtype.
-    pub fn randint(low: i64, high: i64, shape: impl IntoShape, opts: impl IntoOptions) -> Result<Tensor> {
+    pub fn randint(
+        low: i64,
+        high: i64,
+        shape: impl IntoShape,
+        opts: impl IntoOptions,
+    ) -> Result<Tensor> {
         if low >= high {
-            return Err(Error::invalid("randint", format!("low ({low}) must be below high ({high}); the range is low..high, high excluded")));
+            return Err(Error::invalid(
+                "randint",
+                format!(
+                    "low ({low}) must be below high ({high}); the range is low..high, high excluded"
+                ),
+            ));
         }
         let (shape, o) = (shape.into_shape(), opts.into_options());
         let n = numel_checked("randint", &shape)?;
@@ -158,12 +219,20 @@ impl Tensor {
     }
 
     /// A tensor of `shape` holding `data` in row-major order; the dtype is `T`'s.
-    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl IntoShape, device: &crate::Device) -> Result<Tensor> {
+    pub fn from_vec<T: Element>(
+        data: Vec<T>,
+        shape: impl IntoShape,
+        device: &crate::Device,
+    ) -> Result<Tensor> {
         Tensor::from_slice(&data, shape, device)
     }
 
     /// Like `from_vec`, copying from a slice.
-    pub fn from_slice<T: Element>(data: &[T], shape: impl IntoShape, device: &crate::Device) -> Result<Tensor> {
+    pub fn from_slice<T: Element>(
+        data: &[T],
+        shape: impl IntoShape,
+        device: &crate::Device,
+    ) -> Result<Tensor> {
         let shape = shape.into_shape();
         let n = numel_checked("from_vec", &shape)?;
         if n != data.len() {
@@ -174,7 +243,10 @@ impl Tensor {
                 why: format!("{} values cannot fill a tensor of {n} elements", data.len()),
             });
         }
-        Ok(Tensor::from_storage(Storage::from_slice(*device, data)?, shape))
+        Ok(Tensor::from_storage(
+            Storage::from_slice(*device, data)?,
+            shape,
+        ))
     }
 
     /// Zeros with this tensor's shape, dtype and device.

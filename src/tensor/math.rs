@@ -55,13 +55,25 @@ fn result_type(a: &Tensor, b: &Tensor) -> DType {
     if za == zb {
         return DType::promote(a.dtype(), b.dtype());
     }
-    let (dim, zero) = if za { (b.dtype(), a.dtype()) } else { (a.dtype(), b.dtype()) };
-    if category(zero) > category(dim) { DType::promote(dim, zero) } else { dim }
+    let (dim, zero) = if za {
+        (b.dtype(), a.dtype())
+    } else {
+        (a.dtype(), b.dtype())
+    };
+    if category(zero) > category(dim) {
+        DType::promote(dim, zero)
+    } else {
+        dim
+    }
 }
 
 /// The dtype a kernel computes `dtype` in: f16/bf16 run in f32 and round once at the end.
 fn compute_dtype(dtype: DType) -> DType {
-    if matches!(dtype, DType::F16 | DType::BF16) { DType::F32 } else { dtype }
+    if matches!(dtype, DType::F16 | DType::BF16) {
+        DType::F32
+    } else {
+        dtype
+    }
 }
 
 impl Tensor {
@@ -79,7 +91,12 @@ impl Tensor {
     }
 
     /// Turns `other` into a tensor and the dtype of the result.
-    fn rhs(&self, op: &'static str, other: impl Operand, true_div: bool) -> Result<(Tensor, DType)> {
+    fn rhs(
+        &self,
+        op: &'static str,
+        other: impl Operand,
+        true_div: bool,
+    ) -> Result<(Tensor, DType)> {
         let (t, dtype) = match other.resolve() {
             OperandKind::Tensor(t) => {
                 same_device(op, &[("self", self), ("other", &t)])?;
@@ -98,7 +115,11 @@ impl Tensor {
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
         let (other, dtype) = self.rhs(name, other, op == BinaryOp::Div)?;
-        let (a, b) = if reverse { (&other, self) } else { (self, &other) };
+        let (a, b) = if reverse {
+            (&other, self)
+        } else {
+            (self, &other)
+        };
         if dtype == DType::Bool && op == BinaryOp::Sub {
             return Err(Error::UnsupportedDType {
                 op: name,
@@ -107,12 +128,21 @@ impl Tensor {
             });
         }
         if op == BinaryOp::Pow && !dtype.is_float() && b.to_f64_vec()?.iter().any(|&e| e < 0.0) {
-            return Err(Error::invalid("pow", "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`"));
+            return Err(Error::invalid(
+                "pow",
+                "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`",
+            ));
         }
         let shape = broadcast_shapes(name, a.shape(), b.shape())?;
         let cd = compute_dtype(dtype);
         let (a, b) = (a.to_dtype(cd)?, b.to_dtype(cd)?);
-        let s = Storage::binary(op, a.storage(), &a.layout().broadcast_to(&shape), b.storage(), &b.layout().broadcast_to(&shape))?;
+        let s = Storage::binary(
+            op,
+            a.storage(),
+            &a.layout().broadcast_to(&shape),
+            b.storage(),
+            &b.layout().broadcast_to(&shape),
+        )?;
         Tensor::from_storage(s, shape).to_dtype(dtype)
     }
 
@@ -159,7 +189,13 @@ impl Tensor {
         let shape = broadcast_shapes(name, self.shape(), other.shape())?;
         let cd = compute_dtype(dtype);
         let (a, b) = (self.to_dtype(cd)?, other.to_dtype(cd)?);
-        let s = Storage::compare(op, a.storage(), &a.layout().broadcast_to(&shape), b.storage(), &b.layout().broadcast_to(&shape))?;
+        let s = Storage::compare(
+            op,
+            a.storage(),
+            &a.layout().broadcast_to(&shape),
+            b.storage(),
+            &b.layout().broadcast_to(&shape),
+        )?;
         Ok(Tensor::from_storage(s, shape))
     }
 
@@ -191,7 +227,11 @@ impl Tensor {
                 hint: "Convert the bool tensor first, e.g. `.to_dtype(DType::F32)?`.".into(),
             });
         }
-        let out = if op.keeps_ints() { dtype } else { dtype.to_float() };
+        let out = if op.keeps_ints() {
+            dtype
+        } else {
+            dtype.to_float()
+        };
         let x = self.to_dtype(compute_dtype(out))?;
         let s = x.storage().unary(op, x.layout())?;
         Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
@@ -231,13 +271,21 @@ impl Tensor {
     }
 
     /// Limits every element to `[min, max]`; either bound may be `None`.
-    pub fn clamp(&self, min: Option<impl Into<Scalar>>, max: Option<impl Into<Scalar>>) -> Result<Tensor> {
+    pub fn clamp(
+        &self,
+        min: Option<impl Into<Scalar>>,
+        max: Option<impl Into<Scalar>>,
+    ) -> Result<Tensor> {
         let (lo, hi) = (min.map(Into::into), max.map(Into::into));
         if lo.is_none() && hi.is_none() {
             return Err(Error::invalid("clamp", "give at least one of min and max"));
         }
         if self.dtype() == DType::Bool {
-            return Err(Error::UnsupportedDType { op: "clamp", dtype: DType::Bool, hint: "Convert it first, e.g. `.to_dtype(DType::F32)?`.".into() });
+            return Err(Error::UnsupportedDType {
+                op: "clamp",
+                dtype: DType::Bool,
+                hint: "Convert it first, e.g. `.to_dtype(DType::F32)?`.".into(),
+            });
         }
         let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
         let out = DType::promote_scalar(self.dtype(), any_float);
@@ -265,11 +313,18 @@ impl Tensor {
                 hint: "The condition must be a bool tensor; make one with a comparison, e.g. `x.gt(0.0)?`.".into(),
             });
         }
-        let shape = broadcast_shapes("where", &broadcast_shapes("where", condition.shape(), x.shape())?, y.shape())?;
+        let shape = broadcast_shapes(
+            "where",
+            &broadcast_shapes("where", condition.shape(), x.shape())?,
+            y.shape(),
+        )?;
         let dtype = result_type(x, y);
         let (x, y) = (x.to_dtype(dtype)?, y.to_dtype(dtype)?);
         let s = Storage::where_(
-            (condition.storage(), &condition.layout().broadcast_to(&shape)),
+            (
+                condition.storage(),
+                &condition.layout().broadcast_to(&shape),
+            ),
             (x.storage(), &x.layout().broadcast_to(&shape)),
             (y.storage(), &y.layout().broadcast_to(&shape)),
         )?;

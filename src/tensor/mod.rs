@@ -39,27 +39,42 @@ pub trait IntoOptions {
 }
 impl IntoOptions for &Device {
     fn into_options(self) -> TensorOptions {
-        TensorOptions { dtype: None, device: *self }
+        TensorOptions {
+            dtype: None,
+            device: *self,
+        }
     }
 }
 impl IntoOptions for Device {
     fn into_options(self) -> TensorOptions {
-        TensorOptions { dtype: None, device: self }
+        TensorOptions {
+            dtype: None,
+            device: self,
+        }
     }
 }
 impl IntoOptions for (DType, &Device) {
     fn into_options(self) -> TensorOptions {
-        TensorOptions { dtype: Some(self.0), device: *self.1 }
+        TensorOptions {
+            dtype: Some(self.0),
+            device: *self.1,
+        }
     }
 }
 impl IntoOptions for (&Device, DType) {
     fn into_options(self) -> TensorOptions {
-        TensorOptions { dtype: Some(self.1), device: *self.0 }
+        TensorOptions {
+            dtype: Some(self.1),
+            device: *self.0,
+        }
     }
 }
 impl IntoOptions for (DType, Device) {
     fn into_options(self) -> TensorOptions {
-        TensorOptions { dtype: Some(self.0), device: self.1 }
+        TensorOptions {
+            dtype: Some(self.0),
+            device: self.1,
+        }
     }
 }
 impl IntoOptions for TensorOptions {
@@ -89,12 +104,20 @@ pub(crate) fn same_device(op: &'static str, args: &[(&str, &Tensor)]) -> Result<
 impl Tensor {
     pub(crate) fn from_storage(storage: Storage, shape: Vec<usize>) -> Tensor {
         debug_assert_eq!(storage.numel(), shape.iter().product::<usize>());
-        Tensor(Arc::new(TensorInner { storage: Arc::new(storage), layout: Layout::contiguous(shape), last_transfer: None }))
+        Tensor(Arc::new(TensorInner {
+            storage: Arc::new(storage),
+            layout: Layout::contiguous(shape),
+            last_transfer: None,
+        }))
     }
 
     /// Another view of the same storage.
     pub(crate) fn view_as(&self, layout: Layout) -> Tensor {
-        Tensor(Arc::new(TensorInner { storage: self.0.storage.clone(), layout, last_transfer: None }))
+        Tensor(Arc::new(TensorInner {
+            storage: self.0.storage.clone(),
+            layout,
+            last_transfer: None,
+        }))
     }
 
     pub(crate) fn with_transfer(self, t: Transfer) -> Tensor {
@@ -103,7 +126,10 @@ impl Tensor {
             layout: a.layout.clone(),
             last_transfer: None,
         });
-        Tensor(Arc::new(TensorInner { last_transfer: Some(t), ..inner }))
+        Tensor(Arc::new(TensorInner {
+            last_transfer: Some(t),
+            ..inner
+        }))
     }
 
     pub(crate) fn storage(&self) -> &Storage {
@@ -201,13 +227,20 @@ impl Tensor {
         if self.storage().is_host() {
             return Ok(self.clone());
         }
-        Err(Error::DeviceUnavailable { device: self.device(), reason: "no host copy path for this backend".into() })
+        Err(Error::DeviceUnavailable {
+            device: self.device(),
+            reason: "no host copy path for this backend".into(),
+        })
     }
 
     /// The elements in row-major order as `T`, which must be this tensor's element type.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {
-            return Err(Error::ElementType { op: "to_vec", tensor: self.dtype(), requested: T::DTYPE });
+            return Err(Error::ElementType {
+                op: "to_vec",
+                tensor: self.dtype(),
+                requested: T::DTYPE,
+            });
         }
         let host = self.host_readable()?;
         let l = host.layout();
@@ -223,11 +256,21 @@ impl Tensor {
     /// The rows of a 2-D tensor.
     pub fn to_vec2<T: Element>(&self) -> Result<Vec<Vec<T>>> {
         if self.rank() != 2 {
-            return Err(Error::invalid("to_vec2", format!("expected a 2-D tensor, got shape {:?}; use `to_vec` for any shape", self.shape())));
+            return Err(Error::invalid(
+                "to_vec2",
+                format!(
+                    "expected a 2-D tensor, got shape {:?}; use `to_vec` for any shape",
+                    self.shape()
+                ),
+            ));
         }
         let cols = self.shape()[1];
         let flat = self.to_vec::<T>()?;
-        Ok(if cols == 0 { vec![Vec::new(); self.shape()[0]] } else { flat.chunks(cols).map(|c| c.to_vec()).collect() })
+        Ok(if cols == 0 {
+            vec![Vec::new(); self.shape()[0]]
+        } else {
+            flat.chunks(cols).map(|c| c.to_vec()).collect()
+        })
     }
 
     /// Every element as f64, whatever the dtype (bools as 0/1).
@@ -241,7 +284,11 @@ impl Tensor {
         if self.numel() != 1 {
             return Err(Error::invalid(
                 "item",
-                format!("a tensor with {} elements (shape {:?}) cannot be read as one value; reduce it first, e.g. `.sum_all()?`", self.numel(), self.shape()),
+                format!(
+                    "a tensor with {} elements (shape {:?}) cannot be read as one value; reduce it first, e.g. `.sum_all()?`",
+                    self.numel(),
+                    self.shape()
+                ),
             ));
         }
         Ok(self.to_vec::<T>()?[0])
@@ -250,7 +297,14 @@ impl Tensor {
     /// The value of a one-element tensor as f64, whatever its dtype.
     pub fn item_f64(&self) -> Result<f64> {
         if self.numel() != 1 {
-            return Err(Error::invalid("item_f64", format!("the tensor has {} elements (shape {:?}), not one", self.numel(), self.shape())));
+            return Err(Error::invalid(
+                "item_f64",
+                format!(
+                    "the tensor has {} elements (shape {:?}), not one",
+                    self.numel(),
+                    self.shape()
+                ),
+            ));
         }
         Ok(self.to_f64_vec()?[0])
     }

@@ -29,11 +29,24 @@ impl Tensor {
         let rows = kept.iter().map(|&d| self.shape()[d]).product();
         let len = reduced.iter().map(|&d| self.shape()[d]).product();
         let out_shape = if keepdim {
-            (0..rank).map(|d| if reduced.contains(&d) { 1 } else { self.shape()[d] }).collect()
+            (0..rank)
+                .map(|d| {
+                    if reduced.contains(&d) {
+                        1
+                    } else {
+                        self.shape()[d]
+                    }
+                })
+                .collect()
         } else {
             kept.iter().map(|&d| self.shape()[d]).collect()
         };
-        Ok(Rows { data, rows, len, out_shape })
+        Ok(Rows {
+            data,
+            rows,
+            len,
+            out_shape,
+        })
     }
 
     fn sum_impl(&self, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> Result<Tensor> {
@@ -43,7 +56,8 @@ impl Tensor {
             return Err(Error::UnsupportedDType {
                 op,
                 dtype,
-                hint: "mean needs a float dtype; convert first, e.g. `.to_dtype(DType::F32)?`.".into(),
+                hint: "mean needs a float dtype; convert first, e.g. `.to_dtype(DType::F32)?`."
+                    .into(),
             });
         }
         // Integers and bools sum in i64 (as in PyTorch); halves accumulate in f32.
@@ -76,16 +90,38 @@ impl Tensor {
         self.sum_impl(Some(dims.dims()), keepdim, true)
     }
 
-    fn extreme(&self, op: &'static str, dims: Option<Vec<i64>>, keepdim: bool, greater: bool) -> Result<(Tensor, Tensor)> {
+    fn extreme(
+        &self,
+        op: &'static str,
+        dims: Option<Vec<i64>>,
+        keepdim: bool,
+        greater: bool,
+    ) -> Result<(Tensor, Tensor)> {
         if self.numel() == 0 {
-            return Err(Error::invalid(op, format!("the tensor is empty (shape {:?}), so it has no {}", self.shape(), if greater { "maximum" } else { "minimum" })));
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "the tensor is empty (shape {:?}), so it has no {}",
+                    self.shape(),
+                    if greater { "maximum" } else { "minimum" }
+                ),
+            ));
         }
         let r = self.to_rows(op, dims, keepdim)?;
         if r.len == 0 {
-            return Err(Error::invalid(op, format!("cannot reduce over a dimension of size 0 (shape {:?})", self.shape())));
+            return Err(Error::invalid(
+                op,
+                format!(
+                    "cannot reduce over a dimension of size 0 (shape {:?})",
+                    self.shape()
+                ),
+            ));
         }
         let (v, i) = r.data.storage().extreme_rows(r.rows, r.len, greater)?;
-        Ok((Tensor::from_storage(v, r.out_shape.clone()), Tensor::from_storage(i, r.out_shape)))
+        Ok((
+            Tensor::from_storage(v, r.out_shape.clone()),
+            Tensor::from_storage(i, r.out_shape),
+        ))
     }
 
     /// The largest element (NaN if any element is NaN).
@@ -122,7 +158,9 @@ impl Tensor {
 
     /// Positions of the largest elements along `dim` (the first one on ties).
     pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        Ok(self.extreme("argmax", Some(vec![dim.as_i64()]), keepdim, true)?.1)
+        Ok(self
+            .extreme("argmax", Some(vec![dim.as_i64()]), keepdim, true)?
+            .1)
     }
 
     pub fn argmin_all(&self) -> Result<Tensor> {
@@ -130,20 +168,35 @@ impl Tensor {
     }
 
     pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        Ok(self.extreme("argmin", Some(vec![dim.as_i64()]), keepdim, false)?.1)
+        Ok(self
+            .extreme("argmin", Some(vec![dim.as_i64()]), keepdim, false)?
+            .1)
     }
 
     fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
         let op = if log { "log_softmax" } else { "softmax" };
         let dtype = self.dtype();
         if !dtype.is_float() {
-            return Err(Error::UnsupportedDType { op, dtype, hint: "Convert first, e.g. `.to_dtype(DType::F32)?`.".into() });
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype,
+                hint: "Convert first, e.g. `.to_dtype(DType::F32)?`.".into(),
+            });
         }
         let rank = self.rank();
         let d = resolve_dim(op, dim, rank)?;
-        let compute = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+        let compute = if dtype == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
         if rank == 0 {
-            return self.to_dtype(compute)?.reshape([1])?.softmax_impl(0, log)?.reshape(())?.to_dtype(dtype);
+            return self
+                .to_dtype(compute)?
+                .reshape([1])?
+                .softmax_impl(0, log)?
+                .reshape(())?
+                .to_dtype(dtype);
         }
         // Move `dim` last, work on rows, move it back.
         let mut perm: Vec<usize> = (0..rank).filter(|&k| k != d).collect();
@@ -178,12 +231,19 @@ impl Tensor {
                 op: "matmul",
                 lhs: self.dtype(),
                 rhs: other.dtype(),
-                hint: format!("matmul needs both operands of one dtype; convert one, e.g. `other.to_dtype(DType::{})?`.", self.dtype().variant_name()),
+                hint: format!(
+                    "matmul needs both operands of one dtype; convert one, e.g. `other.to_dtype(DType::{})?`.",
+                    self.dtype().variant_name()
+                ),
             });
         }
         let dtype = self.dtype();
         if dtype == DType::Bool {
-            return Err(Error::UnsupportedDType { op: "matmul", dtype, hint: "Convert to a numeric dtype first.".into() });
+            return Err(Error::UnsupportedDType {
+                op: "matmul",
+                dtype,
+                hint: "Convert to a numeric dtype first.".into(),
+            });
         }
         if self.rank() == 0 || other.rank() == 0 {
             return Err(Error::ShapeMismatch {
@@ -193,8 +253,16 @@ impl Tensor {
                 why: "both operands need at least one dimension; use `mul` for scalars".into(),
             });
         }
-        let a = if self.rank() == 1 { self.unsqueeze(0)? } else { self.clone() };
-        let b = if other.rank() == 1 { other.unsqueeze(1)? } else { other.clone() };
+        let a = if self.rank() == 1 {
+            self.unsqueeze(0)?
+        } else {
+            self.clone()
+        };
+        let b = if other.rank() == 1 {
+            other.unsqueeze(1)?
+        } else {
+            other.clone()
+        };
         let (ra, rb) = (a.rank(), b.rank());
         let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
         let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
@@ -203,11 +271,17 @@ impl Tensor {
                 op: "matmul",
                 lhs: self.shape().to_vec(),
                 rhs: other.shape().to_vec(),
-                why: format!("a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."),
+                why: format!(
+                    "a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."
+                ),
             });
         }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
-        let compute = if dtype == DType::BF16 { DType::F32 } else { dtype };
+        let compute = if dtype == DType::BF16 {
+            DType::F32
+        } else {
+            dtype
+        };
         let (a, b) = (a.to_dtype(compute)?, b.to_dtype(compute)?);
         let full = |t: &Tensor, r: usize, c: usize| {
             let mut shape = batch.clone();
@@ -217,8 +291,14 @@ impl Tensor {
         let (la, lb) = (full(&a, m, k), full(&b, k, n));
         let nb = batch.len();
         let offsets = |l: &Layout| -> Vec<usize> {
-            let bl = Layout { shape: batch.clone(), strides: l.strides[..nb].to_vec(), offset: l.offset };
-            (0..batch.iter().product::<usize>()).map(|i| bl.offset_of(i)).collect()
+            let bl = Layout {
+                shape: batch.clone(),
+                strides: l.strides[..nb].to_vec(),
+                offset: l.offset,
+            };
+            (0..batch.iter().product::<usize>())
+                .map(|i| bl.offset_of(i))
+                .collect()
         };
         let s = Storage::matmul(
             a.storage(),

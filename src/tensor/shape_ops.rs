@@ -39,14 +39,21 @@ impl Tensor {
     pub fn reshape(&self, shape: impl IntoReshape) -> Result<Tensor> {
         let spec = shape.into_reshape();
         let numel = self.numel();
-        let known: Vec<usize> = spec.iter().filter(|&&d| d >= 0).map(|&d| d as usize).collect();
+        let known: Vec<usize> = spec
+            .iter()
+            .filter(|&&d| d >= 0)
+            .map(|&d| d as usize)
+            .collect();
         let infer = spec.iter().filter(|&&d| d == -1).count();
         if infer > 1 || spec.iter().any(|&d| d < -1) {
-            return Err(Error::invalid("reshape", format!("{spec:?}: only one dimension may be -1, and no other may be negative")));
+            return Err(Error::invalid(
+                "reshape",
+                format!("{spec:?}: only one dimension may be -1, and no other may be negative"),
+            ));
         }
         let known_prod = numel_checked("reshape", &known)?;
         let shape: Vec<usize> = if infer == 1 {
-            if known_prod == 0 || numel % known_prod != 0 {
+            if known_prod == 0 || !numel.is_multiple_of(known_prod) {
                 return Err(Error::ShapeMismatch {
                     op: "reshape",
                     lhs: self.shape().to_vec(),
@@ -54,7 +61,15 @@ impl Tensor {
                     why: format!("{numel} elements cannot be split into {spec:?}"),
                 });
             }
-            spec.iter().map(|&d| if d == -1 { numel / known_prod } else { d as usize }).collect()
+            spec.iter()
+                .map(|&d| {
+                    if d == -1 {
+                        numel / known_prod
+                    } else {
+                        d as usize
+                    }
+                })
+                .collect()
         } else {
             known
         };
@@ -63,11 +78,18 @@ impl Tensor {
                 op: "reshape",
                 lhs: self.shape().to_vec(),
                 rhs: shape.clone(),
-                why: format!("a tensor of {numel} elements cannot be reshaped to {} elements", shape.iter().product::<usize>()),
+                why: format!(
+                    "a tensor of {numel} elements cannot be reshaped to {} elements",
+                    shape.iter().product::<usize>()
+                ),
             });
         }
         match self.layout().view_strides(&shape) {
-            Some(strides) if numel > 0 => Ok(self.view_as(Layout { shape, strides, offset: self.storage_offset() })),
+            Some(strides) if numel > 0 => Ok(self.view_as(Layout {
+                shape,
+                strides,
+                offset: self.storage_offset(),
+            })),
             _ => self.contiguous()?.reshape(shape),
         }
     }
@@ -79,7 +101,10 @@ impl Tensor {
 
     /// This tensor if it is row-major and gap-free, else a contiguous copy.
     pub fn contiguous(&self) -> Result<Tensor> {
-        if self.is_contiguous() && self.storage_offset() == 0 && self.storage().numel() == self.numel() {
+        if self.is_contiguous()
+            && self.storage_offset() == 0
+            && self.storage().numel() == self.numel()
+        {
             return Ok(self.clone());
         }
         let s = self.storage().copy_as(self.layout(), self.dtype())?;
@@ -97,7 +122,15 @@ impl Tensor {
     pub fn permute(&self, dims: impl Dims) -> Result<Tensor> {
         let dims = dims.dims();
         if dims.len() != self.rank() {
-            return Err(Error::invalid("permute", format!("{dims:?} names {} dims but the tensor has {} (shape {:?}); name each dim once", dims.len(), self.rank(), self.shape())));
+            return Err(Error::invalid(
+                "permute",
+                format!(
+                    "{dims:?} names {} dims but the tensor has {} (shape {:?}); name each dim once",
+                    dims.len(),
+                    self.rank(),
+                    self.shape()
+                ),
+            ));
         }
         let perm = resolve_dims("permute", &dims, self.rank())?;
         Ok(self.view_as(self.layout().permuted(&perm)))
@@ -106,7 +139,10 @@ impl Tensor {
     /// Dims `d0` and `d1` swapped (a view).
     pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Tensor> {
         let r = self.rank();
-        let (a, b) = (resolve_dim("transpose", d0.as_i64(), r)?, resolve_dim("transpose", d1.as_i64(), r)?);
+        let (a, b) = (
+            resolve_dim("transpose", d0.as_i64(), r)?,
+            resolve_dim("transpose", d1.as_i64(), r)?,
+        );
         if r < 2 {
             return Ok(self.clone());
         }
@@ -118,7 +154,13 @@ impl Tensor {
     /// The transpose of a matrix (`x.t()`); 0-D and 1-D tensors come back unchanged.
     pub fn t(&self) -> Result<Tensor> {
         if self.rank() > 2 {
-            return Err(Error::invalid("t", format!("t() expects a tensor with at most 2 dims, got shape {:?}; use `transpose(d0, d1)`", self.shape())));
+            return Err(Error::invalid(
+                "t",
+                format!(
+                    "t() expects a tensor with at most 2 dims, got shape {:?}; use `transpose(d0, d1)`",
+                    self.shape()
+                ),
+            ));
         }
         self.transpose(0, -1)
     }
@@ -130,7 +172,10 @@ impl Tensor {
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::invalid(
                 "narrow",
-                format!("start {start} + length {len} exceeds dimension {d} of size {size} (shape {:?})", self.shape()),
+                format!(
+                    "start {start} + length {len} exceeds dimension {d} of size {size} (shape {:?})",
+                    self.shape()
+                ),
             ));
         }
         let mut l = self.layout().clone();
@@ -166,7 +211,11 @@ impl Tensor {
     pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
         let d = resolve_dim("unsqueeze", dim.as_i64(), self.rank() + 1)?;
         let mut l = self.layout().clone();
-        let stride = if d < l.rank() { l.strides[d] * l.shape[d] } else { 1 };
+        let stride = if d < l.rank() {
+            l.strides[d] * l.shape[d]
+        } else {
+            1
+        };
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
         Ok(self.view_as(l))
@@ -177,32 +226,51 @@ impl Tensor {
         let shape = shape.into_shape();
         let b = broadcast_shapes("broadcast_to", self.shape(), &shape)?;
         if b != shape {
-            return Err(Error::ShapeMismatch { op: "broadcast_to", lhs: self.shape().to_vec(), rhs: shape, why: "the target must contain the tensor's shape".into() });
+            return Err(Error::ShapeMismatch {
+                op: "broadcast_to",
+                lhs: self.shape().to_vec(),
+                rhs: shape,
+                why: "the target must contain the tensor's shape".into(),
+            });
         }
         Ok(self.view_as(self.layout().broadcast_to(&shape)))
     }
 
     /// Joins tensors along an existing dimension (`torch.cat`). Dtypes are promoted.
     pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
-        let first = *tensors.first().ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
-        let names: Vec<String> = (0..tensors.len()).map(|i| format!("tensors[{i}]")).collect();
-        let args: Vec<(&str, &Tensor)> = names.iter().map(|n| n.as_str()).zip(tensors.iter().copied()).collect();
+        let first = *tensors
+            .first()
+            .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+        let names: Vec<String> = (0..tensors.len())
+            .map(|i| format!("tensors[{i}]"))
+            .collect();
+        let args: Vec<(&str, &Tensor)> = names
+            .iter()
+            .map(|n| n.as_str())
+            .zip(tensors.iter().copied())
+            .collect();
         let device = same_device("cat", &args)?;
         let d = resolve_dim("cat", dim.as_i64(), first.rank())?;
         if first.rank() == 0 {
-            return Err(Error::invalid("cat", "0-dimensional tensors cannot be concatenated; use `stack`, or `unsqueeze(0)` them first"));
+            return Err(Error::invalid(
+                "cat",
+                "0-dimensional tensors cannot be concatenated; use `stack`, or `unsqueeze(0)` them first",
+            ));
         }
         let mut shape = first.shape().to_vec();
         shape[d] = 0;
         let mut dtype = first.dtype();
         for (i, t) in tensors.iter().enumerate() {
-            let same_rest = t.rank() == first.rank() && (0..first.rank()).all(|k| k == d || t.shape()[k] == first.shape()[k]);
+            let same_rest = t.rank() == first.rank()
+                && (0..first.rank()).all(|k| k == d || t.shape()[k] == first.shape()[k]);
             if !same_rest {
                 return Err(Error::ShapeMismatch {
                     op: "cat",
                     lhs: first.shape().to_vec(),
                     rhs: t.shape().to_vec(),
-                    why: format!("tensors[0] and tensors[{i}] must match in every dimension except {d}, the one joined"),
+                    why: format!(
+                        "tensors[0] and tensors[{i}] must match in every dimension except {d}, the one joined"
+                    ),
                 });
             }
             shape[d] += t.shape()[d];
@@ -224,7 +292,9 @@ impl Tensor {
 
     /// Joins tensors of one shape along a new dimension (`torch.stack`).
     pub fn stack(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
-        let first = *tensors.first().ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
+        let first = *tensors
+            .first()
+            .ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
         let d = resolve_dim("stack", dim.as_i64(), first.rank() + 1)?;
         for (i, t) in tensors.iter().enumerate() {
             if t.shape() != first.shape() {
@@ -236,7 +306,10 @@ impl Tensor {
                 });
             }
         }
-        let parts: Vec<Tensor> = tensors.iter().map(|t| t.unsqueeze(d)).collect::<Result<_>>()?;
+        let parts: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| t.unsqueeze(d))
+            .collect::<Result<_>>()?;
         Tensor::cat(&parts.iter().collect::<Vec<_>>(), d)
     }
 
@@ -247,7 +320,11 @@ impl Tensor {
         if !matches!(index.dtype(), DType::I64 | DType::I32) || index.rank() > 1 {
             return Err(Error::invalid(
                 "index_select",
-                format!("the index must be a 1-D i64 or i32 tensor, got {} of shape {:?}", index.dtype(), index.shape()),
+                format!(
+                    "the index must be a 1-D i64 or i32 tensor, got {} of shape {:?}",
+                    index.dtype(),
+                    index.shape()
+                ),
             ));
         }
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
@@ -256,7 +333,12 @@ impl Tensor {
         for &i in &idx {
             let p = if i < 0 { i + size as i64 } else { i };
             if p < 0 || p >= size as i64 {
-                return Err(Error::IndexOutOfRange { op: "index_select", index: i, dim: d, size });
+                return Err(Error::IndexOutOfRange {
+                    op: "index_select",
+                    index: i,
+                    dim: d,
+                    size,
+                });
             }
             positions.push(p as usize);
         }
@@ -265,7 +347,11 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         shape[d] = positions.len();
-        let mut out = Storage::alloc(self.device(), self.dtype(), numel_checked("index_select", &shape)?)?;
+        let mut out = Storage::alloc(
+            self.device(),
+            self.dtype(),
+            numel_checked("index_select", &shape)?,
+        )?;
         let out_layout = Layout::contiguous(shape.clone());
         for (i, &p) in positions.iter().enumerate() {
             let mut dst = out_layout.clone();

@@ -1,0 +1,265 @@
+//! User mistakes: each is an `Err` whose message names the operation, both sides, and the fix.
+//! None may panic.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use placelab::prelude::*;
+
+const CPU: &Device = &Device::Cpu;
+
+#[test]
+fn device_mismatch_names_the_op_both_devices_and_the_fix() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::randn([3], CPU).unwrap();
+    let y = Tensor::randn([3], Device::Cuda(0)).unwrap();
+    let e = (&x + &y).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "device mismatch in add: `self` is on cpu but `other` is on cuda:0.\n\
+         Tensors must share a device; move one first, e.g. `.to(&Device::Cuda(0))?` on the tensor that is on cpu."
+    );
+    let e = y.matmul(&x).unwrap_err().to_string();
+    assert!(
+        e.starts_with("device mismatch in matmul: `self` is on cuda:0 but `other` is on cpu."),
+        "{e}"
+    );
+    let c = Tensor::ones([3], (DType::Bool, &Device::Cuda(1))).unwrap();
+    let e = Tensor::where_cond(&c, &y, &y).unwrap_err().to_string();
+    assert!(
+        e.contains("`condition` is on cuda:1 but `x` is on cuda:0"),
+        "{e}"
+    );
+    let e = Tensor::cat(&[&y, &x], 0).unwrap_err().to_string();
+    assert!(
+        e.contains("`tensors[0]` is on cuda:0 but `tensors[1]` is on cpu"),
+        "{e}"
+    );
+}
+
+/// Every call here is a mistake; each must return `Err` with the given fragment, without panicking.
+#[test]
+fn bad_input_gets_clear_errors_and_never_panics() {
+    let x = Tensor::arange(0.0, 6.0, CPU)
+        .unwrap()
+        .reshape([2, 3])
+        .unwrap();
+    let i = Tensor::arange(0, 6, CPU).unwrap();
+    type Case<'a> = (&'a str, Box<dyn Fn() -> Result<Tensor> + 'a>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "broadcast",
+            Box::new(|| &x + &Tensor::ones([4], CPU)?),
+            "shape mismatch in add: [2, 3] and [4]",
+        ),
+        (
+            "matmul inner",
+            Box::new(|| x.matmul(&x)),
+            "a 2×3 matrix cannot multiply a 2×3 one",
+        ),
+        (
+            "matmul dtype",
+            Box::new(|| x.matmul(&x.t()?.to_dtype(DType::F64)?)),
+            "dtype mismatch in matmul: f32 and f64",
+        ),
+        (
+            "matmul scalar",
+            Box::new(|| x.matmul(&Tensor::scalar(2.0, CPU)?)),
+            "at least one dimension",
+        ),
+        (
+            "dim",
+            Box::new(|| x.sum(2, false)),
+            "dimension 2 out of range in sum: the tensor has 2 dimension(s), so dims go from -2 to 1",
+        ),
+        (
+            "neg dim",
+            Box::new(|| x.softmax(-3)),
+            "dimension -3 out of range in softmax",
+        ),
+        (
+            "repeat dim",
+            Box::new(|| x.sum([0, -2], false)),
+            "dim -2 appears more than once",
+        ),
+        (
+            "index",
+            Box::new(|| x.index_select(1, &Tensor::from_vec(vec![0i64, 3], [2], CPU)?)),
+            "index 3 out of range in index_select: dimension 1 has size 3",
+        ),
+        (
+            "index dtype",
+            Box::new(|| x.index_select(0, &x)),
+            "must be a 1-D i64 or i32 tensor",
+        ),
+        (
+            "narrow",
+            Box::new(|| x.narrow(1, 2, 2)),
+            "start 2 + length 2 exceeds dimension 1 of size 3",
+        ),
+        (
+            "reshape",
+            Box::new(|| x.reshape([4, 2])),
+            "a tensor of 6 elements cannot be reshaped to 8 elements",
+        ),
+        (
+            "reshape -1",
+            Box::new(|| x.reshape([4, -1])),
+            "6 elements cannot be split into [4, -1]",
+        ),
+        (
+            "reshape two -1",
+            Box::new(|| x.reshape([-1, -1])),
+            "only one dimension may be -1",
+        ),
+        (
+            "permute",
+            Box::new(|| x.permute([0])),
+            "names 1 dims but the tensor has 2",
+        ),
+        (
+            "cat shapes",
+            Box::new(|| Tensor::cat(&[&x, &x.t()?], 0)),
+            "must match in every dimension except 0",
+        ),
+        (
+            "stack shapes",
+            Box::new(|| Tensor::stack(&[&x, &i], 0)),
+            "must have the same shape",
+        ),
+        (
+            "cat empty",
+            Box::new(|| Tensor::cat(&[], 0)),
+            "needs at least one tensor",
+        ),
+        (
+            "from_vec",
+            Box::new(|| Tensor::from_vec(vec![1.0f32; 5], [2, 3], CPU)),
+            "5 values cannot fill a tensor of 6 elements",
+        ),
+        (
+            "mean int",
+            Box::new(|| i.mean_all()),
+            "mean is not supported for dtype i64",
+        ),
+        (
+            "softmax int",
+            Box::new(|| i.softmax(0)),
+            "softmax is not supported for dtype i64",
+        ),
+        (
+            "bool sub",
+            Box::new(|| x.gt(1.0)?.sub(&x.gt(2.0)?)),
+            "sub is not supported for dtype bool",
+        ),
+        (
+            "bool neg",
+            Box::new(|| x.gt(1.0)?.neg()),
+            "neg is not supported for dtype bool",
+        ),
+        (
+            "int pow",
+            Box::new(|| i.pow(-1)),
+            "negative integer powers are not allowed",
+        ),
+        (
+            "where cond",
+            Box::new(|| Tensor::where_cond(&x, &x, &x)),
+            "The condition must be a bool tensor",
+        ),
+        (
+            "arange step",
+            Box::new(|| Tensor::arange_step(0, 5, 0, CPU)),
+            "step non-zero",
+        ),
+        (
+            "arange sign",
+            Box::new(|| Tensor::arange_step(5, 0, 1, CPU)),
+            "the step's sign is wrong",
+        ),
+        (
+            "randint",
+            Box::new(|| Tensor::randint(3, 3, [2], CPU)),
+            "low (3) must be below high (3)",
+        ),
+        (
+            "rand int",
+            Box::new(|| Tensor::rand([2], (DType::I64, CPU))),
+            "rand is not supported for dtype i64",
+        ),
+        (
+            "max empty",
+            Box::new(|| Tensor::zeros([0, 3], CPU)?.max_all()),
+            "the tensor is empty",
+        ),
+        (
+            "clamp none",
+            Box::new(|| x.clamp(None::<f64>, None::<f64>)),
+            "give at least one of min and max",
+        ),
+        (
+            "t 3d",
+            Box::new(|| Tensor::zeros([2, 2, 2], CPU)?.t()),
+            "t() expects a tensor with at most 2 dims",
+        ),
+        (
+            "overflow",
+            Box::new(|| Tensor::zeros([usize::MAX, 2], CPU)),
+            "more elements or bytes than this machine can address",
+        ),
+        (
+            "huge",
+            Box::new(|| Tensor::zeros([1usize << 40], CPU)),
+            "out of memory on cpu: tried to allocate 4.00 TiB",
+        ),
+        (
+            "cuda:99",
+            Box::new(|| x.to(&Device::Cuda(99))),
+            "cuda:99 is not available",
+        ),
+        (
+            "0-dim dim",
+            Box::new(|| Tensor::scalar(1.0, CPU)?.transpose(0, 1)),
+            "the tensor is 0-dimensional",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (name, f, want) in &cases {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Err(_) => wrong.push(format!("{name}: PANICKED")),
+            Ok(Ok(t)) => wrong.push(format!("{name}: succeeded with {:?}", t.shape())),
+            Ok(Err(e)) if !e.to_string().contains(want) => {
+                wrong.push(format!("{name}: message {e:?} lacks {want:?}"))
+            }
+            Ok(Err(_)) => {}
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn reading_values_checks_the_element_type() {
+    let x = Tensor::ones([2, 2], CPU).unwrap();
+    let e = x.to_vec::<i64>().unwrap_err().to_string();
+    assert!(
+        e.contains("holds f32 but i64 was requested") && e.contains("to_dtype(DType::I64)"),
+        "{e}"
+    );
+    let e = x.item::<f32>().unwrap_err().to_string();
+    assert!(
+        e.contains("4 elements (shape [2, 2]) cannot be read as one value"),
+        "{e}"
+    );
+    assert!(
+        x.to_vec2::<f32>().is_ok() && Tensor::ones([2], CPU).unwrap().to_vec2::<f32>().is_err()
+    );
+}
+
+#[test]
+fn device_strings_parse_or_list_the_accepted_forms() {
+    assert_eq!("cuda:1".parse::<Device>().unwrap(), Device::Cuda(1));
+    let e = "gpu0".parse::<Device>().unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "cannot parse \"gpu0\" as a device. Accepted forms: \"cpu\", \"cuda\" (= cuda:0), \"cuda:N\" with N a device index, e.g. \"cuda:1\"."
+    );
+}

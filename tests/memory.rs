@@ -1,0 +1,184 @@
+//! The caching allocator's numbers, exactly as PyTorch's rules give them, on the CPU and on a
+//! simulated GPU. One test binary, and one lock, so no other test's tensors disturb the counts.
+
+use std::sync::Mutex;
+
+use placelab::prelude::*;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn worked_example(device: Device) {
+    // Start from an empty cache and fresh peaks (other tests of this binary ran before).
+    memory::empty_cache(&device).unwrap();
+    memory::reset_peak(&device).unwrap();
+    assert_eq!(
+        (
+            memory::allocated(&device).unwrap(),
+            memory::reserved(&device).unwrap()
+        ),
+        (0, 0)
+    );
+    let small = Tensor::zeros([1], device).unwrap();
+    let big = Tensor::randn([1000, 1000], device).unwrap();
+    assert_eq!(memory::allocated(&device).unwrap(), 4_000_768, "{device}");
+    assert_eq!(memory::reserved(&device).unwrap(), 23_068_672, "{device}");
+    let s = memory::stats(&device).unwrap();
+    assert_eq!(
+        (s.allocations, s.segments, s.requested_bytes),
+        (2, 2, 4_000_004)
+    );
+    drop(big);
+    assert_eq!(
+        memory::allocated(&device).unwrap(),
+        512,
+        "dropping the last handle frees at once"
+    );
+    assert_eq!(
+        memory::reserved(&device).unwrap(),
+        23_068_672,
+        "the block stays in the cache"
+    );
+    assert_eq!(
+        memory::stats(&device).unwrap().peak_allocated_bytes,
+        4_000_768
+    );
+    assert_eq!(memory::empty_cache(&device).unwrap(), 20 << 20);
+    assert_eq!(memory::reserved(&device).unwrap(), 2_097_152);
+    memory::reset_peak(&device).unwrap();
+    assert_eq!(memory::stats(&device).unwrap().peak_allocated_bytes, 512);
+    drop(small);
+    memory::empty_cache(&device).unwrap();
+    assert_eq!(
+        (
+            memory::allocated(&device).unwrap(),
+            memory::reserved(&device).unwrap()
+        ),
+        (0, 0)
+    );
+}
+
+#[test]
+fn pytorch_numbers_on_cpu_and_simulated_gpu() {
+    let _g = serial();
+    cuda::simulate(2, None).unwrap();
+    worked_example(Device::Cpu);
+    worked_example(Device::Cuda(0));
+    // The cuda:: functions read the same allocator.
+    let x = Tensor::ones([256], Device::Cuda(1)).unwrap();
+    assert_eq!(cuda::memory_allocated(1).unwrap(), 1024);
+    assert_eq!(cuda::memory_reserved(1).unwrap(), 2 << 20);
+    assert_eq!(cuda::max_memory_allocated(1).unwrap(), 1024);
+    drop(x);
+    assert_eq!(cuda::empty_cache(), 2 << 20);
+    assert_eq!(cuda::memory_reserved(1).unwrap(), 0);
+}
+
+#[test]
+fn views_share_storage_and_keep_it_alive() {
+    let _g = serial();
+    cuda::simulate(2, None).unwrap();
+    let d = Device::Cuda(0);
+    let before = memory::allocated(&d).unwrap();
+    let x = Tensor::randn([512, 512], d).unwrap(); // 1 MiB: small pool
+    let v = x.t().unwrap().narrow(0, 0, 10).unwrap();
+    assert!(v.shares_storage_with(&x));
+    assert_eq!(memory::allocated(&d).unwrap() - before, 1 << 20);
+    drop(x);
+    assert_eq!(
+        memory::allocated(&d).unwrap() - before,
+        1 << 20,
+        "the view still holds the storage"
+    );
+    let live = memory::live_storages(&d).unwrap();
+    assert!(
+        live.iter()
+            .any(|l| l.id == v.storage_id() && l.numel == 512 * 512 && l.requested == 1 << 20)
+    );
+    drop(v);
+    assert_eq!(memory::allocated(&d).unwrap(), before);
+}
+
+#[test]
+fn freed_blocks_are_reused_without_new_segments() {
+    let _g = serial();
+    let d = Device::Cpu;
+    let a = Tensor::randn([10_000_000], d).unwrap();
+    let segs = memory::stats(&d).unwrap().num_device_alloc;
+    for _ in 0..5 {
+        let b = a.relu().unwrap();
+        drop(b);
+    }
+    assert_eq!(
+        memory::stats(&d).unwrap().num_device_alloc,
+        segs + 1,
+        "one new segment, then reuse"
+    );
+}
+
+#[test]
+fn out_of_memory_is_an_error_with_the_numbers() {
+    let _g = serial();
+    let e = Tensor::zeros([1usize << 40], Device::Cpu).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, Error::OutOfMemory { requested, .. } if requested == 1usize << 42),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("tried to allocate 4.00 TiB") && msg.contains("is free"),
+        "{msg}"
+    );
+
+    cuda::simulate(2, None).unwrap();
+    let d = Device::Cuda(1);
+    let keep = Tensor::ones([1024, 1024], d).unwrap();
+    let e = Tensor::zeros([5usize << 30], d).unwrap_err(); // 20 GiB on a 16 GiB device
+    match &e {
+        Error::OutOfMemory {
+            device,
+            requested,
+            total,
+            allocated,
+            ..
+        } => {
+            assert_eq!(
+                (*device, *requested, *total, *allocated),
+                (d, 20 << 30, 16 << 30, 4 << 20)
+            );
+        }
+        other => panic!("expected OutOfMemory, got {other}"),
+    }
+    assert!(e.to_string().contains("out of memory on cuda:1"), "{e}");
+    assert_eq!(cuda::memory_stats(1).unwrap().num_ooms, 1);
+    // Nothing was lost: the device still works and holds what it held.
+    assert_eq!(
+        keep.sum_all().unwrap().item::<f32>().unwrap(),
+        (1024 * 1024) as f32
+    );
+    drop(keep);
+}
+
+#[test]
+fn summary_lists_counters_and_live_tensors() {
+    let _g = serial();
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::zeros([1000, 1000], Device::Cuda(0)).unwrap();
+    let s = cuda::memory_summary(0).unwrap();
+    assert!(
+        s.contains("placelab memory summary, cuda:0 (simulated)"),
+        "{s}"
+    );
+    assert!(
+        s.contains("Allocated memory") && s.contains("Reserved memory"),
+        "{s}"
+    );
+    assert!(s.contains(&format!("#{}", x.storage_id())), "{s}");
+    assert!(
+        s.lines().all(|l| l.chars().count() <= 75),
+        "75 columns, like PyTorch's:\n{s}"
+    );
+}

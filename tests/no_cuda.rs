@@ -1,0 +1,36 @@
+//! A process with no CUDA device at all (none on this machine, simulation off): probing never
+//! panics, `cuda_if_available` falls back to the CPU, and GPU requests get clear errors.
+
+use placelab::prelude::*;
+
+#[test]
+fn without_a_gpu_everything_falls_back_or_explains() {
+    // Simulation may come from the environment; this test is about its absence.
+    cuda::simulate(0, None).unwrap();
+    if cuda::device_count() > 0 {
+        eprintln!("a real GPU is present; the no-GPU checks do not apply");
+        return;
+    }
+    assert!(!cuda::is_available());
+    assert_eq!(Device::cuda_if_available(), Device::Cpu);
+    assert!(cuda::unavailable_reason().is_some());
+    let x = Tensor::ones([2], Device::Cpu).unwrap();
+    let e = x.cuda().unwrap_err().to_string();
+    assert!(
+        e.starts_with("cuda:0 is not available:") && e.contains("PLACELAB_SIMULATE_CUDA"),
+        "{e}"
+    );
+    let e = x.pin_memory().unwrap_err().to_string();
+    assert!(e.contains("there is no CUDA device"), "{e}");
+    assert!(cuda::memory_allocated(0).is_err());
+    // Turning simulation on in the same process makes cuda:0 usable.
+    cuda::simulate(1, Some(64 << 20)).unwrap();
+    assert_eq!(Device::cuda_if_available(), Device::Cuda(0));
+    let y = x.cuda().unwrap();
+    assert_eq!(cuda::mem_get_info(0).unwrap(), ((62) << 20, 64 << 20));
+    // It cannot be switched off while a tensor lives there.
+    let e = cuda::simulate(0, None).unwrap_err().to_string();
+    assert!(e.contains("still live on cuda:0"), "{e}");
+    drop(y);
+    cuda::simulate(0, None).unwrap();
+}

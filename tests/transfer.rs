@@ -1,0 +1,145 @@
+//! `.to()` and friends: copies that leave the original alone, measured and logged.
+
+use placelab::prelude::*;
+use placelab::transfer::{Clock, HostMemoryKind};
+
+#[test]
+fn to_copies_and_records_the_transfer() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::arange(0.0, 6.0, Device::Cpu)
+        .unwrap()
+        .reshape([2, 3])
+        .unwrap();
+    let seq = transfer::last_seq();
+    let y = x.to(&Device::Cuda(0)).unwrap();
+    assert_eq!(x.device(), Device::Cpu, "the original stays where it was");
+    assert_eq!(y.device(), Device::Cuda(0));
+    assert!(!y.shares_storage_with(&x));
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    );
+    let t = y
+        .last_transfer()
+        .expect("a transfer is recorded on the new tensor");
+    assert_eq!(
+        (t.from, t.to, t.bytes, t.memory),
+        (Device::Cpu, Device::Cuda(0), 24, HostMemoryKind::Pageable)
+    );
+    assert_eq!(
+        t.clock,
+        Clock::SimulatedHostCopy,
+        "a simulated device says how its time was obtained"
+    );
+    assert!(
+        t.to_string().starts_with("cpu → cuda:0, ")
+            && t.to_string().contains("simulated: host copy time"),
+        "{t}"
+    );
+    assert!(
+        transfer::log_since(seq).iter().any(|l| l.seq == t.seq),
+        "and in the session's log"
+    );
+    assert!(x.last_transfer().is_none());
+
+    // cuda:0 → cuda:1 → cpu.
+    let z = y.cuda_at(1).unwrap().cpu().unwrap();
+    assert_eq!(z.last_transfer().unwrap().route(), "cuda:1 → cpu");
+    assert_eq!(
+        z.to_vec2::<f32>().unwrap(),
+        vec![vec![0.0, 1.0, 2.0], vec![3.0, 4.0, 5.0]]
+    );
+}
+
+#[test]
+fn to_the_same_device_returns_the_same_storage_and_records_nothing() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::randn([4, 4], Device::Cuda(0)).unwrap();
+    let seq = transfer::last_seq();
+    let same = x.to(&Device::Cuda(0)).unwrap();
+    assert!(same.shares_storage_with(&x));
+    assert!(same.last_transfer().is_none());
+    assert!(
+        transfer::log_since(seq)
+            .iter()
+            .all(|t| t.shape != vec![4, 4] || t.from != Device::Cuda(0))
+    );
+    assert!(
+        x.cpu().unwrap().cpu().unwrap().last_transfer().is_some(),
+        "cpu() of a CPU tensor keeps its record"
+    );
+}
+
+#[test]
+fn non_contiguous_views_transfer_their_elements() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::arange(0, 12, Device::Cpu)
+        .unwrap()
+        .reshape([3, 4])
+        .unwrap();
+    let v = x.t().unwrap().narrow(0, 1, 2).unwrap(); // columns 1 and 2
+    let g = v.to(&Device::Cuda(1)).unwrap();
+    assert_eq!(g.shape(), &[2, 3]);
+    assert_eq!(g.to_vec::<i64>().unwrap(), vec![1, 5, 9, 2, 6, 10]);
+    assert_eq!(g.last_transfer().unwrap().bytes, 48);
+}
+
+#[test]
+fn pinned_memory_is_recorded_as_pinned() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::ones([1000], Device::Cpu).unwrap();
+    let p = x.pin_memory().unwrap();
+    assert!(p.is_pinned() && !x.is_pinned());
+    let g = p.cuda().unwrap();
+    assert_eq!(g.last_transfer().unwrap().memory, HostMemoryKind::Pinned);
+    assert_eq!(
+        x.cuda().unwrap().last_transfer().unwrap().memory,
+        HostMemoryKind::Pageable
+    );
+    assert!(
+        g.pin_memory()
+            .unwrap_err()
+            .to_string()
+            .contains("only CPU tensors can be pinned")
+    );
+}
+
+#[test]
+fn cuda_past_the_device_count_is_an_error() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::ones([3], Device::Cpu).unwrap();
+    let e = x.to(&Device::Cuda(7)).unwrap_err().to_string();
+    assert!(
+        e.contains("cuda:7 is not available")
+            && e.contains("2 simulated CUDA device(s), cuda:0 to cuda:1"),
+        "{e}"
+    );
+    let e = Tensor::zeros([2], Device::Cuda(2)).unwrap_err().to_string();
+    assert!(e.contains("cuda:2 is not available"), "{e}");
+    let e = "cuda:99"
+        .parse::<Device>()
+        .unwrap()
+        .check_available()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cuda:99"), "{e}");
+}
+
+#[test]
+fn same_seed_same_values_on_every_device() {
+    cuda::simulate(2, None).unwrap();
+    // One generator serves every device; hold the sequence in one thread.
+    let a = {
+        manual_seed(7);
+        Tensor::randn([5], Device::Cpu)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    };
+    manual_seed(7);
+    let b = Tensor::randn([5], Device::Cuda(0))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(a, b);
+}
