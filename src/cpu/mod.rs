@@ -111,6 +111,9 @@ pub fn map1<A: Copy + Sync, O: Send>(
         });
         return;
     }
+    if map1_transposed(a, la, out, &f) {
+        return;
+    }
     let s = Strided::new([la]);
     let (inner, [sa]) = (s.inner, s.inner_strides);
     chunked(out, inner, |start, o| {
@@ -122,6 +125,50 @@ pub fn map1<A: Copy + Sync, O: Send>(
             }
         });
     });
+}
+
+/// `map1` for views whose last two (coalesced) dims are transposed — stride 1 on the rows,
+/// not the columns. Walking rows would touch a new cache line per element; 32×32 tiles reuse
+/// each line across 32 rows. Returns false when the layout is not of that shape.
+fn map1_transposed<A: Copy + Sync, O: Send>(
+    a: &[A],
+    la: &Layout,
+    out: &mut [O],
+    f: &(impl Fn(A) -> O + Sync),
+) -> bool {
+    const TILE: usize = 32;
+    let (shape, strides) = coalesce(&[la]);
+    let st = &strides[0];
+    let n = shape.len();
+    if n < 2 || st[n - 1] == 1 || st[n - 2] != 1 || out.len() < PAR_MIN {
+        return false;
+    }
+    let (rows, cols, col_stride) = (shape[n - 2], shape[n - 1], st[n - 1]);
+    let batch = Layout {
+        shape: shape[..n - 2].to_vec(),
+        strides: st[..n - 2].to_vec(),
+        offset: la.offset,
+    };
+    chunked(out, cols * TILE.min(rows), |start, o| {
+        let (g0, nrows) = (start / cols, o.len() / cols);
+        let mut g = g0;
+        while g < g0 + nrows {
+            let (b, r) = (g / rows, g % rows);
+            let len = TILE.min(rows - r).min(g0 + nrows - g);
+            let base = batch.offset_of(b) + r;
+            for c0 in (0..cols).step_by(TILE) {
+                let c1 = (c0 + TILE).min(cols);
+                for rr in 0..len {
+                    let orow = &mut o[(g - g0 + rr) * cols..][..cols];
+                    for (c, o) in orow.iter_mut().enumerate().take(c1).skip(c0) {
+                        *o = f(a[base + rr + c * col_stride]);
+                    }
+                }
+            }
+            g += len;
+        }
+    });
+    true
 }
 
 /// `out[i] = f(a[i], b[i])` with `la`, `lb` already broadcast to the shape of `out`.

@@ -165,34 +165,26 @@ pub fn extreme_rows<T: Element>(
     }
 }
 
-/// Softmax (or log-softmax) of each row, computed stably around the row's max.
-pub fn softmax_rows<T: FloatMath>(data: &[T], len: usize, log: bool, out: &mut [T]) {
+/// Softmax (or log-softmax) of each row, computed stably around the row's max. Each pass is a
+/// plain loop over the row (max in 16 lanes, exp, lane sum, scale) so that it vectorises.
+pub fn softmax_rows<T: FloatMath + Sum<Acc = f64>>(
+    data: &[T],
+    len: usize,
+    log: bool,
+    out: &mut [T],
+) {
     if len == 0 {
         return;
     }
     chunked(out, len, |start, o| {
         for (r, orow) in o.chunks_mut(len).enumerate() {
             let row = &data[start + r * len..start + (r + 1) * len];
-            let m = row
-                .iter()
-                .copied()
-                .fold(T::from_f64(f64::NEG_INFINITY), |a, b| {
-                    #[allow(clippy::eq_op)]
-                    if b != b || a != a {
-                        T::from_f64(f64::NAN)
-                    } else if b > a {
-                        b
-                    } else {
-                        a
-                    }
-                });
-            // A row of -inf (all masked) has no finite max: PyTorch gives NaN there.
-            let mut sum = 0.0f64;
+            let m = row_max(row);
+            // A row of -inf (all masked) has no finite max: exp(NaN) gives NaN, as in PyTorch.
             for (o, &x) in orow.iter_mut().zip(row) {
-                let e = T::exp(T::sub(x, m));
-                *o = e;
-                sum += e.to_f64();
+                *o = T::exp(T::sub(x, m));
             }
+            let sum = T::partial(orow);
             if log {
                 let ls = T::from_f64(sum.ln());
                 for (o, &x) in orow.iter_mut().zip(row) {
@@ -206,4 +198,30 @@ pub fn softmax_rows<T: FloatMath>(data: &[T], len: usize, log: bool, out: &mut [
             }
         }
     });
+}
+
+/// The max of a row, NaN if any element is NaN.
+fn row_max<T: Element>(row: &[T]) -> T {
+    let neg_inf = T::from_f64(f64::NEG_INFINITY);
+    let mut lanes = [neg_inf; 16];
+    let mut nan = false;
+    let mut it = row.chunks_exact(16);
+    for c in &mut it {
+        for i in 0..16 {
+            lanes[i] = if c[i] > lanes[i] { c[i] } else { lanes[i] };
+            #[allow(clippy::eq_op)]
+            let is_nan = c[i] != c[i];
+            nan |= is_nan;
+        }
+    }
+    let mut m = neg_inf;
+    for &x in lanes.iter().chain(it.remainder()) {
+        #[allow(clippy::eq_op)]
+        let is_nan = x != x;
+        nan |= is_nan;
+        if x > m {
+            m = x;
+        }
+    }
+    if nan { T::from_f64(f64::NAN) } else { m }
 }
