@@ -243,7 +243,8 @@ pub trait FloatMath: Arith {
 pub fn exp_f32(x: f32) -> f32 {
     const HI: f32 = 88.722_83;
     const LO: f32 = -87.336_54;
-    let xc = x.clamp(LO, HI);
+    // NaN is carried through by the final select; the arithmetic works on a finite stand-in.
+    let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, HI) };
     // Round to nearest through the float mantissa: exact for |xc·log2(e)| < 2^22.
     let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
     let r = xc - k * 0.693_359_4 - k * -2.121_944_4e-4;
@@ -254,11 +255,15 @@ pub fn exp_f32(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let e = p * r * r + r + 1.0;
+    // SAFETY: `k` is a whole number in [-126, 128] (xc is finite and clamped).
+    let ki: i32 = unsafe { k.to_int_unchecked() };
     // 2^k in two halves: k reaches 128 near the top of the range, past f32's largest exponent.
-    let (k1, k2) = ((k as i32) >> 1, (k as i32) - ((k as i32) >> 1));
+    let (k1, k2) = (ki >> 1, ki - (ki >> 1));
     let y =
         e * f32::from_bits(((k1 + 127) << 23) as u32) * f32::from_bits(((k2 + 127) << 23) as u32);
-    if x > HI {
+    if x.is_nan() {
+        x
+    } else if x > HI {
         f32::INFINITY
     } else if x < LO {
         0.0

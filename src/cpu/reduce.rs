@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::elementwise::FloatMath;
-use super::{PAR_MIN, chunked};
+use super::{PAR_MIN, chunked, wide};
 use crate::Element;
 
 /// Float sums use 16 independent f32 (or f64) lanes per 4096-element block and add the blocks
@@ -177,26 +177,28 @@ pub fn softmax_rows<T: FloatMath + Sum<Acc = f64>>(
         return;
     }
     chunked(out, len, |start, o| {
-        for (r, orow) in o.chunks_mut(len).enumerate() {
-            let row = &data[start + r * len..start + (r + 1) * len];
-            let m = row_max(row);
-            // A row of -inf (all masked) has no finite max: exp(NaN) gives NaN, as in PyTorch.
-            for (o, &x) in orow.iter_mut().zip(row) {
-                *o = T::exp(T::sub(x, m));
-            }
-            let sum = T::partial(orow);
-            if log {
-                let ls = T::from_f64(sum.ln());
+        wide(|| {
+            for (r, orow) in o.chunks_mut(len).enumerate() {
+                let row = &data[start + r * len..start + (r + 1) * len];
+                let m = row_max(row);
+                // A row of -inf (all masked) has no finite max: exp(NaN) gives NaN, as in PyTorch.
                 for (o, &x) in orow.iter_mut().zip(row) {
-                    *o = T::sub(T::sub(x, m), ls);
+                    *o = T::exp(T::sub(x, m));
                 }
-            } else {
-                let inv = T::from_f64(1.0 / sum);
-                for o in orow.iter_mut() {
-                    *o = T::mul(*o, inv);
+                let sum = T::partial(orow);
+                if log {
+                    let ls = T::from_f64(sum.ln());
+                    for (o, &x) in orow.iter_mut().zip(row) {
+                        *o = T::sub(T::sub(x, m), ls);
+                    }
+                } else {
+                    let inv = T::from_f64(1.0 / sum);
+                    for o in orow.iter_mut() {
+                        *o = T::mul(*o, inv);
+                    }
                 }
             }
-        }
+        })
     });
 }
 

@@ -281,32 +281,28 @@ impl Tensor {
 
     /// The value of a one-element tensor.
     pub fn item<T: Element>(&self) -> Result<T> {
-        if self.numel() != 1 {
-            return Err(Error::invalid(
-                "item",
-                format!(
-                    "a tensor with {} elements (shape {:?}) cannot be read as one value; reduce it first, e.g. `.sum_all()?`",
-                    self.numel(),
-                    self.shape()
-                ),
-            ));
-        }
+        self.check_one_element("item")?;
         Ok(self.to_vec::<T>()?[0])
     }
 
     /// The value of a one-element tensor as f64, whatever its dtype.
     pub fn item_f64(&self) -> Result<f64> {
-        if self.numel() != 1 {
-            return Err(Error::invalid(
-                "item_f64",
-                format!(
-                    "the tensor has {} elements (shape {:?}), not one",
-                    self.numel(),
-                    self.shape()
-                ),
-            ));
-        }
+        self.check_one_element("item_f64")?;
         Ok(self.to_f64_vec()?[0])
+    }
+
+    fn check_one_element(&self, op: &'static str) -> Result<()> {
+        if self.numel() == 1 {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            op,
+            format!(
+                "a tensor with {} elements (shape {:?}) cannot be read as one value; reduce it first, e.g. `.sum_all()?`",
+                self.numel(),
+                self.shape()
+            ),
+        ))
     }
 }
 
