@@ -78,6 +78,7 @@ fn compute_dtype(dtype: DType) -> DType {
 
 impl Tensor {
     /// This tensor converted to `dtype` (a new tensor), or this handle when it already is.
+    #[must_use = "`.to_dtype()` returns a converted copy and leaves the original's dtype as it was: write `let y = x.to_dtype(DType::F16)?;`"]
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());
