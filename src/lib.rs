@@ -12,6 +12,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod autograd;
 pub mod cpu;
 pub mod cuda;
 pub mod device;
@@ -35,5 +36,6 @@ pub use transfer::{Clock, HostMemoryKind, Transfer};
 pub mod prelude {
     pub use crate::memory::{self, MemoryStats};
     pub use crate::transfer::{self, Transfer};
+    pub use crate::autograd::no_grad;
     pub use crate::{DType, Device, Error, Result, Scalar, Tensor, cuda, manual_seed};
 }

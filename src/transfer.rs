@@ -143,7 +143,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         device.check_available()?;
-        let src = self.contiguous()?;
+        let src = crate::autograd::no_grad(|| self.contiguous())?;
         let from = self.device();
         let memory = if src.is_pinned() {
             HostMemoryKind::Pinned
@@ -169,7 +169,9 @@ impl Tensor {
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
         });
-        Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t))
+        let out = Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t);
+        // Differentiable: the gradient flows back to the source device.
+        Ok(crate::autograd::record(out, "to", &[self], crate::autograd::grads::identity()))
     }
 
     /// `to(&Device::Cuda(0))`.

@@ -64,6 +64,8 @@ pub enum UnaryOp {
     Sigmoid,
     Tanh,
     Gelu,
+    /// d gelu / dx, for autograd.
+    GeluDerivative,
 }
 
 impl UnaryOp {
@@ -78,6 +80,7 @@ impl UnaryOp {
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Tanh => "tanh",
             UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluDerivative => "gelu_backward",
         }
     }
 
@@ -234,6 +237,7 @@ pub trait FloatMath: Arith {
     fn tanh(a: Self) -> Self;
     fn sigmoid(a: Self) -> Self;
     fn gelu(a: Self) -> Self;
+    fn gelu_derivative(a: Self) -> Self;
 }
 
 /// `e^x` for f32 without a libm call, so loops over it vectorise: range reduction by ln 2 and
@@ -292,6 +296,9 @@ impl FloatMath for f32 {
     fn gelu(a: f32) -> f32 {
         0.5 * a * (1.0 + libm::erff(a * std::f32::consts::FRAC_1_SQRT_2))
     }
+    fn gelu_derivative(a: f32) -> f32 {
+        f64::gelu_derivative(a as f64) as f32
+    }
 }
 
 impl FloatMath for f64 {
@@ -312,6 +319,12 @@ impl FloatMath for f64 {
     }
     fn gelu(a: f64) -> f64 {
         0.5 * a * (1.0 + libm::erf(a * std::f64::consts::FRAC_1_SQRT_2))
+    }
+    // Φ(x) + x·φ(x).
+    fn gelu_derivative(a: f64) -> f64 {
+        let cdf = 0.5 * (1.0 + libm::erf(a * std::f64::consts::FRAC_1_SQRT_2));
+        let pdf = (-0.5 * a * a).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        cdf + a * pdf
     }
 }
 
@@ -364,6 +377,7 @@ pub fn unary_float<T: FloatMath>(op: UnaryOp, a: &[T], la: &Layout, out: &mut [T
         UnaryOp::Sigmoid => map1(a, la, out, T::sigmoid),
         UnaryOp::Tanh => map1(a, la, out, T::tanh),
         UnaryOp::Gelu => map1(a, la, out, T::gelu),
+        UnaryOp::GeluDerivative => map1(a, la, out, T::gelu_derivative),
     }
 }
 

@@ -4,6 +4,7 @@
 use std::ops;
 
 use super::{Tensor, same_device};
+use crate::autograd::{grads, no_grad, record};
 use crate::cpu::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::storage::Storage;
@@ -84,7 +85,8 @@ impl Tensor {
             return Ok(self.clone());
         }
         let s = self.storage().copy_as(self.layout(), dtype)?;
-        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+        let out = Tensor::from_storage(s, self.shape().to_vec());
+        Ok(record(out, "to_dtype", &[self], grads::identity()))
     }
 
     fn scalar_like(&self, s: Scalar, dtype: DType) -> Result<Tensor> {
@@ -135,16 +137,20 @@ impl Tensor {
             ));
         }
         let shape = broadcast_shapes(name, a.shape(), b.shape())?;
-        let cd = compute_dtype(dtype);
-        let (a, b) = (a.to_dtype(cd)?, b.to_dtype(cd)?);
-        let s = Storage::binary(
-            op,
-            a.storage(),
-            &a.layout().broadcast_to(&shape),
-            b.storage(),
-            &b.layout().broadcast_to(&shape),
-        )?;
-        Tensor::from_storage(s, shape).to_dtype(dtype)
+        let out = no_grad(|| {
+            let cd = compute_dtype(dtype);
+            let (a, b) = (a.to_dtype(cd)?, b.to_dtype(cd)?);
+            let s = Storage::binary(
+                op,
+                a.storage(),
+                &a.layout().broadcast_to(&shape),
+                b.storage(),
+                &b.layout().broadcast_to(&shape),
+            )?;
+            Tensor::from_storage(s, shape).to_dtype(dtype)
+        })?;
+        let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
+        Ok(record(out, name, &[a, b], backward))
     }
 
     /// `self + other` with broadcasting; `other` is a tensor or a number.
@@ -219,7 +225,7 @@ impl Tensor {
         self.compare(CmpOp::Ge, other)
     }
 
-    fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+    pub(crate) fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
         let dtype = self.dtype();
         if dtype == DType::Bool && op != UnaryOp::Abs {
             return Err(Error::UnsupportedDType {
@@ -233,42 +239,46 @@ impl Tensor {
         } else {
             dtype.to_float()
         };
-        let x = self.to_dtype(compute_dtype(out))?;
-        let s = x.storage().unary(op, x.layout())?;
-        Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
+        let y = no_grad(|| {
+            let x = self.to_dtype(compute_dtype(out))?;
+            let s = x.storage().unary(op, x.layout())?;
+            Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
+        })?;
+        let backward = grads::unary(op, self.detach(), y.detach());
+        Ok(record(y, op.name(), &[self], backward))
     }
 
     pub fn neg(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Neg)
+        self.unary_op(UnaryOp::Neg)
     }
     pub fn abs(&self) -> Result<Tensor> {
         if self.dtype() == DType::Bool {
             return Ok(self.clone());
         }
-        self.unary(UnaryOp::Abs)
+        self.unary_op(UnaryOp::Abs)
     }
     pub fn relu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Relu)
+        self.unary_op(UnaryOp::Relu)
     }
     pub fn exp(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Exp)
+        self.unary_op(UnaryOp::Exp)
     }
     /// Natural logarithm (log of 0 is -inf, of a negative number NaN).
     pub fn log(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Log)
+        self.unary_op(UnaryOp::Log)
     }
     pub fn sqrt(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sqrt)
+        self.unary_op(UnaryOp::Sqrt)
     }
     pub fn sigmoid(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Sigmoid)
+        self.unary_op(UnaryOp::Sigmoid)
     }
     pub fn tanh(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Tanh)
+        self.unary_op(UnaryOp::Tanh)
     }
     /// GELU, exact erf form (PyTorch's default).
     pub fn gelu(&self) -> Result<Tensor> {
-        self.unary(UnaryOp::Gelu)
+        self.unary_op(UnaryOp::Gelu)
     }
 
     /// Limits every element to `[min, max]`; either bound may be `None`.
@@ -290,9 +300,12 @@ impl Tensor {
         }
         let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
         let out = DType::promote_scalar(self.dtype(), any_float);
-        let x = self.to_dtype(compute_dtype(out))?;
-        let s = x.storage().clamp(x.layout(), lo, hi)?;
-        Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
+        let y = no_grad(|| {
+            let x = self.to_dtype(compute_dtype(out))?;
+            let s = x.storage().clamp(x.layout(), lo, hi)?;
+            Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
+        })?;
+        Ok(record(y, "clamp", &[self], grads::clamp(self.detach(), lo, hi)))
     }
 
     pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
@@ -320,16 +333,17 @@ impl Tensor {
             y.shape(),
         )?;
         let dtype = result_type(x, y);
-        let (x, y) = (x.to_dtype(dtype)?, y.to_dtype(dtype)?);
-        let s = Storage::where_(
-            (
-                condition.storage(),
-                &condition.layout().broadcast_to(&shape),
-            ),
-            (x.storage(), &x.layout().broadcast_to(&shape)),
-            (y.storage(), &y.layout().broadcast_to(&shape)),
-        )?;
-        Ok(Tensor::from_storage(s, shape))
+        let out = no_grad(|| {
+            let (x, y) = (x.to_dtype(dtype)?, y.to_dtype(dtype)?);
+            let s = Storage::where_(
+                (condition.storage(), &condition.layout().broadcast_to(&shape)),
+                (x.storage(), &x.layout().broadcast_to(&shape)),
+                (y.storage(), &y.layout().broadcast_to(&shape)),
+            )?;
+            Ok(Tensor::from_storage(s, shape))
+        })?;
+        let backward = grads::where_(condition.detach(), x.shape().to_vec(), y.shape().to_vec());
+        Ok(record(out, "where", &[condition, x, y], backward))
     }
 }
 

@@ -8,6 +8,7 @@ mod shape_ops;
 
 use std::sync::Arc;
 
+use crate::autograd::GradMeta;
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::transfer::Transfer;
@@ -24,6 +25,7 @@ pub(crate) struct TensorInner {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
     pub(crate) last_transfer: Option<Transfer>,
+    pub(crate) grad_meta: GradMeta,
 }
 
 /// Where and as what a new tensor is made: `&device`, `(DType::F16, &device)` or
@@ -108,28 +110,36 @@ impl Tensor {
             storage: Arc::new(storage),
             layout: Layout::contiguous(shape),
             last_transfer: None,
+            grad_meta: GradMeta::default(),
         }))
     }
 
-    /// Another view of the same storage.
+    /// Another view of the same storage (a new tensor, with no history).
     pub(crate) fn view_as(&self, layout: Layout) -> Tensor {
         Tensor(Arc::new(TensorInner {
             storage: self.0.storage.clone(),
             layout,
             last_transfer: None,
+            grad_meta: GradMeta::default(),
         }))
     }
 
-    pub(crate) fn with_transfer(self, t: Transfer) -> Tensor {
-        let inner = Arc::try_unwrap(self.0).unwrap_or_else(|a| TensorInner {
+    /// This tensor's parts, reusing the allocation when this is the only handle.
+    fn into_parts(self) -> TensorInner {
+        Arc::try_unwrap(self.0).unwrap_or_else(|a| TensorInner {
             storage: a.storage.clone(),
             layout: a.layout.clone(),
-            last_transfer: None,
-        });
-        Tensor(Arc::new(TensorInner {
-            last_transfer: Some(t),
-            ..inner
-        }))
+            last_transfer: a.last_transfer.clone(),
+            grad_meta: GradMeta::default(),
+        })
+    }
+
+    pub(crate) fn with_transfer(self, t: Transfer) -> Tensor {
+        Tensor(Arc::new(TensorInner { last_transfer: Some(t), ..self.into_parts() }))
+    }
+
+    pub(crate) fn with_grad_meta(self, grad_meta: GradMeta) -> Tensor {
+        Tensor(Arc::new(TensorInner { grad_meta, ..self.into_parts() }))
     }
 
     pub(crate) fn storage(&self) -> &Storage {

@@ -2,6 +2,7 @@
 //! log-softmax, and matmul.
 
 use super::{Tensor, same_device};
+use crate::autograd::{grads, no_grad, record};
 use crate::layout::{Dims, Layout, broadcast_shapes, resolve_dim, resolve_dims};
 use crate::storage::Storage;
 use crate::{DType, Dim, Error, Result};
@@ -12,6 +13,10 @@ struct Rows {
     rows: usize,
     len: usize,
     out_shape: Vec<usize>,
+    /// The output shape with the reduced dims kept as size 1.
+    kept_shape: Vec<usize>,
+    /// The reduced dims.
+    reduced: Vec<i64>,
 }
 
 impl Tensor {
@@ -25,28 +30,15 @@ impl Tensor {
         let reduced: Vec<usize> = reduced.into_iter().filter(|&d| d < rank).collect();
         let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
         let perm: Vec<usize> = kept.iter().chain(&reduced).copied().collect();
-        let data = self.view_as(self.layout().permuted(&perm)).contiguous()?;
+        let data = no_grad(|| self.view_as(self.layout().permuted(&perm)).contiguous())?;
         let rows = kept.iter().map(|&d| self.shape()[d]).product();
         let len = reduced.iter().map(|&d| self.shape()[d]).product();
-        let out_shape = if keepdim {
-            (0..rank)
-                .map(|d| {
-                    if reduced.contains(&d) {
-                        1
-                    } else {
-                        self.shape()[d]
-                    }
-                })
-                .collect()
-        } else {
-            kept.iter().map(|&d| self.shape()[d]).collect()
-        };
-        Ok(Rows {
-            data,
-            rows,
-            len,
-            out_shape,
-        })
+        let kept_shape: Vec<usize> =
+            (0..rank).map(|d| if reduced.contains(&d) { 1 } else { self.shape()[d] }).collect();
+        let out_shape =
+            if keepdim { kept_shape.clone() } else { kept.iter().map(|&d| self.shape()[d]).collect() };
+        let reduced = reduced.iter().map(|&d| d as i64).collect();
+        Ok(Rows { data, rows, len, out_shape, kept_shape, reduced })
     }
 
     fn sum_impl(&self, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> Result<Tensor> {
@@ -66,9 +58,11 @@ impl Tensor {
             DType::F32 | DType::F64 => (dtype, dtype),
             _ => (DType::I64, DType::I64),
         };
-        let r = self.to_dtype(compute)?.to_rows(op, dims, keepdim)?;
+        let r = no_grad(|| self.to_dtype(compute))?.to_rows(op, dims, keepdim)?;
         let s = r.data.storage().sum_rows(r.rows, r.len, mean)?;
-        Tensor::from_storage(s, r.out_shape).to_dtype(out)
+        let y = no_grad(|| Tensor::from_storage(s, r.out_shape).to_dtype(out))?;
+        let backward = grads::sum(self.shape().to_vec(), r.kept_shape, mean.then_some(r.len));
+        Ok(record(y, op, &[self], backward))
     }
 
     /// The sum of all elements (a 0-dim tensor). Ints and bools sum to i64.
@@ -118,10 +112,10 @@ impl Tensor {
             ));
         }
         let (v, i) = r.data.storage().extreme_rows(r.rows, r.len, greater)?;
-        Ok((
-            Tensor::from_storage(v, r.out_shape.clone()),
-            Tensor::from_storage(i, r.out_shape),
-        ))
+        let values = Tensor::from_storage(v, r.out_shape.clone());
+        let values_kept = no_grad(|| values.reshape(r.kept_shape.clone()))?;
+        let backward = grads::extreme(self.detach(), values_kept, r.kept_shape, r.reduced);
+        Ok((record(values, op, &[self], backward), Tensor::from_storage(i, r.out_shape)))
     }
 
     /// The largest element (NaN if any element is NaN).
@@ -212,14 +206,20 @@ impl Tensor {
         out.permute(inverse)?.contiguous()?.to_dtype(dtype)
     }
 
+    fn softmax_recorded(&self, dim: i64, log: bool) -> Result<Tensor> {
+        let out = no_grad(|| self.softmax_impl(dim, log))?;
+        let backward = grads::softmax(out.detach(), dim, log);
+        Ok(record(out, if log { "log_softmax" } else { "softmax" }, &[self], backward))
+    }
+
     /// `exp(x) / Σ exp(x)` along `dim`, computed stably (halves in f32).
     pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
-        self.softmax_impl(dim.as_i64(), false)
+        self.softmax_recorded(dim.as_i64(), false)
     }
 
     /// `log(softmax(x))` along `dim`, without the intermediate rounding.
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
-        self.softmax_impl(dim.as_i64(), true)
+        self.softmax_recorded(dim.as_i64(), true)
     }
 
     /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
@@ -282,7 +282,8 @@ impl Tensor {
         } else {
             dtype
         };
-        let (a, b) = (a.to_dtype(compute)?, b.to_dtype(compute)?);
+        let (a2, b2) = (a, b);
+        let (a, b) = no_grad(|| Ok::<_, Error>((a2.to_dtype(compute)?, b2.to_dtype(compute)?)))?;
         let full = |t: &Tensor, r: usize, c: usize| {
             let mut shape = batch.clone();
             shape.extend([r, c]);
@@ -311,13 +312,15 @@ impl Tensor {
         )?;
         let mut shape = batch;
         shape.extend([m, n]);
-        let mut out = Tensor::from_storage(s, shape);
+        let out = no_grad(|| Tensor::from_storage(s, shape).to_dtype(dtype))?;
+        let backward = grads::matmul(a2.detach(), b2.detach());
+        let mut out = record(out, "matmul", &[&a2, &b2], backward);
         if other.rank() == 1 {
             out = out.squeeze(-1)?;
         }
         if self.rank() == 1 {
             out = out.squeeze(if other.rank() == 1 { -1 } else { -2 })?;
         }
-        out.to_dtype(dtype)
+        Ok(out)
     }
 }

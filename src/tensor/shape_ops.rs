@@ -2,6 +2,7 @@
 //! contiguous; and the copying ones: cat, stack, index_select.
 
 use super::{Tensor, same_device};
+use crate::autograd::{grads, no_grad, record};
 use crate::layout::{Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims};
 use crate::storage::Storage;
 use crate::{DType, Dim, Error, Result};
@@ -37,7 +38,11 @@ impl Tensor {
     /// The same elements in a new shape (one dim may be -1). A view when the layout allows it
     /// (as `view` would), else a contiguous copy — PyTorch's `reshape`.
     pub fn reshape(&self, shape: impl IntoReshape) -> Result<Tensor> {
-        let spec = shape.into_reshape();
+        let out = no_grad(|| self.reshape_impl(shape.into_reshape()))?;
+        Ok(record(out, "reshape", &[self], grads::reshape(self.shape().to_vec())))
+    }
+
+    fn reshape_impl(&self, spec: Vec<i64>) -> Result<Tensor> {
         let numel = self.numel();
         let known: Vec<usize> = spec
             .iter()
@@ -90,7 +95,7 @@ impl Tensor {
                 strides,
                 offset: self.storage_offset(),
             })),
-            _ => self.contiguous()?.reshape(shape),
+            _ => self.contiguous()?.reshape_impl(shape.iter().map(|&d| d as i64).collect()),
         }
     }
 
@@ -107,15 +112,15 @@ impl Tensor {
         {
             return Ok(self.clone());
         }
-        let s = self.storage().copy_as(self.layout(), self.dtype())?;
-        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+        self.copy()
     }
 
     /// A new tensor with its own copy of the data (PyTorch's `x.clone()`; Rust's `clone()` of a
     /// `Tensor` copies only the handle).
     pub fn copy(&self) -> Result<Tensor> {
         let s = self.storage().copy_as(self.layout(), self.dtype())?;
-        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+        let out = Tensor::from_storage(s, self.shape().to_vec());
+        Ok(record(out, "copy", &[self], grads::identity()))
     }
 
     /// Dimensions reordered: result dim `i` is input dim `dims[i]` (a view).
@@ -133,7 +138,8 @@ impl Tensor {
             ));
         }
         let perm = resolve_dims("permute", &dims, self.rank())?;
-        Ok(self.view_as(self.layout().permuted(&perm)))
+        let out = self.view_as(self.layout().permuted(&perm));
+        Ok(record(out, "permute", &[self], grads::permute(perm)))
     }
 
     /// Dims `d0` and `d1` swapped (a view).
@@ -148,7 +154,8 @@ impl Tensor {
         }
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(a, b);
-        Ok(self.view_as(self.layout().permuted(&perm)))
+        let out = self.view_as(self.layout().permuted(&perm));
+        Ok(record(out, "transpose", &[self], grads::permute(perm)))
     }
 
     /// The transpose of a matrix (`x.t()`); 0-D and 1-D tensors come back unchanged.
@@ -181,7 +188,8 @@ impl Tensor {
         let mut l = self.layout().clone();
         l.offset += start * l.strides[d];
         l.shape[d] = len;
-        Ok(self.view_as(l))
+        let backward = grads::narrow(self.shape().to_vec(), d, start);
+        Ok(record(self.view_as(l), "narrow", &[self], backward))
     }
 
     /// Removes dimension `dim` if it has size 1 (otherwise returns the tensor unchanged).
@@ -193,18 +201,19 @@ impl Tensor {
         let mut l = self.layout().clone();
         l.shape.remove(d);
         l.strides.remove(d);
-        Ok(self.view_as(l))
+        Ok(record(self.view_as(l), "squeeze", &[self], grads::reshape(self.shape().to_vec())))
     }
 
     /// Removes every dimension of size 1.
     pub fn squeeze_all(&self) -> Result<Tensor> {
         let l = self.layout();
         let keep: Vec<usize> = (0..self.rank()).filter(|&i| l.shape[i] != 1).collect();
-        Ok(self.view_as(Layout {
+        let out = self.view_as(Layout {
             shape: keep.iter().map(|&i| l.shape[i]).collect(),
             strides: keep.iter().map(|&i| l.strides[i]).collect(),
             offset: l.offset,
-        }))
+        });
+        Ok(record(out, "squeeze", &[self], grads::reshape(self.shape().to_vec())))
     }
 
     /// Inserts a dimension of size 1 at `dim` (which may be `rank`, or negative).
@@ -218,7 +227,7 @@ impl Tensor {
         };
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
-        Ok(self.view_as(l))
+        Ok(record(self.view_as(l), "unsqueeze", &[self], grads::reshape(self.shape().to_vec())))
     }
 
     /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
@@ -233,7 +242,8 @@ impl Tensor {
                 why: "the target must contain the tensor's shape".into(),
             });
         }
-        Ok(self.view_as(self.layout().broadcast_to(&shape)))
+        let out = self.view_as(self.layout().broadcast_to(&shape));
+        Ok(record(out, "broadcast_to", &[self], grads::broadcast(self.shape().to_vec())))
     }
 
     /// Joins tensors along an existing dimension (`torch.cat`). Dtypes are promoted.
@@ -280,14 +290,15 @@ impl Tensor {
         let out_layout = Layout::contiguous(shape.clone());
         let mut at = 0;
         for t in tensors {
-            let t = t.to_dtype(dtype)?;
+            let t = no_grad(|| t.to_dtype(dtype))?;
             let mut dst = out_layout.clone();
             dst.offset = at * dst.strides[d];
             dst.shape[d] = t.shape()[d];
             out.write_view(&dst, t.storage(), t.layout());
             at += t.shape()[d];
         }
-        Ok(Tensor::from_storage(out, shape))
+        let sizes = tensors.iter().map(|t| t.shape()[d]).collect();
+        Ok(record(Tensor::from_storage(out, shape), "cat", tensors, grads::cat(sizes, d)))
     }
 
     /// Joins tensors of one shape along a new dimension (`torch.stack`).
@@ -362,6 +373,7 @@ impl Tensor {
             src.shape[d] = 1;
             out.write_view(&dst, self.storage(), &src);
         }
-        Ok(Tensor::from_storage(out, shape))
+        let backward = grads::index_select(self.shape().to_vec(), d, positions);
+        Ok(record(Tensor::from_storage(out, shape), "index_select", &[self, index], backward))
     }
 }
