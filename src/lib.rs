@@ -12,6 +12,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod amp;
 pub mod autograd;
 pub mod cpu;
 pub mod cuda;
@@ -21,6 +22,9 @@ pub mod dtype;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod nn;
+pub mod optim;
+pub mod parallel;
 mod storage;
 pub mod tensor;
 pub mod transfer;
@@ -34,8 +38,12 @@ pub use transfer::{Clock, HostMemoryKind, Transfer};
 
 /// Everything a REPL cell or a script needs: `use placelab::prelude::*;`.
 pub mod prelude {
-    pub use crate::memory::{self, MemoryStats};
-    pub use crate::transfer::{self, Transfer};
+    pub use crate::amp::{GradScaler, autocast};
     pub use crate::autograd::no_grad;
+    pub use crate::memory::{self, MemoryStats};
+    pub use crate::nn::{self, Module, ModuleExt};
+    pub use crate::optim::{self, Adam, Optimizer, Sgd};
+    pub use crate::parallel::DataParallel;
+    pub use crate::transfer::{self, Transfer};
     pub use crate::{DType, Device, Error, Result, Scalar, Tensor, cuda, manual_seed};
 }

@@ -208,6 +208,26 @@ impl Storage {
         );
     }
 
+    /// Overwrites the view `ld` of a storage that other tensors may share (in-place updates:
+    /// optimizer steps). `src` must not overlap `self`.
+    ///
+    /// # Safety
+    /// No other thread may read or write this storage during the call, and no slice of it may be
+    /// alive: the engine calls this only from `Tensor::assign_`, outside any kernel.
+    pub(crate) unsafe fn write_view_shared(&self, ld: &Layout, src: &Storage, ls: &Layout) {
+        let ptr = match &self.backing {
+            Backing::Host(b) => b.ptr(),
+        };
+        let bytes = self.numel * self.dtype.size_in_bytes();
+        crate::with_dtype!(self.dtype, T, {
+            // SAFETY: the caller guarantees exclusive access; the block holds `numel` elements.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(ptr as *mut T, bytes / self.dtype.size_in_bytes())
+            };
+            cpu::copy_strided(src.slice::<T>(), ls, dst, ld)
+        });
+    }
+
     pub(crate) fn binary(
         op: BinaryOp,
         a: &Storage,

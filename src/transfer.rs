@@ -171,7 +171,12 @@ impl Tensor {
         });
         let out = Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t);
         // Differentiable: the gradient flows back to the source device.
-        Ok(crate::autograd::record(out, "to", &[self], crate::autograd::grads::identity()))
+        Ok(crate::autograd::record(
+            out,
+            "to",
+            &[self],
+            crate::autograd::grads::identity(),
+        ))
     }
 
     /// `to(&Device::Cuda(0))`.

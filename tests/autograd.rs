@@ -16,15 +16,30 @@ fn positive(shape: &[usize], seed: u64) -> Tensor {
 
 /// Checks d(sum(f(x)·w))/dx against finite differences for every input.
 fn check(name: &str, inputs: Vec<Tensor>, f: &Op) -> Vec<String> {
-    let leaves: Vec<Tensor> = inputs.iter().map(|x| x.detach().requires_grad_(true).unwrap()).collect();
+    let leaves: Vec<Tensor> = inputs
+        .iter()
+        .map(|x| x.detach().requires_grad_(true).unwrap())
+        .collect();
     let out = f(&leaves).unwrap();
     manual_seed(99);
     let w = Tensor::randn(out.shape().to_vec(), (DType::F64, out.device())).unwrap();
-    let loss = |xs: &[Tensor]| f(xs).unwrap().to_dtype(DType::F64).unwrap().mul(&w).unwrap().sum_all().unwrap();
+    let loss = |xs: &[Tensor]| {
+        f(xs)
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .mul(&w)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+    };
     loss(&leaves).backward().unwrap();
     let mut wrong = Vec::new();
     for (k, x) in inputs.iter().enumerate() {
-        let analytic = leaves[k].grad().map(|g| g.to_f64_vec().unwrap()).unwrap_or_default();
+        let analytic = leaves[k]
+            .grad()
+            .map(|g| g.to_f64_vec().unwrap())
+            .unwrap_or_default();
         let vals = x.to_f64_vec().unwrap();
         let eps = 1e-6;
         for (j, &a) in analytic.iter().enumerate() {
@@ -32,17 +47,26 @@ fn check(name: &str, inputs: Vec<Tensor>, f: &Op) -> Vec<String> {
                 let mut v = vals.clone();
                 v[j] += d;
                 let mut xs = inputs.clone();
-                xs[k] = Tensor::from_vec(v, x.shape().to_vec(), &x.device()).unwrap().to_dtype(x.dtype()).unwrap();
+                xs[k] = Tensor::from_vec(v, x.shape().to_vec(), &x.device())
+                    .unwrap()
+                    .to_dtype(x.dtype())
+                    .unwrap();
                 no_grad(|| loss(&xs)).item::<f64>().unwrap()
             };
             let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
             if (a - numeric).abs() > 1e-6 + 1e-4 * numeric.abs() {
-                wrong.push(format!("{name}: input {k} element {j}: autograd {a}, finite difference {numeric}"));
+                wrong.push(format!(
+                    "{name}: input {k} element {j}: autograd {a}, finite difference {numeric}"
+                ));
                 break;
             }
         }
         if analytic.len() != vals.len() {
-            wrong.push(format!("{name}: input {k} got {} gradient values for {} elements", analytic.len(), vals.len()));
+            wrong.push(format!(
+                "{name}: input {k} got {} gradient values for {} elements",
+                analytic.len(),
+                vals.len()
+            ));
         }
     }
     wrong
@@ -52,15 +76,43 @@ fn check(name: &str, inputs: Vec<Tensor>, f: &Op) -> Vec<String> {
 fn every_differentiable_op_matches_finite_differences() {
     cuda::simulate(2, None).unwrap();
     let cases: Vec<(&str, Vec<Tensor>, Op)> = vec![
-        ("add broadcast", vec![t(&[2, 3], 1), t(&[3], 2)], Box::new(|x| &x[0] + &x[1])),
-        ("sub", vec![t(&[4, 1], 3), t(&[1, 5], 4)], Box::new(|x| &x[0] - &x[1])),
-        ("mul", vec![t(&[2, 3], 5), t(&[2, 3], 6)], Box::new(|x| &x[0] * &x[1])),
-        ("div", vec![t(&[2, 3], 7), positive(&[3], 8)], Box::new(|x| &x[0] / &x[1])),
-        ("pow", vec![positive(&[2, 3], 9), t(&[2, 3], 10)], Box::new(|x| x[0].pow(&x[1]))),
+        (
+            "add broadcast",
+            vec![t(&[2, 3], 1), t(&[3], 2)],
+            Box::new(|x| &x[0] + &x[1]),
+        ),
+        (
+            "sub",
+            vec![t(&[4, 1], 3), t(&[1, 5], 4)],
+            Box::new(|x| &x[0] - &x[1]),
+        ),
+        (
+            "mul",
+            vec![t(&[2, 3], 5), t(&[2, 3], 6)],
+            Box::new(|x| &x[0] * &x[1]),
+        ),
+        (
+            "div",
+            vec![t(&[2, 3], 7), positive(&[3], 8)],
+            Box::new(|x| &x[0] / &x[1]),
+        ),
+        (
+            "pow",
+            vec![positive(&[2, 3], 9), t(&[2, 3], 10)],
+            Box::new(|x| x[0].pow(&x[1])),
+        ),
         ("pow scalar", vec![t(&[5], 11)], Box::new(|x| x[0].pow(3))),
         ("rsub scalar", vec![t(&[5], 12)], Box::new(|x| 2.0 - &x[0])),
-        ("maximum", vec![t(&[6], 13), t(&[6], 14)], Box::new(|x| x[0].maximum(&x[1]))),
-        ("minimum", vec![t(&[6], 15), t(&[1], 16)], Box::new(|x| x[0].minimum(&x[1]))),
+        (
+            "maximum",
+            vec![t(&[6], 13), t(&[6], 14)],
+            Box::new(|x| x[0].maximum(&x[1])),
+        ),
+        (
+            "minimum",
+            vec![t(&[6], 15), t(&[1], 16)],
+            Box::new(|x| x[0].minimum(&x[1])),
+        ),
         ("neg", vec![t(&[4], 17)], Box::new(|x| x[0].neg())),
         ("exp", vec![t(&[4], 18)], Box::new(|x| x[0].exp())),
         ("log", vec![positive(&[4], 19)], Box::new(|x| x[0].log())),
@@ -70,37 +122,143 @@ fn every_differentiable_op_matches_finite_differences() {
         ("sigmoid", vec![t(&[6], 23)], Box::new(|x| x[0].sigmoid())),
         ("tanh", vec![t(&[6], 24)], Box::new(|x| x[0].tanh())),
         ("gelu", vec![t(&[6], 25)], Box::new(|x| x[0].gelu())),
-        ("clamp", vec![t(&[8], 26)], Box::new(|x| x[0].clamp(Some(-0.5), Some(0.7)))),
-        ("where", vec![t(&[2, 3], 27), t(&[3], 28)], Box::new(|x| Tensor::where_cond(&x[0].gt(0.0)?, &x[0], &x[1]))),
-        ("sum dims", vec![t(&[2, 3, 4], 29)], Box::new(|x| x[0].sum([0, 2], false))),
-        ("sum all", vec![t(&[2, 3], 30)], Box::new(|x| x[0].sum_all())),
-        ("mean keepdim", vec![t(&[2, 3, 4], 31)], Box::new(|x| x[0].mean(-1, true))),
-        ("max dim", vec![t(&[3, 5], 32)], Box::new(|x| x[0].max(1, false))),
-        ("min all", vec![t(&[3, 5], 33)], Box::new(|x| x[0].min_all())),
-        ("max_dim values", vec![t(&[3, 5], 34)], Box::new(|x| Ok(x[0].max_dim(0, true)?.0))),
-        ("softmax", vec![t(&[3, 5], 35)], Box::new(|x| x[0].softmax(1))),
-        ("softmax dim0", vec![t(&[3, 5], 36)], Box::new(|x| x[0].softmax(0))),
-        ("log_softmax", vec![t(&[3, 5], 37)], Box::new(|x| x[0].log_softmax(-1))),
-        ("matmul", vec![t(&[3, 4], 38), t(&[4, 2], 39)], Box::new(|x| x[0].matmul(&x[1]))),
-        ("matmul batched broadcast", vec![t(&[2, 1, 3, 4], 40), t(&[3, 4, 2], 41)], Box::new(|x| x[0].matmul(&x[1]))),
-        ("matmul vector-matrix", vec![t(&[4], 42), t(&[4, 3], 43)], Box::new(|x| x[0].matmul(&x[1]))),
-        ("matmul matrix-vector", vec![t(&[3, 4], 44), t(&[4], 45)], Box::new(|x| x[0].matmul(&x[1]))),
-        ("matmul dot", vec![t(&[4], 46), t(&[4], 47)], Box::new(|x| x[0].matmul(&x[1]))),
-        ("reshape", vec![t(&[2, 6], 48)], Box::new(|x| x[0].reshape([3, -1])?.exp())),
-        ("transpose", vec![t(&[2, 3], 49)], Box::new(|x| x[0].t()?.matmul(&x[0]))),
-        ("permute", vec![t(&[2, 3, 4], 50)], Box::new(|x| x[0].permute([2, 0, 1])?.contiguous())),
-        ("narrow", vec![t(&[5, 3], 51)], Box::new(|x| x[0].narrow(0, 1, 3))),
-        ("squeeze unsqueeze", vec![t(&[3, 1], 52)], Box::new(|x| x[0].squeeze(1)?.unsqueeze(0))),
-        ("broadcast_to", vec![t(&[3, 1], 53)], Box::new(|x| x[0].broadcast_to([2, 3, 4]))),
-        ("cat", vec![t(&[2, 3], 54), t(&[1, 3], 55)], Box::new(|x| Tensor::cat(&[&x[0], &x[1]], 0))),
-        ("stack", vec![t(&[2, 3], 56), t(&[2, 3], 57)], Box::new(|x| Tensor::stack(&[&x[0], &x[1]], 1))),
+        (
+            "clamp",
+            vec![t(&[8], 26)],
+            Box::new(|x| x[0].clamp(Some(-0.5), Some(0.7))),
+        ),
+        (
+            "where",
+            vec![t(&[2, 3], 27), t(&[3], 28)],
+            Box::new(|x| Tensor::where_cond(&x[0].gt(0.0)?, &x[0], &x[1])),
+        ),
+        (
+            "sum dims",
+            vec![t(&[2, 3, 4], 29)],
+            Box::new(|x| x[0].sum([0, 2], false)),
+        ),
+        (
+            "sum all",
+            vec![t(&[2, 3], 30)],
+            Box::new(|x| x[0].sum_all()),
+        ),
+        (
+            "mean keepdim",
+            vec![t(&[2, 3, 4], 31)],
+            Box::new(|x| x[0].mean(-1, true)),
+        ),
+        (
+            "max dim",
+            vec![t(&[3, 5], 32)],
+            Box::new(|x| x[0].max(1, false)),
+        ),
+        (
+            "min all",
+            vec![t(&[3, 5], 33)],
+            Box::new(|x| x[0].min_all()),
+        ),
+        (
+            "max_dim values",
+            vec![t(&[3, 5], 34)],
+            Box::new(|x| Ok(x[0].max_dim(0, true)?.0)),
+        ),
+        (
+            "softmax",
+            vec![t(&[3, 5], 35)],
+            Box::new(|x| x[0].softmax(1)),
+        ),
+        (
+            "softmax dim0",
+            vec![t(&[3, 5], 36)],
+            Box::new(|x| x[0].softmax(0)),
+        ),
+        (
+            "log_softmax",
+            vec![t(&[3, 5], 37)],
+            Box::new(|x| x[0].log_softmax(-1)),
+        ),
+        (
+            "matmul",
+            vec![t(&[3, 4], 38), t(&[4, 2], 39)],
+            Box::new(|x| x[0].matmul(&x[1])),
+        ),
+        (
+            "matmul batched broadcast",
+            vec![t(&[2, 1, 3, 4], 40), t(&[3, 4, 2], 41)],
+            Box::new(|x| x[0].matmul(&x[1])),
+        ),
+        (
+            "matmul vector-matrix",
+            vec![t(&[4], 42), t(&[4, 3], 43)],
+            Box::new(|x| x[0].matmul(&x[1])),
+        ),
+        (
+            "matmul matrix-vector",
+            vec![t(&[3, 4], 44), t(&[4], 45)],
+            Box::new(|x| x[0].matmul(&x[1])),
+        ),
+        (
+            "matmul dot",
+            vec![t(&[4], 46), t(&[4], 47)],
+            Box::new(|x| x[0].matmul(&x[1])),
+        ),
+        (
+            "reshape",
+            vec![t(&[2, 6], 48)],
+            Box::new(|x| x[0].reshape([3, -1])?.exp()),
+        ),
+        (
+            "transpose",
+            vec![t(&[2, 3], 49)],
+            Box::new(|x| x[0].t()?.matmul(&x[0])),
+        ),
+        (
+            "permute",
+            vec![t(&[2, 3, 4], 50)],
+            Box::new(|x| x[0].permute([2, 0, 1])?.contiguous()),
+        ),
+        (
+            "narrow",
+            vec![t(&[5, 3], 51)],
+            Box::new(|x| x[0].narrow(0, 1, 3)),
+        ),
+        (
+            "squeeze unsqueeze",
+            vec![t(&[3, 1], 52)],
+            Box::new(|x| x[0].squeeze(1)?.unsqueeze(0)),
+        ),
+        (
+            "broadcast_to",
+            vec![t(&[3, 1], 53)],
+            Box::new(|x| x[0].broadcast_to([2, 3, 4])),
+        ),
+        (
+            "cat",
+            vec![t(&[2, 3], 54), t(&[1, 3], 55)],
+            Box::new(|x| Tensor::cat(&[&x[0], &x[1]], 0)),
+        ),
+        (
+            "stack",
+            vec![t(&[2, 3], 56), t(&[2, 3], 57)],
+            Box::new(|x| Tensor::stack(&[&x[0], &x[1]], 1)),
+        ),
         (
             "index_select repeats",
             vec![t(&[4, 3], 58)],
-            Box::new(|x| x[0].index_select(0, &Tensor::from_vec(vec![3i64, 0, 3], [3], &Device::Cpu)?)),
+            Box::new(|x| {
+                x[0].index_select(0, &Tensor::from_vec(vec![3i64, 0, 3], [3], &Device::Cpu)?)
+            }),
         ),
-        ("to device and back", vec![t(&[4], 60)], Box::new(|x| x[0].to(&Device::Cuda(1))?.exp()?.cpu())),
-        ("copy", vec![t(&[4], 61)], Box::new(|x| x[0].copy()?.mul(&x[0]))),
+        (
+            "to device and back",
+            vec![t(&[4], 60)],
+            Box::new(|x| x[0].to(&Device::Cuda(1))?.exp()?.cpu()),
+        ),
+        (
+            "copy",
+            vec![t(&[4], 61)],
+            Box::new(|x| x[0].copy()?.mul(&x[0])),
+        ),
     ];
     let mut wrong = Vec::new();
     for (name, inputs, f) in &cases {
@@ -113,7 +271,10 @@ fn every_differentiable_op_matches_finite_differences() {
 fn no_grad_records_nothing_and_keeps_nothing_alive() {
     cuda::simulate(2, None).unwrap();
     let d = Device::Cuda(1);
-    let w = Tensor::randn([256, 256], d).unwrap().requires_grad_(true).unwrap();
+    let w = Tensor::randn([256, 256], d)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
     let x = Tensor::randn([64, 256], d).unwrap();
     let base = cuda::memory_allocated(1).unwrap();
     let y = x.matmul(&w).unwrap().relu().unwrap().sum_all().unwrap();
@@ -123,26 +284,55 @@ fn no_grad_records_nothing_and_keeps_nothing_alive() {
     let z = no_grad(|| x.matmul(&w).unwrap().relu().unwrap().sum_all().unwrap());
     assert!(!z.requires_grad() && z.grad_fn().is_none());
     let without = cuda::memory_allocated(1).unwrap() - base;
-    assert!(without < with_graph, "the graph keeps activations alive: {with_graph} B vs {without} B without it");
+    assert!(
+        without < with_graph,
+        "the graph keeps activations alive: {with_graph} B vs {without} B without it"
+    );
     assert_eq!(without, 512, "only the result remains");
 }
 
 #[test]
 fn gradients_accumulate_live_on_the_device_and_can_be_cleared() {
     cuda::simulate(2, None).unwrap();
-    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3], &Device::Cuda(0)).unwrap().requires_grad_(true).unwrap();
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3], &Device::Cuda(0))
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
     let loss = |x: &Tensor| x.mul(x).unwrap().sum_all().unwrap();
     loss(&x).backward().unwrap();
     let g = x.grad().unwrap();
-    assert_eq!((g.device(), g.to_vec::<f32>().unwrap()), (Device::Cuda(0), vec![2.0, 4.0, 6.0]));
+    assert_eq!(
+        (g.device(), g.to_vec::<f32>().unwrap()),
+        (Device::Cuda(0), vec![2.0, 4.0, 6.0])
+    );
     loss(&x).backward().unwrap();
-    assert_eq!(x.grad().unwrap().to_vec::<f32>().unwrap(), vec![4.0, 8.0, 12.0], "backward adds to .grad()");
+    assert_eq!(
+        x.grad().unwrap().to_vec::<f32>().unwrap(),
+        vec![4.0, 8.0, 12.0],
+        "backward adds to .grad()"
+    );
     x.zero_grad();
     assert!(x.grad().is_none());
     // Through a cast, the gradient comes back in the leaf's own dtype.
-    let h = Tensor::from_vec(vec![1.5f32, -2.0], [2], &Device::Cpu).unwrap().requires_grad_(true).unwrap();
-    h.to_dtype(DType::F64).unwrap().mul(3.0).unwrap().sum_all().unwrap().backward().unwrap();
-    assert_eq!((h.grad().unwrap().dtype(), h.grad().unwrap().to_vec::<f32>().unwrap()), (DType::F32, vec![3.0, 3.0]));
+    let h = Tensor::from_vec(vec![1.5f32, -2.0], [2], &Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    h.to_dtype(DType::F64)
+        .unwrap()
+        .mul(3.0)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(
+        (
+            h.grad().unwrap().dtype(),
+            h.grad().unwrap().to_vec::<f32>().unwrap()
+        ),
+        (DType::F32, vec![3.0, 3.0])
+    );
     let d = x.detach();
     assert!(!d.requires_grad() && d.shares_storage_with(&x));
     assert!(loss(&d).backward().is_err());
@@ -150,23 +340,44 @@ fn gradients_accumulate_live_on_the_device_and_can_be_cleared() {
 
 #[test]
 fn misuse_gets_clear_errors() {
-    let x = Tensor::randn([3], Device::Cpu).unwrap().requires_grad_(true).unwrap();
+    let x = Tensor::randn([3], Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
     let y = x.exp().unwrap().sum_all().unwrap();
     y.backward().unwrap();
     let e = y.backward().unwrap_err().to_string();
-    assert!(e.contains("already used by an earlier backward") && e.contains("recompute the forward pass"), "{e}");
+    assert!(
+        e.contains("already used by an earlier backward")
+            && e.contains("recompute the forward pass"),
+        "{e}"
+    );
 
     let plain = Tensor::randn([3], Device::Cpu).unwrap().sum_all().unwrap();
     let e = plain.backward().unwrap_err().to_string();
-    assert!(e.contains("does not require grad") && e.contains("requires_grad_(true)"), "{e}");
+    assert!(
+        e.contains("does not require grad") && e.contains("requires_grad_(true)"),
+        "{e}"
+    );
 
     let v = x.mul(2.0).unwrap();
     let e = v.backward().unwrap_err().to_string();
-    assert!(e.contains("one-element tensor") && e.contains("backward_with"), "{e}");
-    v.backward_with(&Tensor::ones([3], Device::Cpu).unwrap()).unwrap();
+    assert!(
+        e.contains("one-element tensor") && e.contains("backward_with"),
+        "{e}"
+    );
+    v.backward_with(&Tensor::ones([3], Device::Cpu).unwrap())
+        .unwrap();
 
     let e = v.requires_grad_(false).unwrap_err().to_string();
     assert!(e.contains("only leaf tensors"), "{e}");
-    let e = Tensor::arange(0, 3, Device::Cpu).unwrap().requires_grad_(true).unwrap_err().to_string();
-    assert!(e.contains("Only float tensors can require gradients"), "{e}");
+    let e = Tensor::arange(0, 3, Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Only float tensors can require gradients"),
+        "{e}"
+    );
 }

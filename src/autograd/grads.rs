@@ -18,7 +18,11 @@ impl Tensor {
             .filter(|&i| i < lead || (shape[i - lead] == 1 && self.shape()[i] != 1))
             .map(|i| i as i64)
             .collect();
-        let s = if dims.is_empty() { self.clone() } else { self.sum(dims, true)? };
+        let s = if dims.is_empty() {
+            self.clone()
+        } else {
+            self.sum(dims, true)?
+        };
         s.reshape(shape.to_vec())
     }
 }
@@ -27,7 +31,12 @@ fn mask(cond: Tensor, like: &Tensor) -> Result<Tensor> {
     cond.to_dtype(like.dtype().to_float())
 }
 
-pub(crate) fn binary(op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn binary(
+    op: BinaryOp,
+    a: Tensor,
+    b: Tensor,
+    out: Tensor,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let (ga, gb) = match op {
             BinaryOp::Add => (g.clone(), g.clone()),
@@ -42,17 +51,28 @@ pub(crate) fn binary(op: BinaryOp, a: Tensor, b: Tensor, out: Tensor) -> impl Fn
                 (ga, gb)
             }
             BinaryOp::Maximum | BinaryOp::Minimum => {
-                let wins = if op == BinaryOp::Maximum { a.gt(&b)? } else { a.lt(&b)? };
+                let wins = if op == BinaryOp::Maximum {
+                    a.gt(&b)?
+                } else {
+                    a.lt(&b)?
+                };
                 // Ties split the gradient, as in PyTorch.
                 let share = mask(wins, g)?.add(&mask(a.eq(&b)?, g)?.mul(0.5)?)?;
                 (g.mul(&share)?, g.mul(&share.rsub(1.0)?)?)
             }
         };
-        Ok(vec![Some(ga.sum_to(a.shape())?), Some(gb.sum_to(b.shape())?)])
+        Ok(vec![
+            Some(ga.sum_to(a.shape())?),
+            Some(gb.sum_to(b.shape())?),
+        ])
     }
 }
 
-pub(crate) fn unary(op: UnaryOp, x: Tensor, out: Tensor) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn unary(
+    op: UnaryOp,
+    x: Tensor,
+    out: Tensor,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let gx = match op {
             UnaryOp::Neg => g.neg()?,
@@ -70,7 +90,11 @@ pub(crate) fn unary(op: UnaryOp, x: Tensor, out: Tensor) -> impl FnOnce(&Tensor)
     }
 }
 
-pub(crate) fn clamp(x: Tensor, lo: Option<Scalar>, hi: Option<Scalar>) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn clamp(
+    x: Tensor,
+    lo: Option<Scalar>,
+    hi: Option<Scalar>,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let mut keep = mask(x.eq(&x)?, g)?;
         if let Some(l) = lo {
@@ -83,7 +107,11 @@ pub(crate) fn clamp(x: Tensor, lo: Option<Scalar>, hi: Option<Scalar>) -> impl F
     }
 }
 
-pub(crate) fn where_(cond: Tensor, x_shape: Vec<usize>, y_shape: Vec<usize>) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn where_(
+    cond: Tensor,
+    x_shape: Vec<usize>,
+    y_shape: Vec<usize>,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let zero = g.zeros_like()?;
         let gx = Tensor::where_cond(&cond, g, &zero)?.sum_to(&x_shape)?;
@@ -93,7 +121,11 @@ pub(crate) fn where_(cond: Tensor, x_shape: Vec<usize>, y_shape: Vec<usize>) -> 
 }
 
 /// Gradient of a sum or mean over `dims`: the gradient broadcast back over them.
-pub(crate) fn sum(input: Vec<usize>, kept: Vec<usize>, count: Option<usize>) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn sum(
+    input: Vec<usize>,
+    kept: Vec<usize>,
+    count: Option<usize>,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let g = g.reshape(kept)?.broadcast_to(input)?.contiguous()?;
         Ok(vec![Some(match count {
@@ -104,7 +136,12 @@ pub(crate) fn sum(input: Vec<usize>, kept: Vec<usize>, count: Option<usize>) -> 
 }
 
 /// Gradient of max/min values over dims: to the elements equal to the extreme, split on ties.
-pub(crate) fn extreme(x: Tensor, values_kept: Tensor, kept: Vec<usize>, dims: Vec<i64>) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn extreme(
+    x: Tensor,
+    values_kept: Tensor,
+    kept: Vec<usize>,
+    dims: Vec<i64>,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let hit = mask(x.eq(&values_kept)?, g)?;
         let ties = hit.sum(dims, true)?;
@@ -112,7 +149,11 @@ pub(crate) fn extreme(x: Tensor, values_kept: Tensor, kept: Vec<usize>, dims: Ve
     }
 }
 
-pub(crate) fn softmax(out: Tensor, dim: i64, log: bool) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn softmax(
+    out: Tensor,
+    dim: i64,
+    log: bool,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let gx = if log {
             g.sub(&out.exp()?.mul(&g.sum(dim, true)?)?)?
@@ -133,7 +174,11 @@ pub(crate) fn matmul(a: Tensor, b: Tensor) -> impl FnOnce(&Tensor) -> Grads + Se
 }
 
 /// Gradient of `narrow`: the gradient placed in its window, zeros around it.
-pub(crate) fn narrow(input: Vec<usize>, dim: usize, start: usize) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn narrow(
+    input: Vec<usize>,
+    dim: usize,
+    start: usize,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let mut parts = Vec::new();
         let zeros = |n: usize| {
@@ -149,7 +194,10 @@ pub(crate) fn narrow(input: Vec<usize>, dim: usize, start: usize) -> impl FnOnce
         if after > 0 {
             parts.push(zeros(after)?);
         }
-        Ok(vec![Some(Tensor::cat(&parts.iter().collect::<Vec<_>>(), dim)?)])
+        Ok(vec![Some(Tensor::cat(
+            &parts.iter().collect::<Vec<_>>(),
+            dim,
+        )?)])
     }
 }
 
@@ -168,7 +216,11 @@ pub(crate) fn cat(sizes: Vec<usize>, dim: usize) -> impl FnOnce(&Tensor) -> Grad
 
 /// Gradient of `index_select`: rows of the gradient added back at their positions (repeats
 /// add up), as a one-hot matrix product.
-pub(crate) fn index_select(input: Vec<usize>, dim: usize, positions: Vec<usize>) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+pub(crate) fn index_select(
+    input: Vec<usize>,
+    dim: usize,
+    positions: Vec<usize>,
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
         let (size, n) = (input[dim], positions.len());
         let mut onehot = vec![0.0f64; size * n];
@@ -181,7 +233,11 @@ pub(crate) fn index_select(input: Vec<usize>, dim: usize, positions: Vec<usize>)
         let flat = gt.reshape([n as i64, -1])?;
         let mut shape = vec![size];
         shape.extend(rest);
-        let gi = m.matmul(&flat)?.reshape(shape)?.transpose(0, dim)?.contiguous()?;
+        let gi = m
+            .matmul(&flat)?
+            .reshape(shape)?
+            .transpose(0, dim)?
+            .contiguous()?;
         Ok(vec![Some(gi), None])
     }
 }

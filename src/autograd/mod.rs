@@ -60,7 +60,10 @@ pub(crate) fn record(
     backward: impl FnOnce(&Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
 ) -> Tensor {
     // An op that returned one of its inputs (a no-op cast or move) needs no node of its own.
-    if !is_grad_enabled() || !inputs.iter().any(|t| t.requires_grad()) || inputs.iter().any(|t| key(t) == key(&out)) {
+    if !is_grad_enabled()
+        || !inputs.iter().any(|t| t.requires_grad())
+        || inputs.iter().any(|t| key(t) == key(&out))
+    {
         return out;
     }
     let node = Node {
@@ -108,7 +111,12 @@ fn topo_order(root: &Tensor) -> Vec<Tensor> {
 
 /// Accumulates `grad` into a leaf's `.grad()`, summing with what is there.
 fn accumulate(leaf: &Tensor, grad: Tensor) -> Result<()> {
-    let mut slot = leaf.0.grad_meta.grad.lock().unwrap_or_else(|e| e.into_inner());
+    let mut slot = leaf
+        .0
+        .grad_meta
+        .grad
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     *slot = Some(match slot.take() {
         Some(old) => old.add(&grad)?,
         None => grad,
@@ -151,7 +159,9 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
     grads.insert(key(root), seed);
     no_grad(|| {
         for t in topo_order(root) {
-            let Some(g) = grads.remove(&key(&t)) else { continue };
+            let Some(g) = grads.remove(&key(&t)) else {
+                continue;
+            };
             let Some(node) = t.grad_node() else {
                 accumulate(&t, g)?;
                 continue;
@@ -173,7 +183,11 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
                 }
                 // Gradients live where their tensor lives, in its dtype.
                 let ig = ig.to_dtype(input.dtype())?;
-                let ig = if ig.device() != input.device() { ig.to(&input.device())? } else { ig };
+                let ig = if ig.device() != input.device() {
+                    ig.to(&input.device())?
+                } else {
+                    ig
+                };
                 let k = key(input);
                 let sum = match grads.remove(&k) {
                     Some(prev) => prev.add(&ig)?,
@@ -223,12 +237,61 @@ impl Tensor {
 
     /// The gradient accumulated into this leaf by `backward`, if any.
     pub fn grad(&self) -> Option<Tensor> {
-        self.0.grad_meta.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .grad_meta
+            .grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the accumulated gradient (gradient scaling and clipping use this).
+    pub fn set_grad(&self, grad: Option<Tensor>) {
+        *self
+            .0
+            .grad_meta
+            .grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = grad;
+    }
+
+    /// Overwrites this tensor's elements with `values` in place, for every handle and view of
+    /// its storage (PyTorch's `x.copy_(values)` under `no_grad`): how optimizers update
+    /// parameters. `values` must have this tensor's shape and is converted to its dtype and
+    /// device.
+    pub fn assign_(&self, values: &Tensor) -> Result<()> {
+        if values.shape() != self.shape() {
+            return Err(Error::ShapeMismatch {
+                op: "assign_",
+                lhs: self.shape().to_vec(),
+                rhs: values.shape().to_vec(),
+                why: "in-place assignment needs equal shapes".into(),
+            });
+        }
+        if self.grad_node().is_some() && is_grad_enabled() {
+            return Err(Error::invalid(
+                "assign_",
+                "this tensor was computed by an op and is part of a graph; assign to leaves (parameters), or inside `no_grad`",
+            ));
+        }
+        let v = no_grad(|| values.to(&self.device())?.to_dtype(self.dtype())?.copy())?;
+        // SAFETY: `v` is a fresh copy (no overlap); the engine runs no kernel on this storage
+        // while a user call is in `assign_`, and no slice of it outlives an op.
+        unsafe {
+            self.storage()
+                .write_view_shared(self.layout(), v.storage(), v.layout())
+        };
+        Ok(())
     }
 
     /// Clears the accumulated gradient (`x.grad = None`).
     pub fn zero_grad(&self) {
-        *self.0.grad_meta.grad.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self
+            .0
+            .grad_meta
+            .grad
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// The same data, cut from the graph: no grad, no history.

@@ -305,7 +305,12 @@ impl Tensor {
             let s = x.storage().clamp(x.layout(), lo, hi)?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;
-        Ok(record(y, "clamp", &[self], grads::clamp(self.detach(), lo, hi)))
+        Ok(record(
+            y,
+            "clamp",
+            &[self],
+            grads::clamp(self.detach(), lo, hi),
+        ))
     }
 
     pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
@@ -336,7 +341,10 @@ impl Tensor {
         let out = no_grad(|| {
             let (x, y) = (x.to_dtype(dtype)?, y.to_dtype(dtype)?);
             let s = Storage::where_(
-                (condition.storage(), &condition.layout().broadcast_to(&shape)),
+                (
+                    condition.storage(),
+                    &condition.layout().broadcast_to(&shape),
+                ),
                 (x.storage(), &x.layout().broadcast_to(&shape)),
                 (y.storage(), &y.layout().broadcast_to(&shape)),
             )?;

@@ -135,11 +135,17 @@ impl Tensor {
     }
 
     pub(crate) fn with_transfer(self, t: Transfer) -> Tensor {
-        Tensor(Arc::new(TensorInner { last_transfer: Some(t), ..self.into_parts() }))
+        Tensor(Arc::new(TensorInner {
+            last_transfer: Some(t),
+            ..self.into_parts()
+        }))
     }
 
     pub(crate) fn with_grad_meta(self, grad_meta: GradMeta) -> Tensor {
-        Tensor(Arc::new(TensorInner { grad_meta, ..self.into_parts() }))
+        Tensor(Arc::new(TensorInner {
+            grad_meta,
+            ..self.into_parts()
+        }))
     }
 
     pub(crate) fn storage(&self) -> &Storage {

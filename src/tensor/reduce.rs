@@ -33,15 +33,35 @@ impl Tensor {
         let data = no_grad(|| self.view_as(self.layout().permuted(&perm)).contiguous())?;
         let rows = kept.iter().map(|&d| self.shape()[d]).product();
         let len = reduced.iter().map(|&d| self.shape()[d]).product();
-        let kept_shape: Vec<usize> =
-            (0..rank).map(|d| if reduced.contains(&d) { 1 } else { self.shape()[d] }).collect();
-        let out_shape =
-            if keepdim { kept_shape.clone() } else { kept.iter().map(|&d| self.shape()[d]).collect() };
+        let kept_shape: Vec<usize> = (0..rank)
+            .map(|d| {
+                if reduced.contains(&d) {
+                    1
+                } else {
+                    self.shape()[d]
+                }
+            })
+            .collect();
+        let out_shape = if keepdim {
+            kept_shape.clone()
+        } else {
+            kept.iter().map(|&d| self.shape()[d]).collect()
+        };
         let reduced = reduced.iter().map(|&d| d as i64).collect();
-        Ok(Rows { data, rows, len, out_shape, kept_shape, reduced })
+        Ok(Rows {
+            data,
+            rows,
+            len,
+            out_shape,
+            kept_shape,
+            reduced,
+        })
     }
 
     fn sum_impl(&self, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> Result<Tensor> {
+        if let Some(x) = crate::amp::for_full_precision(self)? {
+            return x.sum_impl(dims, keepdim, mean);
+        }
         let op = if mean { "mean" } else { "sum" };
         let dtype = self.dtype();
         if mean && !dtype.is_float() {
@@ -115,7 +135,10 @@ impl Tensor {
         let values = Tensor::from_storage(v, r.out_shape.clone());
         let values_kept = no_grad(|| values.reshape(r.kept_shape.clone()))?;
         let backward = grads::extreme(self.detach(), values_kept, r.kept_shape, r.reduced);
-        Ok((record(values, op, &[self], backward), Tensor::from_storage(i, r.out_shape)))
+        Ok((
+            record(values, op, &[self], backward),
+            Tensor::from_storage(i, r.out_shape),
+        ))
     }
 
     /// The largest element (NaN if any element is NaN).
@@ -207,9 +230,17 @@ impl Tensor {
     }
 
     fn softmax_recorded(&self, dim: i64, log: bool) -> Result<Tensor> {
+        if let Some(x) = crate::amp::for_full_precision(self)? {
+            return x.softmax_recorded(dim, log);
+        }
         let out = no_grad(|| self.softmax_impl(dim, log))?;
         let backward = grads::softmax(out.detach(), dim, log);
-        Ok(record(out, if log { "log_softmax" } else { "softmax" }, &[self], backward))
+        Ok(record(
+            out,
+            if log { "log_softmax" } else { "softmax" },
+            &[self],
+            backward,
+        ))
     }
 
     /// `exp(x) / Σ exp(x)` along `dim`, computed stably (halves in f32).
@@ -226,6 +257,16 @@ impl Tensor {
     /// batch dims and broadcast.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         same_device("matmul", &[("self", self), ("other", other)])?;
+        let (a, b) = (
+            crate::amp::for_matmul(self)?,
+            crate::amp::for_matmul(other)?,
+        );
+        if a.is_some() || b.is_some() {
+            return a
+                .as_ref()
+                .unwrap_or(self)
+                .matmul(b.as_ref().unwrap_or(other));
+        }
         if self.dtype() != other.dtype() {
             return Err(Error::DTypeMismatch {
                 op: "matmul",

@@ -39,7 +39,12 @@ impl Tensor {
     /// (as `view` would), else a contiguous copy — PyTorch's `reshape`.
     pub fn reshape(&self, shape: impl IntoReshape) -> Result<Tensor> {
         let out = no_grad(|| self.reshape_impl(shape.into_reshape()))?;
-        Ok(record(out, "reshape", &[self], grads::reshape(self.shape().to_vec())))
+        Ok(record(
+            out,
+            "reshape",
+            &[self],
+            grads::reshape(self.shape().to_vec()),
+        ))
     }
 
     fn reshape_impl(&self, spec: Vec<i64>) -> Result<Tensor> {
@@ -95,7 +100,9 @@ impl Tensor {
                 strides,
                 offset: self.storage_offset(),
             })),
-            _ => self.contiguous()?.reshape_impl(shape.iter().map(|&d| d as i64).collect()),
+            _ => self
+                .contiguous()?
+                .reshape_impl(shape.iter().map(|&d| d as i64).collect()),
         }
     }
 
@@ -201,7 +208,12 @@ impl Tensor {
         let mut l = self.layout().clone();
         l.shape.remove(d);
         l.strides.remove(d);
-        Ok(record(self.view_as(l), "squeeze", &[self], grads::reshape(self.shape().to_vec())))
+        Ok(record(
+            self.view_as(l),
+            "squeeze",
+            &[self],
+            grads::reshape(self.shape().to_vec()),
+        ))
     }
 
     /// Removes every dimension of size 1.
@@ -213,7 +225,12 @@ impl Tensor {
             strides: keep.iter().map(|&i| l.strides[i]).collect(),
             offset: l.offset,
         });
-        Ok(record(out, "squeeze", &[self], grads::reshape(self.shape().to_vec())))
+        Ok(record(
+            out,
+            "squeeze",
+            &[self],
+            grads::reshape(self.shape().to_vec()),
+        ))
     }
 
     /// Inserts a dimension of size 1 at `dim` (which may be `rank`, or negative).
@@ -227,7 +244,12 @@ impl Tensor {
         };
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
-        Ok(record(self.view_as(l), "unsqueeze", &[self], grads::reshape(self.shape().to_vec())))
+        Ok(record(
+            self.view_as(l),
+            "unsqueeze",
+            &[self],
+            grads::reshape(self.shape().to_vec()),
+        ))
     }
 
     /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
@@ -243,7 +265,12 @@ impl Tensor {
             });
         }
         let out = self.view_as(self.layout().broadcast_to(&shape));
-        Ok(record(out, "broadcast_to", &[self], grads::broadcast(self.shape().to_vec())))
+        Ok(record(
+            out,
+            "broadcast_to",
+            &[self],
+            grads::broadcast(self.shape().to_vec()),
+        ))
     }
 
     /// Joins tensors along an existing dimension (`torch.cat`). Dtypes are promoted.
@@ -298,7 +325,12 @@ impl Tensor {
             at += t.shape()[d];
         }
         let sizes = tensors.iter().map(|t| t.shape()[d]).collect();
-        Ok(record(Tensor::from_storage(out, shape), "cat", tensors, grads::cat(sizes, d)))
+        Ok(record(
+            Tensor::from_storage(out, shape),
+            "cat",
+            tensors,
+            grads::cat(sizes, d),
+        ))
     }
 
     /// Joins tensors of one shape along a new dimension (`torch.stack`).
@@ -374,6 +406,11 @@ impl Tensor {
             out.write_view(&dst, self.storage(), &src);
         }
         let backward = grads::index_select(self.shape().to_vec(), d, positions);
-        Ok(record(Tensor::from_storage(out, shape), "index_select", &[self, index], backward))
+        Ok(record(
+            Tensor::from_storage(out, shape),
+            "index_select",
+            &[self, index],
+            backward,
+        ))
     }
 }

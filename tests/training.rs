@@ -1,0 +1,397 @@
+//! Training on any device: modules, losses and optimizers against PyTorch's numbers, moving
+//! models, mixed precision, DataParallel, and an MLP that learns — identically on the CPU and a
+//! simulated GPU.
+
+use placelab::nn::{CrossEntropyLoss, Linear, MSELoss, NLLLoss, ReLU, Sequential, summary};
+use placelab::prelude::*;
+
+/// The random generator is process-wide (as PyTorch's): tests that seed it take turns.
+static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn seeded() -> std::sync::MutexGuard<'static, ()> {
+    SEEDED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn f64s(v: &[f64], device: Device) -> Tensor {
+    Tensor::from_vec(v.to_vec(), [v.len()], &device).unwrap()
+}
+
+type MakeOptimizer = Box<dyn Fn(Vec<Tensor>) -> Box<dyn Optimizer>>;
+
+/// Runs three steps with fixed gradients, as the PyTorch reference script did.
+fn three_steps(make: impl Fn(Vec<Tensor>) -> Box<dyn Optimizer>) -> Vec<f64> {
+    let p = f64s(&[1.0, -2.0, 0.5], Device::Cpu)
+        .requires_grad_(true)
+        .unwrap();
+    let mut opt = make(vec![p.clone()]);
+    for g in [[0.1, 0.2, -0.3], [-0.5, 0.4, 0.0], [0.3, -0.1, 0.2]] {
+        opt.zero_grad();
+        p.set_grad(Some(f64s(&g, Device::Cpu)));
+        opt.step().unwrap();
+    }
+    p.to_vec::<f64>().unwrap()
+}
+
+#[test]
+fn optimizers_follow_pytorch_exactly() {
+    // Values from torch 2.15 (torch.optim.SGD / Adam / AdamW, float64, same gradients).
+    let cases: Vec<(&str, MakeOptimizer, [f64; 3])> = vec![
+        (
+            "sgd",
+            Box::new(|p| Box::new(Sgd::new(p, 0.1).unwrap())),
+            [1.01, -2.05, 0.51],
+        ),
+        (
+            "sgd momentum wd",
+            Box::new(|p| Box::new(Sgd::new(p, 0.1).unwrap().momentum(0.9).weight_decay(0.01))),
+            [1.032282789, -2.108873618, 0.5583834295],
+        ),
+        (
+            "sgd nesterov",
+            Box::new(|p| Box::new(Sgd::new(p, 0.1).unwrap().momentum(0.9).nesterov(true))),
+            [1.04411, -2.15818, 0.56517],
+        ),
+        (
+            "sgd dampening",
+            Box::new(|p| Box::new(Sgd::new(p, 0.1).unwrap().momentum(0.5).dampening(0.3))),
+            [1.014, -2.07, 0.5385],
+        ),
+        (
+            "adam",
+            Box::new(|p| Box::new(Adam::new(p, 0.01).unwrap())),
+            [0.9967288866915633, -2.025537886557849, 0.5174629621381477],
+        ),
+        (
+            "adam wd",
+            Box::new(|p| Box::new(Adam::new(p, 0.01).unwrap().weight_decay(0.1))),
+            [0.9915361425502198, -2.0053054246474007, 0.5133840161217524],
+        ),
+        (
+            "adamw",
+            Box::new(|p| Box::new(Adam::adamw(p, 0.01).unwrap())),
+            [0.9964303182361979, -2.0249349814739537, 0.5173103071794919],
+        ),
+    ];
+    for (name, make, want) in cases {
+        let got = three_steps(make);
+        for i in 0..3 {
+            assert!(
+                (got[i] - want[i]).abs() < 1e-12,
+                "{name}: {got:?} vs PyTorch {want:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn losses_match_pytorch() {
+    let x = Tensor::from_vec(vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0], [2, 3], &Device::Cpu).unwrap();
+    let t = Tensor::from_vec(vec![2i64, 0], [2], &Device::Cpu).unwrap();
+    let ce = CrossEntropyLoss
+        .forward(&x, &t)
+        .unwrap()
+        .item::<f64>()
+        .unwrap();
+    assert!((ce - 3.015126343932687).abs() < 1e-12, "{ce}");
+    assert_eq!(
+        NLLLoss.forward(&x, &t).unwrap().item::<f64>().unwrap(),
+        0.25
+    );
+    let half = x.full_like(0.5).unwrap();
+    assert_eq!(
+        MSELoss.forward(&x, &half).unwrap().item::<f64>().unwrap(),
+        1.875
+    );
+
+    let e = CrossEntropyLoss
+        .forward(&x, &t.to_dtype(DType::I32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Targets are class indices and must be i64"),
+        "{e}"
+    );
+    let e = CrossEntropyLoss
+        .forward(&x, &Tensor::zeros([3], (DType::I64, Device::Cpu)).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("one class index per row of the input, shape [2]"),
+        "{e}"
+    );
+    let e = CrossEntropyLoss
+        .forward(
+            &x,
+            &Tensor::from_vec(vec![0i64, 3], [2], &Device::Cpu).unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("index 3 out of range in nll_loss: dimension 1 has size 3"),
+        "{e}"
+    );
+    let e = MSELoss
+        .forward(&x, &Tensor::zeros([3], Device::Cpu).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("must have the same shape"), "{e}");
+}
+
+fn mlp(device: Device) -> Sequential {
+    Sequential::new()
+        .add(Linear::new(784, 128, device).unwrap())
+        .add(ReLU)
+        .add(Linear::new(128, 10, device).unwrap())
+}
+
+/// Ten classes in 784 dimensions: `center[c] + 2·noise` (separable, but not at a glance).
+fn dataset(n: usize, device: Device) -> (Tensor, Tensor) {
+    manual_seed(1234);
+    let centers = Tensor::randn([10, 784], Device::Cpu).unwrap();
+    let labels = Tensor::randint(0, 10, [n], Device::Cpu).unwrap();
+    let x = (&centers.index_select(0, &labels).unwrap()
+        + &Tensor::randn([n, 784], Device::Cpu)
+            .unwrap()
+            .mul(2.0)
+            .unwrap())
+        .unwrap();
+    (x.to(&device).unwrap(), labels.to(&device).unwrap())
+}
+
+/// Trains the 784→128→10 MLP for 40 steps of batch 64 with SGD(0.05, momentum 0.9); returns the losses.
+fn train(device: Device) -> Vec<f32> {
+    let (x, y) = dataset(640, device);
+    manual_seed(7);
+    let model = mlp(device);
+    let mut opt = Sgd::new(model.parameters(), 0.05).unwrap().momentum(0.9);
+    let mut losses = Vec::new();
+    for step in 0..40 {
+        let i = (step % 10) * 64;
+        let (xb, yb) = (x.narrow(0, i, 64).unwrap(), y.narrow(0, i, 64).unwrap());
+        let loss = CrossEntropyLoss
+            .forward(&model.forward(&xb).unwrap(), &yb)
+            .unwrap();
+        opt.zero_grad();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+        losses.push(loss.item::<f32>().unwrap());
+    }
+    for p in model.parameters() {
+        assert_eq!(p.device(), device);
+        assert_eq!(
+            p.grad().unwrap().device(),
+            device,
+            "gradients live on the parameters' device"
+        );
+    }
+    losses
+}
+
+#[test]
+fn mlp_learns_identically_on_cpu_and_simulated_gpu() {
+    let _g = seeded();
+    cuda::simulate(2, None).unwrap();
+    let cpu = train(Device::Cpu);
+    assert!(cpu[0] > 1.5, "starts near ln 10: {}", cpu[0]);
+    let last = cpu[cpu.len() - 10..].iter().sum::<f32>() / 10.0;
+    assert!(last < 0.05, "the last 10 losses average {last}: {cpu:?}");
+    let gpu = train(Device::Cuda(0));
+    assert_eq!(
+        cpu, gpu,
+        "same seed, same kernels: the same losses bit for bit"
+    );
+}
+
+#[test]
+fn moving_a_model_reports_and_mismatches_name_the_parameter() {
+    let _g = seeded();
+    cuda::simulate(2, None).unwrap();
+    let mut model = mlp(Device::Cpu);
+    assert_eq!(model.num_parameters(), 101_770);
+    let report = model.to(&Device::Cuda(1)).unwrap();
+    assert_eq!((report.tensors, report.bytes), (4, 101_770 * 4));
+    assert!(
+        report
+            .to_string()
+            .starts_with("moved 4 parameter tensor(s), 397.54 KiB to cuda:1 in "),
+        "{report}"
+    );
+    assert!(
+        model
+            .parameters()
+            .iter()
+            .all(|p| p.device() == Device::Cuda(1) && p.requires_grad() && p.is_leaf())
+    );
+    assert_eq!(
+        model.to(&Device::Cuda(1)).unwrap().tensors,
+        0,
+        "already there"
+    );
+
+    let x = Tensor::randn([2, 784], Device::Cpu).unwrap();
+    let e = model.forward(&x).unwrap_err().to_string();
+    assert!(
+        e.starts_with("device mismatch in linear: `input` is on cpu but `0.weight` is on cuda:1."),
+        "{e}"
+    );
+
+    let card = summary(&model);
+    assert!(
+        card.starts_with(
+            "Sequential(3 layers) · 101,770 parameters · 397.54 KiB · cuda:1 (simulated)"
+        ),
+        "{card}"
+    );
+    assert!(
+        card.contains("Linear(784 → 128)") && card.contains("100,480 params"),
+        "{card}"
+    );
+    // One parameter left behind is flagged by name.
+    let mut half_moved = mlp(Device::Cpu);
+    half_moved
+        .visit_parameters_mut(&mut |n, p| {
+            if n == "2.bias" {
+                *p = no_grad(|| p.to(&Device::Cuda(0)))?.requires_grad_(true)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let card = summary(&half_moved);
+    assert!(
+        card.contains("⚠ parameters are on 2 devices (cpu, cuda:0); 0.weight on cpu"),
+        "{card}"
+    );
+
+    let mut opt = Sgd::new(mlp(Device::Cpu).parameters(), 0.1).unwrap();
+    let e = opt.step().unwrap_err().to_string();
+    assert!(e.contains("no parameter has a gradient"), "{e}");
+}
+
+#[test]
+fn autocast_lowers_matmuls_and_keeps_losses_in_f32() {
+    let _g = seeded();
+    manual_seed(5);
+    let model = mlp(Device::Cpu);
+    let (x, y) = dataset(64, Device::Cpu);
+    let (logits, loss) = autocast(DType::BF16, || {
+        let logits = model.forward(&x).unwrap();
+        let loss = CrossEntropyLoss.forward(&logits, &y).unwrap();
+        (logits, loss)
+    })
+    .unwrap();
+    assert_eq!((logits.dtype(), loss.dtype()), (DType::BF16, DType::F32));
+    loss.backward().unwrap();
+    for p in model.parameters() {
+        assert_eq!(
+            p.grad().unwrap().dtype(),
+            DType::F32,
+            "gradients come back in the parameters' dtype"
+        );
+    }
+    let full = CrossEntropyLoss
+        .forward(&model.forward(&x).unwrap(), &y)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    assert!(
+        (full - loss.item::<f32>().unwrap()).abs() < 0.05,
+        "bf16 stays close to f32: {full}"
+    );
+    assert!(autocast(DType::F32, || ()).is_err());
+}
+
+#[test]
+fn grad_scaler_skips_overflowing_steps_and_adapts_its_scale() {
+    let p = Tensor::from_vec(vec![1.0f32, 2.0], [2], &Device::Cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let mut opt = Sgd::new(vec![p.clone()], 0.5).unwrap();
+    let mut scaler = GradScaler::new();
+    scaler.growth_interval = 2;
+    assert_eq!(scaler.get_scale(), 65536.0);
+    for expect_scale in [65536.0, 131072.0] {
+        opt.zero_grad();
+        scaler
+            .scale(&p.mul(&p).unwrap().sum_all().unwrap())
+            .unwrap()
+            .backward()
+            .unwrap();
+        assert!(scaler.step(&mut opt).unwrap());
+        scaler.update();
+        assert_eq!(scaler.get_scale(), expect_scale);
+    }
+    // Two clean steps: p ← p − 0.5·2p each time, with the gradients unscaled first.
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    opt.zero_grad();
+    p.set_grad(Some(
+        Tensor::from_vec(vec![f32::INFINITY, 1.0], [2], &Device::Cpu).unwrap(),
+    ));
+    assert!(
+        !scaler.step(&mut opt).unwrap(),
+        "an inf gradient skips the step"
+    );
+    assert!(scaler.found_inf());
+    scaler.update();
+    assert_eq!(scaler.get_scale(), 65536.0, "and halves the scale");
+    assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+}
+
+#[test]
+fn data_parallel_matches_one_device() {
+    let _g = seeded();
+    cuda::simulate(2, None).unwrap();
+    let (x, y) = dataset(10, Device::Cpu);
+    manual_seed(3);
+    let single = mlp(Device::Cuda(0));
+    let loss1 = CrossEntropyLoss
+        .forward(
+            &single.forward(&x.cuda().unwrap()).unwrap(),
+            &y.cuda().unwrap(),
+        )
+        .unwrap();
+    loss1.backward().unwrap();
+    manual_seed(3);
+    let dp =
+        DataParallel::new(mlp(Device::Cuda(0)), vec![Device::Cuda(0), Device::Cuda(1)]).unwrap();
+    assert!(dp.note().is_none());
+    let out = dp.forward(&x).unwrap();
+    assert_eq!(
+        (out.device(), out.shape()),
+        (Device::Cuda(0), &[10usize, 10][..])
+    );
+    let loss2 = CrossEntropyLoss.forward(&out, &y.cuda().unwrap()).unwrap();
+    assert!((loss1.item::<f32>().unwrap() - loss2.item::<f32>().unwrap()).abs() < 1e-6);
+    loss2.backward().unwrap();
+    for (a, b) in single.parameters().iter().zip(dp.parameters()) {
+        let (ga, gb) = (
+            a.grad().unwrap().to_vec::<f32>().unwrap(),
+            b.grad().unwrap().to_vec::<f32>().unwrap(),
+        );
+        assert_eq!(
+            b.grad().unwrap().device(),
+            Device::Cuda(0),
+            "replica gradients are reduced onto the first device"
+        );
+        assert!(
+            ga.iter().zip(&gb).all(|(u, v)| (u - v).abs() < 1e-5),
+            "the two replicas' gradients sum to the full batch's"
+        );
+    }
+    assert!(dp.parameters().len() == 4 && dp.named_parameters()[0].0 == "module.0.weight");
+
+    let one = DataParallel::new(mlp(Device::Cuda(0)), vec![Device::Cuda(0)]).unwrap();
+    assert!(
+        one.note()
+            .unwrap()
+            .contains("DataParallel over one device does nothing")
+    );
+    let e = DataParallel::new(mlp(Device::Cpu), vec![])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("must be on cuda:0 (the first device) but `0.weight` is on cpu"),
+        "{e}"
+    );
+}
