@@ -72,7 +72,35 @@ fn workloads() -> Vec<(&'static str, Setup)> {
             }),
         ),
         ("to_f16_10m", ten_m(|a| a.to_dtype(DType::F16))),
+        ("mlp_step_64", mlp_step(64)),
+        ("mlp_step_1024", mlp_step(1024)),
     ]
+}
+
+/// One training step of the 784-128-10 MLP: forward, cross-entropy, backward, SGD.
+fn mlp_step(batch: usize) -> Setup {
+    use placelab::nn::{CrossEntropyLoss, Linear, ReLU, Sequential};
+    Box::new(move || {
+        let cpu = Device::Cpu;
+        let model = Sequential::new()
+            .add(Linear::new(784, 128, cpu).unwrap())
+            .add(ReLU)
+            .add(Linear::new(128, 10, cpu).unwrap());
+        let mut opt = Sgd::new(model.parameters(), 0.01).unwrap();
+        let (x, y) = (
+            Tensor::randn([batch, 784], cpu).unwrap(),
+            Tensor::randint(0, 10, [batch], cpu).unwrap(),
+        );
+        Box::new(move || {
+            opt.zero_grad();
+            let loss = CrossEntropyLoss
+                .forward(&model.forward(&x).unwrap(), &y)
+                .unwrap();
+            loss.backward().unwrap();
+            opt.step().unwrap();
+            drop(black_box(loss));
+        })
+    })
 }
 
 fn main() {

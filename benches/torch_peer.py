@@ -60,6 +60,23 @@ def workloads():
         a = torch.randn(2048, 2048)
         return lambda: a.t().contiguous()
 
+    def mlp_step(batch):
+        """One training step of the 784-128-10 MLP: forward, cross-entropy, backward, SGD."""
+        def setup():
+            model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            loss_fn = torch.nn.CrossEntropyLoss()
+            x, y = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
+
+            def step():
+                opt.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                opt.step()
+                return loss
+            return step
+        return setup
+
     return [
         ("matmul_1000", matmul(1000)),
         ("matmul_2048", matmul(2048)),
@@ -73,6 +90,8 @@ def workloads():
         ("clone_400mb", clone_400mb),
         ("transpose_contig_2048", transpose_contig),
         ("to_f16_10m", ten_m(lambda a: a.to(torch.float16))),
+        ("mlp_step_64", mlp_step(64)),
+        ("mlp_step_1024", mlp_step(1024)),
     ]
 
 

@@ -3,29 +3,32 @@
 //! `.to()`), and gathers the outputs on the first device; backward then sums every replica's
 //! gradients into the original parameters — what `torch.nn.DataParallel` does.
 
+use std::sync::Mutex;
+
 use crate::nn::{Module, ModuleExt};
 use crate::{Device, Error, Result, Tensor, cuda};
 
 pub struct DataParallel {
-    module: Box<dyn Module>,
+    /// Behind a lock: a forward swaps each replica's parameters in, then the originals back.
+    module: Mutex<Box<dyn Module>>,
     devices: Vec<Device>,
 }
 
 impl DataParallel {
-    /// Wraps `module` for `devices` (every CUDA device when empty). The module's parameters must
-    /// already be on the first device, which also receives the outputs.
+    /// Wraps `module` for `devices` (every CUDA device when empty). Before the first forward,
+    /// move it to the first device (`dp.to(&Device::Cuda(0))?`); outputs are gathered there.
     pub fn new(module: impl Module + 'static, devices: Vec<Device>) -> Result<DataParallel> {
         let devices = if devices.is_empty() {
             (0..cuda::device_count()).map(Device::Cuda).collect()
         } else {
             devices
         };
-        let Some(&first) = devices.first() else {
+        if devices.is_empty() {
             return Err(Error::DeviceUnavailable {
                 device: Device::Cuda(0),
                 reason: "DataParallel needs at least one CUDA device and there is none".into(),
             });
-        };
+        }
         for d in &devices {
             if !d.is_cuda() {
                 return Err(Error::invalid(
@@ -35,22 +38,8 @@ impl DataParallel {
             }
             d.check_available()?;
         }
-        if let Some((name, p)) = module
-            .named_parameters()
-            .into_iter()
-            .find(|(_, p)| p.device() != first)
-        {
-            return Err(Error::invalid(
-                "DataParallel::new",
-                format!(
-                    "the module's parameters must be on {first} (the first device) but `{name}` is on {}; call `model.to(&{})?` first",
-                    p.device(),
-                    first.rust_expr()
-                ),
-            ));
-        }
         Ok(DataParallel {
-            module: Box::new(module),
+            module: Mutex::new(Box::new(module)),
             devices,
         })
     }
@@ -59,8 +48,8 @@ impl DataParallel {
         &self.devices
     }
 
-    pub fn module(&self) -> &dyn Module {
-        self.module.as_ref()
+    fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn Module>> {
+        self.module.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Why this wrapper does nothing, when it does nothing.
@@ -74,27 +63,60 @@ impl DataParallel {
     }
 }
 
+/// Runs `module` on `x` with every parameter replaced by a differentiable copy on `device`,
+/// then puts the originals back. Gradients reach the originals through the copies.
+fn run_replica(module: &mut Box<dyn Module>, device: &Device, x: &Tensor) -> Result<Tensor> {
+    let mut originals = Vec::new();
+    let swapped = module.visit_parameters_mut(&mut |_, p| {
+        let copy = p.to(device)?;
+        originals.push(std::mem::replace(p, copy));
+        Ok(())
+    });
+    let out = swapped.and_then(|_| module.forward(x));
+    let mut it = originals.into_iter();
+    module.visit_parameters_mut(&mut |_, p| {
+        if let Some(o) = it.next() {
+            *p = o;
+        }
+        Ok(())
+    })?;
+    out
+}
+
 impl Module for DataParallel {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let first = self.devices[0];
+        let mut module = self.lock();
+        if let Some((name, p)) = module
+            .named_parameters()
+            .into_iter()
+            .find(|(_, p)| p.device() != first)
+        {
+            return Err(Error::invalid(
+                "DataParallel",
+                format!(
+                    "the module's parameters must be on {first} (the first device) but `{name}` is on {}; call `model.to(&{})?` first",
+                    p.device(),
+                    first.rust_expr()
+                ),
+            ));
+        }
         if self.devices.len() == 1 || x.rank() == 0 {
-            return self.module.forward(&x.to(&first)?);
+            return module.forward(&x.to(&first)?);
         }
         let batch = x.shape()[0];
-        let parts = self.devices.len().min(batch.max(1));
-        let per = batch.div_ceil(parts).max(1);
+        let per = batch.div_ceil(self.devices.len()).max(1);
         let mut outs = Vec::new();
-        for (i, device) in self.devices.iter().take(parts).enumerate() {
+        for (i, device) in self.devices.iter().enumerate() {
             let start = i * per;
             if start >= batch {
                 break;
             }
             let chunk = x.narrow(0, start, per.min(batch - start))?.to(device)?;
             let out = if *device == first {
-                self.module.forward(&chunk)?
+                module.forward(&chunk)?
             } else {
-                let replica = self.module.map_parameters(&mut |_, p| p.to(device))?;
-                replica.forward(&chunk)?.to(&first)?
+                run_replica(&mut module, device, &chunk)?.to(&first)?
             };
             outs.push(out);
         }
@@ -102,7 +124,7 @@ impl Module for DataParallel {
     }
 
     fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        self.module
+        self.lock()
             .named_parameters()
             .into_iter()
             .map(|(n, p)| (format!("module.{n}"), p))
@@ -114,36 +136,30 @@ impl Module for DataParallel {
         f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
     ) -> Result<()> {
         self.module
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
             .visit_parameters_mut(&mut |n, p| f(&format!("module.{n}"), p))
     }
 
-    fn map_parameters(
-        &self,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<Box<dyn Module>> {
-        self.module
-            .map_parameters(&mut |n, p| f(&format!("module.{n}"), p))
-    }
-
     fn set_training(&mut self, training: bool) {
-        self.module.set_training(training);
+        self.module
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_training(training);
     }
 
     fn is_training(&self) -> bool {
-        self.module.is_training()
+        self.lock().is_training()
     }
 
     fn describe(&self) -> String {
         let d: Vec<String> = self.devices.iter().map(|d| d.to_string()).collect();
+        let m = self.lock();
         format!(
             "DataParallel({}) of {} with {} parameters",
             d.join(", "),
-            self.module.describe(),
-            self.module.num_parameters()
+            m.describe(),
+            m.num_parameters()
         )
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        vec![("module".into(), self.module.as_ref())]
     }
 }

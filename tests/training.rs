@@ -386,12 +386,13 @@ fn data_parallel_matches_one_device() {
             .unwrap()
             .contains("DataParallel over one device does nothing")
     );
-    let e = DataParallel::new(mlp(Device::Cpu), vec![])
-        .err()
-        .unwrap()
-        .to_string();
+    // As in the tutorials: wrap a CPU model, then move it.
+    let mut wrapped = DataParallel::new(mlp(Device::Cpu), vec![]).unwrap();
+    let e = wrapped.forward(&x).unwrap_err().to_string();
     assert!(
         e.contains("must be on cuda:0 (the first device) but `0.weight` is on cpu"),
         "{e}"
     );
+    wrapped.to(&Device::Cuda(0)).unwrap();
+    assert_eq!(wrapped.forward(&x).unwrap().shape(), &[10, 10]);
 }

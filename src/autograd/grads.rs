@@ -165,11 +165,24 @@ pub(crate) fn softmax(
 }
 
 /// Batched matmul of operands with ≥ 2 dims: `dA = g·Bᵀ`, `dB = Aᵀ·g`, summed over broadcast batches.
-pub(crate) fn matmul(a: Tensor, b: Tensor) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
+/// Only the gradients an input needs are computed (the data of a first layer needs none).
+pub(crate) fn matmul(
+    a: Tensor,
+    b: Tensor,
+    needs: [bool; 2],
+) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
-        let ga = g.matmul(&b.transpose(-1, -2)?)?.sum_to(a.shape())?;
-        let gb = a.transpose(-1, -2)?.matmul(g)?.sum_to(b.shape())?;
-        Ok(vec![Some(ga), Some(gb)])
+        let ga = if needs[0] {
+            Some(g.matmul(&b.transpose(-1, -2)?)?.sum_to(a.shape())?)
+        } else {
+            None
+        };
+        let gb = if needs[1] {
+            Some(a.transpose(-1, -2)?.matmul(g)?.sum_to(b.shape())?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
     }
 }
 

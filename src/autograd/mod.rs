@@ -111,6 +111,9 @@ fn topo_order(root: &Tensor) -> Vec<Tensor> {
 
 /// Accumulates `grad` into a leaf's `.grad()`, summing with what is there.
 fn accumulate(leaf: &Tensor, grad: Tensor) -> Result<()> {
+    // Leaf gradients are stored row-major: a transposed view (the weight of `x·Wᵀ`) would make
+    // every optimizer op on it walk memory across the grain.
+    let grad = grad.contiguous()?;
     let mut slot = leaf
         .0
         .grad_meta
@@ -274,8 +277,14 @@ impl Tensor {
                 "this tensor was computed by an op and is part of a graph; assign to leaves (parameters), or inside `no_grad`",
             ));
         }
-        let v = no_grad(|| values.to(&self.device())?.to_dtype(self.dtype())?.copy())?;
-        // SAFETY: `v` is a fresh copy (no overlap); the engine runs no kernel on this storage
+        let v = no_grad(|| values.to(&self.device())?.to_dtype(self.dtype()))?;
+        // Copy first only when the source could overlap the destination.
+        let v = if v.shares_storage_with(self) {
+            no_grad(|| v.copy())?
+        } else {
+            v
+        };
+        // SAFETY: `v` does not share this storage (no overlap); the engine runs no kernel on this storage
         // while a user call is in `assign_`, and no slice of it outlives an op.
         unsafe {
             self.storage()

@@ -223,17 +223,22 @@ pub fn map2<A: Copy + Sync, B: Copy + Sync, O: Send>(
         let r0 = start / inner;
         s.for_rows(r0..r0 + o.len() / inner, |r, [oa, ob]| {
             let row = &mut o[(r - r0) * inner..][..inner];
-            if sa == 1 && sb == 1 {
-                for ((o, &x), &y) in row
-                    .iter_mut()
-                    .zip(&a[oa..oa + inner])
-                    .zip(&b[ob..ob + inner])
-                {
-                    *o = f(x, y);
+            // The common broadcasts get loops the compiler vectorises: both rows contiguous
+            // (bias add), or one side a single repeated value (a scalar, a column).
+            match (sa, sb) {
+                (1, 1) => zip_map(&a[oa..oa + inner], &b[ob..ob + inner], row, &f),
+                (1, 0) => {
+                    let y = b[ob];
+                    zip_map(&a[oa..oa + inner], &a[oa..oa + inner], row, &|x, _| f(x, y))
                 }
-            } else {
-                for (i, o) in row.iter_mut().enumerate() {
-                    *o = f(a[oa + i * sa], b[ob + i * sb]);
+                (0, 1) => {
+                    let x = a[oa];
+                    zip_map(&b[ob..ob + inner], &b[ob..ob + inner], row, &|y, _| f(x, y))
+                }
+                _ => {
+                    for (i, o) in row.iter_mut().enumerate() {
+                        *o = f(a[oa + i * sa], b[ob + i * sb]);
+                    }
                 }
             }
         });

@@ -79,7 +79,7 @@ impl Module for Linear {
         }
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
         let mut v = vec![("weight".to_string(), self.weight.clone())];
         if let Some(b) = &self.bias {
             v.push(("bias".to_string(), b.clone()));
@@ -87,27 +87,12 @@ impl Module for Linear {
         v
     }
 
-    fn visit_parameters_mut(
-        &mut self,
-        f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
-    ) -> Result<()> {
-        f("weight", &mut self.weight)?;
+    fn own_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let mut v = vec![("weight".to_string(), &mut self.weight)];
         if let Some(b) = &mut self.bias {
-            f("bias", b)?;
+            v.push(("bias".to_string(), b));
         }
-        Ok(())
-    }
-
-    fn map_parameters(
-        &self,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<Box<dyn Module>> {
-        let weight = f("weight", &self.weight)?;
-        let bias = match &self.bias {
-            Some(b) => Some(f("bias", b)?),
-            None => None,
-        };
-        Ok(Box::new(Linear { weight, bias }))
+        v
     }
 
     fn describe(&self) -> String {
@@ -129,21 +114,6 @@ macro_rules! activation {
         impl Module for $name {
             fn forward(&self, x: &Tensor) -> Result<Tensor> {
                 x.$method()
-            }
-            fn named_parameters(&self) -> Vec<(String, Tensor)> {
-                Vec::new()
-            }
-            fn visit_parameters_mut(
-                &mut self,
-                _f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
-            ) -> Result<()> {
-                Ok(())
-            }
-            fn map_parameters(
-                &self,
-                _f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-            ) -> Result<Box<dyn Module>> {
-                Ok(Box::new(*self))
             }
             fn describe(&self) -> String {
                 stringify!($name).to_string()
@@ -168,21 +138,6 @@ impl Module for Flatten {
             ));
         }
         x.reshape([x.shape()[0] as i64, -1])
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
-    fn visit_parameters_mut(
-        &mut self,
-        _f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
-    ) -> Result<()> {
-        Ok(())
-    }
-    fn map_parameters(
-        &self,
-        _f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<Box<dyn Module>> {
-        Ok(Box::new(*self))
     }
     fn describe(&self) -> String {
         "Flatten".into()
@@ -216,21 +171,6 @@ impl Module for Dropout {
         }
         let keep = Tensor::rand(x.shape(), (x.dtype().to_float(), x.device()))?.ge(self.p)?;
         x.mul(&keep.to_dtype(x.dtype())?)?.div(1.0 - self.p)
-    }
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
-    fn visit_parameters_mut(
-        &mut self,
-        _f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
-    ) -> Result<()> {
-        Ok(())
-    }
-    fn map_parameters(
-        &self,
-        _f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<Box<dyn Module>> {
-        Ok(Box::new(*self))
     }
     fn set_training(&mut self, training: bool) {
         self.training = training;

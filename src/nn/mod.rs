@@ -15,38 +15,95 @@ use crate::autograd::no_grad;
 use crate::{DType, Device, Error, Result, Tensor};
 
 /// A layer or a model: a function of a tensor with learnable parameters.
+///
+/// A model made of layers implements `forward` and lists its layers in `children` and
+/// `children_mut`; parameters, moving, `train`/`eval` and summaries then come for free:
+///
+/// ```
+/// use placelab::nn::{Linear, Module};
+/// use placelab::prelude::*;
+///
+/// struct SimpleNN { fc1: Linear, fc2: Linear }
+///
+/// impl Module for SimpleNN {
+///     fn forward(&self, x: &Tensor) -> Result<Tensor> {
+///         self.fc2.forward(&self.fc1.forward(x)?.relu()?)
+///     }
+///     fn children(&self) -> Vec<(String, &dyn Module)> {
+///         vec![("fc1".into(), &self.fc1), ("fc2".into(), &self.fc2)]
+///     }
+///     fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+///         vec![("fc1".into(), &mut self.fc1), ("fc2".into(), &mut self.fc2)]
+///     }
+/// }
+/// # fn main() -> Result<()> {
+/// let model = SimpleNN { fc1: Linear::new(784, 128, Device::Cpu)?, fc2: Linear::new(128, 10, Device::Cpu)? };
+/// assert_eq!(model.named_parameters()[2].0, "fc2.weight");
+/// # Ok(()) }
+/// ```
 pub trait Module: Send + Sync {
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
 
-    /// The parameters with PyTorch's dotted names (`0.weight`, `2.bias`), in order.
-    fn named_parameters(&self) -> Vec<(String, Tensor)>;
+    /// The sub-modules with their names.
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        Vec::new()
+    }
+
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        Vec::new()
+    }
+
+    /// This module's own parameters (not its children's), for layers that hold some.
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    fn own_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        Vec::new()
+    }
+
+    /// Training mode (dropout active) or evaluation mode, for this module and its children.
+    fn set_training(&mut self, training: bool) {
+        for (_, c) in self.children_mut() {
+            c.set_training(training);
+        }
+    }
+
+    fn is_training(&self) -> bool {
+        self.children().iter().all(|(_, c)| c.is_training())
+    }
+
+    /// A one-line description: `Linear(784 → 128)`; by default the type's name.
+    fn describe(&self) -> String {
+        let full = std::any::type_name::<Self>();
+        full.rsplit("::").next().unwrap_or(full).to_string()
+    }
+
+    /// Every parameter with PyTorch's dotted names (`fc1.weight`, `0.bias`), in order.
+    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut v = self.own_parameters();
+        for (name, c) in self.children() {
+            v.extend(
+                c.named_parameters()
+                    .into_iter()
+                    .map(|(n, p)| (format!("{name}.{n}"), p)),
+            );
+        }
+        v
+    }
 
     /// Calls `f` on every parameter slot, so that it can be replaced (moved, cast, replicated).
     fn visit_parameters_mut(
         &mut self,
         f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
-    ) -> Result<()>;
-
-    /// A copy of this module whose parameters are `f(name, parameter)` (used by `DataParallel`
-    /// for per-device replicas whose gradients flow back to these parameters).
-    fn map_parameters(
-        &self,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<Box<dyn Module>>;
-
-    /// Training mode (dropout active) or evaluation mode.
-    fn set_training(&mut self, _training: bool) {}
-
-    fn is_training(&self) -> bool {
-        true
-    }
-
-    /// A one-line description: `Linear(784 → 128)`.
-    fn describe(&self) -> String;
-
-    /// The sub-modules with their names, for summaries (empty for a layer).
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        Vec::new()
+    ) -> Result<()> {
+        for (n, p) in self.own_parameters_mut() {
+            f(&n, p)?;
+        }
+        for (name, c) in self.children_mut() {
+            c.visit_parameters_mut(&mut |n, p| f(&format!("{name}.{n}"), p))?;
+        }
+        Ok(())
     }
 }
 
@@ -232,40 +289,20 @@ impl Module for Sequential {
         Ok(h)
     }
 
-    fn named_parameters(&self) -> Vec<(String, Tensor)> {
+    fn children(&self) -> Vec<(String, &dyn Module)> {
         self.layers
             .iter()
             .enumerate()
-            .flat_map(|(i, l)| {
-                l.named_parameters()
-                    .into_iter()
-                    .map(move |(n, p)| (format!("{i}.{n}"), p))
-            })
+            .map(|(i, l)| (i.to_string(), l.as_ref()))
             .collect()
     }
 
-    fn visit_parameters_mut(
-        &mut self,
-        f: &mut dyn FnMut(&str, &mut Tensor) -> Result<()>,
-    ) -> Result<()> {
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            l.visit_parameters_mut(&mut |n, p| f(&format!("{i}.{n}"), p))?;
-        }
-        Ok(())
-    }
-
-    fn map_parameters(
-        &self,
-        f: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<Box<dyn Module>> {
-        let mut layers = Vec::new();
-        for (i, l) in self.layers.iter().enumerate() {
-            layers.push(l.map_parameters(&mut |n, p| f(&format!("{i}.{n}"), p))?);
-        }
-        Ok(Box::new(Sequential {
-            layers,
-            training: self.training,
-        }))
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        self.layers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, l)| (i.to_string(), l.as_mut() as &mut dyn Module))
+            .collect()
     }
 
     fn set_training(&mut self, training: bool) {
@@ -281,13 +318,5 @@ impl Module for Sequential {
 
     fn describe(&self) -> String {
         format!("Sequential({} layers)", self.layers.len())
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        self.layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| (i.to_string(), l.as_ref()))
-            .collect()
     }
 }

@@ -354,7 +354,8 @@ impl Tensor {
         let mut shape = batch;
         shape.extend([m, n]);
         let out = no_grad(|| Tensor::from_storage(s, shape).to_dtype(dtype))?;
-        let backward = grads::matmul(a2.detach(), b2.detach());
+        let needs = [a2.requires_grad(), b2.requires_grad()];
+        let backward = grads::matmul(a2.detach(), b2.detach(), needs);
         let mut out = record(out, "matmul", &[&a2, &b2], backward);
         if other.rank() == 1 {
             out = out.squeeze(-1)?;

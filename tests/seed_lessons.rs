@@ -1,0 +1,152 @@
+//! The tutorials' model lessons, translated line by line to Rust: the SimpleNN training step on
+//! CPU and GPU, the autocast + GradScaler step, and DataParallel.
+
+use placelab::nn::{CrossEntropyLoss, Dropout, Flatten, Linear, Module, Sigmoid, Tanh};
+use placelab::prelude::*;
+
+struct SimpleNN {
+    fc1: Linear,
+    fc2: Linear,
+}
+
+impl SimpleNN {
+    fn new() -> Result<SimpleNN> {
+        Ok(SimpleNN {
+            fc1: Linear::new(784, 128, Device::Cpu)?,
+            fc2: Linear::new(128, 10, Device::Cpu)?,
+        })
+    }
+}
+
+impl Module for SimpleNN {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = self.fc1.forward(x)?.relu()?;
+        self.fc2.forward(&x)
+    }
+    fn children(&self) -> Vec<(String, &dyn Module)> {
+        vec![("fc1".into(), &self.fc1), ("fc2".into(), &self.fc2)]
+    }
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
+        vec![("fc1".into(), &mut self.fc1), ("fc2".into(), &mut self.fc2)]
+    }
+}
+
+/// One SGD step of SimpleNN on `device`; returns the loss before and after it.
+fn training_step(device: Device) -> Result<(f32, f32)> {
+    let mut model = SimpleNN::new()?;
+    model.to(&device)?;
+    let criterion = CrossEntropyLoss::new();
+    let mut optimizer = Sgd::new(model.parameters(), 0.01)?;
+    let input_tensor = Tensor::randn([64, 784], Device::Cpu)?.to(&device)?;
+    let target_tensor = Tensor::randint(0, 10, [64], Device::Cpu)?.to(&device)?;
+    let output = model.forward(&input_tensor)?;
+    let loss = criterion.forward(&output, &target_tensor)?;
+    loss.backward()?;
+    optimizer.step()?;
+    let after = criterion.forward(&model.forward(&input_tensor)?, &target_tensor)?;
+    assert_eq!(model.named_parameters()[0].0, "fc1.weight");
+    assert!(model.parameters().iter().all(|p| p.device() == device));
+    Ok((loss.item::<f32>()?, after.item::<f32>()?))
+}
+
+#[test]
+fn simple_nn_step_on_cpu_and_gpu() -> Result<()> {
+    cuda::simulate(2, None)?;
+    for device in [Device::Cpu, Device::cuda_if_available()] {
+        let (before, after) = training_step(device)?;
+        assert!(
+            after < before,
+            "one SGD step lowers the loss on {device}: {before} → {after}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn mixed_precision_step_with_grad_scaler() -> Result<()> {
+    cuda::simulate(2, None)?;
+    let device = Device::cuda_if_available();
+    let mut model = SimpleNN::new()?;
+    model.to(&device)?;
+    let criterion = CrossEntropyLoss::new();
+    let mut optimizer = Sgd::new(model.parameters(), 0.01)?;
+    let mut scaler = GradScaler::new();
+    let input_tensor = Tensor::randn([64, 784], Device::Cpu)?.to(&device)?;
+    let target_tensor = Tensor::randint(0, 10, [64], Device::Cpu)?.to(&device)?;
+    let before = model.parameters()[0].to_vec::<f32>()?;
+    let loss = autocast(DType::F16, || -> Result<Tensor> {
+        let output = model.forward(&input_tensor)?;
+        assert_eq!(output.dtype(), DType::F16);
+        criterion.forward(&output, &target_tensor)
+    })??;
+    scaler.scale(&loss)?.backward()?;
+    assert!(
+        scaler.step(&mut optimizer)?,
+        "no overflow at scale 65536 for this model"
+    );
+    scaler.update();
+    let after = model.parameters()[0].to_vec::<f32>()?;
+    assert!(
+        before.iter().zip(&after).any(|(a, b)| a != b),
+        "the step changed the weights"
+    );
+    Ok(())
+}
+
+#[test]
+fn data_parallel_when_there_are_several_gpus() -> Result<()> {
+    cuda::simulate(2, None)?;
+    let device = Device::cuda_if_available();
+    assert!(
+        cuda::device_count() > 1,
+        "Data parallelism requires more than one GPU"
+    );
+    let mut model = DataParallel::new(SimpleNN::new()?, vec![])?;
+    model.to(&device)?;
+    let out = model.forward(&Tensor::randn([8, 784], Device::Cpu)?)?;
+    assert_eq!(
+        (out.shape(), out.device()),
+        (&[8usize, 10][..], Device::Cuda(0))
+    );
+    Ok(())
+}
+
+#[test]
+fn other_layers_behave_as_in_pytorch() -> Result<()> {
+    let x = Tensor::from_vec(vec![-2.0f32, 0.0, 3.0, 1.0], [2, 1, 2], &Device::Cpu)?;
+    assert_eq!(Flatten.forward(&x)?.shape(), &[2, 2]);
+    assert_eq!(Sigmoid.forward(&x)?.to_vec::<f32>()?[1], 0.5);
+    assert_eq!(Tanh.forward(&x)?.to_vec::<f32>()?[1], 0.0);
+    let mut drop = Dropout::new(0.5)?;
+    let ones = Tensor::ones([10_000], Device::Cpu)?;
+    let y = drop.forward(&ones)?.to_vec::<f32>()?;
+    let kept = y.iter().filter(|&&v| v != 0.0).count();
+    assert!(
+        (4_500..5_500).contains(&kept),
+        "about half are kept: {kept}"
+    );
+    assert!(
+        y.iter().all(|&v| v == 0.0 || v == 2.0),
+        "survivors are scaled by 1/(1-p)"
+    );
+    drop.set_training(false);
+    assert_eq!(drop.forward(&ones)?.to_vec::<f32>()?, vec![1.0; 10_000]);
+    assert!(Dropout::new(1.0).is_err());
+    Ok(())
+}
+
+#[test]
+fn optimizer_state_lives_on_the_parameters_device() -> Result<()> {
+    cuda::simulate(2, None)?;
+    let d = Device::Cuda(1);
+    let w = Tensor::randn([1000, 1000], d)?.requires_grad_(true)?;
+    let mut opt = Adam::new(vec![w.clone()], 1e-3)?;
+    w.mul(&w)?.sum_all()?.backward()?;
+    let cpu_before = memory::allocated(&Device::Cpu)?;
+    let before = cuda::memory_allocated(1)?;
+    opt.step()?;
+    // m and v: two more 4 MB tensors on cuda:1, none on the CPU.
+    assert_eq!(cuda::memory_allocated(1)? - before, 2 * 4_000_256);
+    assert!(memory::allocated(&Device::Cpu)? <= cpu_before + 1024);
+    Ok(())
+}
