@@ -148,8 +148,12 @@ pub fn map1<A: Copy + Sync, O: Send>(
         let r0 = start / inner;
         s.for_rows(r0..r0 + o.len() / inner, |r, [oa]| {
             let row = &mut o[(r - r0) * inner..][..inner];
-            for (i, o) in row.iter_mut().enumerate() {
-                *o = f(a[oa + i * sa]);
+            if sa == 1 {
+                zip_map(&a[oa..oa + inner], &a[oa..oa + inner], row, &|x, _| f(x));
+            } else {
+                for (i, o) in row.iter_mut().enumerate() {
+                    *o = f(a[oa + i * sa]);
+                }
             }
         });
     });
@@ -168,7 +172,7 @@ fn map1_transposed<A: Copy + Sync, O: Send>(
     let (shape, strides) = coalesce(&[la]);
     let st = &strides[0];
     let n = shape.len();
-    if n < 2 || st[n - 1] == 1 || st[n - 2] != 1 || out.len() < PAR_MIN {
+    if n < 2 || st[n - 1] == 1 || st[n - 2] != 1 {
         return false;
     }
     let (rows, cols, col_stride) = (shape[n - 2], shape[n - 1], st[n - 1]);
@@ -283,6 +287,14 @@ pub fn copy_strided<T: Copy + Send + Sync>(src: &[T], ls: &Layout, dst: &mut [T]
     let body = |range: std::ops::Range<usize>| {
         let p = ptr;
         s.for_rows(range, |_, [od, os]| {
+            if sd == 1 && ss == 1 {
+                assert!(od + inner <= dst_len);
+                // SAFETY: in bounds (checked), and rows of distinct positions are disjoint.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src[os..os + inner].as_ptr(), p.0.add(od), inner)
+                };
+                return;
+            }
             for i in 0..inner {
                 let d = od + i * sd;
                 assert!(d < dst_len);
