@@ -20,11 +20,14 @@ pub mod device;
 pub mod display;
 pub mod dtype;
 pub mod error;
+#[cfg(feature = "frontend")]
+pub mod frontend;
 pub mod layout;
 pub mod memory;
 pub mod nn;
 pub mod optim;
 pub mod parallel;
+pub mod probe;
 mod storage;
 pub mod tensor;
 pub mod transfer;
@@ -35,6 +38,11 @@ pub use error::{Error, Result};
 pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorOptions, manual_seed};
 pub use transfer::{Clock, HostMemoryKind, Transfer};
+
+/// The threads the CPU kernels use.
+pub fn cpu_threads() -> usize {
+    rayon::current_num_threads()
+}
 
 /// Everything a REPL cell or a script needs: `use placelab::prelude::*;`.
 pub mod prelude {

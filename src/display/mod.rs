@@ -148,14 +148,15 @@ impl fmt::Display for Tensor {
 }
 
 impl Tensor {
-    /// Shows the card in evcxr (the REPL and Jupyter): HTML with `text/plain` beside it, in one
-    /// write so the two blocks never interleave with other output.
+    /// Shows the card in evcxr (the REPL and Jupyter): HTML, `text/plain` and an ANSI-coloured
+    /// copy for terminals, in one write so the blocks never interleave with other output.
     pub fn evcxr_display(&self) {
         use std::io::Write;
         let block = format!(
-            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\n",
+            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/x-ansi\n{}\nEVCXR_END_CONTENT\n",
             card_html(self),
-            card_text(self, false)
+            card_text(self, false),
+            card_text(self, true)
         );
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(block.as_bytes());

@@ -1,0 +1,313 @@
+//! The session's own commands, as a table of (name, usage, help, handler). Anything else that
+//! starts with `:` goes to evcxr (`:vars`, `:dep`, `:opt`, …).
+
+use std::time::{Duration, Instant};
+
+use crate::display::{human_bytes, human_duration, human_rate};
+
+use super::session::{CellReport, Output, Session};
+
+type Handler = fn(&mut Session, &str) -> CellReport;
+
+pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
+    (
+        ":del",
+        ":del NAME…",
+        "drop variables and say what memory they gave back, on which device",
+        del,
+    ),
+    (
+        ":mem",
+        ":mem",
+        "memory of every device in use: allocated, reserved, peak, live tensors, free",
+        mem,
+    ),
+    (
+        ":devices",
+        ":devices",
+        "the devices this session can use",
+        devices,
+    ),
+    (
+        ":transfers",
+        ":transfers",
+        "every .to() of the session: route, bytes, time, bandwidth",
+        transfers,
+    ),
+    (
+        ":empty_cache",
+        ":empty_cache",
+        "return cached, unused device memory to the device",
+        empty_cache,
+    ),
+    (
+        ":simulate",
+        ":simulate cuda N [CAPACITY]",
+        "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`)",
+        simulate,
+    ),
+    (
+        ":time",
+        ":time CODE",
+        "run CODE and report how long it took",
+        time,
+    ),
+    (
+        ":help",
+        ":help",
+        "this list (evcxr's own commands, like :vars and :dep, work too)",
+        help,
+    ),
+];
+
+/// Runs `cell` if it is one of the session's commands.
+pub fn dispatch(s: &mut Session, cell: &str) -> Option<CellReport> {
+    if !cell.starts_with(':') {
+        return None;
+    }
+    let (name, args) = cell.split_once(char::is_whitespace).unwrap_or((cell, ""));
+    if name == ":quit" || name == ":q" {
+        return Some(CellReport::info(
+            "use Ctrl-D (or :exit) to leave the session",
+        ));
+    }
+    MAGICS
+        .iter()
+        .find(|m| m.0 == name)
+        .map(|m| (m.3)(s, args.trim()))
+}
+
+fn del(s: &mut Session, args: &str) -> CellReport {
+    let names: Vec<&str> = args
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return CellReport::error(
+            ":del needs the names of variables to drop, e.g. `:del x` or `:del x y`",
+        );
+    }
+    let vars: Vec<(String, String)> = s
+        .ctx
+        .variables_and_types()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect();
+    let mut out = Vec::new();
+    for name in names {
+        let Some((_, ty)) = vars.iter().find(|(n, _)| n == name) else {
+            let known: Vec<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
+            out.push(Output::Error(format!(
+                "no variable `{name}` in this session{}",
+                if known.is_empty() {
+                    String::new()
+                } else {
+                    format!("; defined: {}", known.join(", "))
+                }
+            )));
+            continue;
+        };
+        let before = s.snapshot();
+        let report = s.run_code(&format!("drop({name});"));
+        if !report.ok() {
+            out.extend(report.outputs);
+            continue;
+        }
+        let after = s.snapshot();
+        let freed: Vec<String> = after
+            .devices
+            .iter()
+            .filter_map(|(dev, a)| {
+                let b = before.devices.get(dev)?;
+                let gone = b.allocated.saturating_sub(a.allocated);
+                (gone > 0).then(|| {
+                    let label = if a.simulated { format!("{dev} (simulated)") } else { dev.clone() };
+                    format!(
+                        "{} on {label} (kept in the cache: reserved stays {}; `:empty_cache` releases it)",
+                        human_bytes(gone as usize),
+                        human_bytes(a.reserved as usize)
+                    )
+                })
+            })
+            .collect();
+        out.push(Output::Info(if freed.is_empty() {
+            if ty.contains("Tensor") {
+                format!("dropped {name}: no memory freed (another variable or view still shares its storage)")
+            } else {
+                format!("dropped {name} (a `{ty}`, not a tensor: no device memory involved)")
+            }
+        } else {
+            format!("freed {name}: {}", freed.join(", "))
+        }));
+    }
+    CellReport {
+        outputs: out,
+        ..Default::default()
+    }
+}
+
+fn mem(s: &mut Session, _: &str) -> CellReport {
+    let snap = s.snapshot();
+    if snap.devices.is_empty() {
+        return CellReport::info("no device memory used yet");
+    }
+    let mut lines = vec![format!(
+        "{:<20} {:>12} {:>12} {:>12} {:>8} {:>22}",
+        "device", "allocated", "reserved", "peak", "tensors", "free / total"
+    )];
+    for d in snap.devices.values() {
+        let label = if d.simulated {
+            format!("{} (simulated)", d.name)
+        } else {
+            d.name.clone()
+        };
+        lines.push(format!(
+            "{label:<20} {:>12} {:>12} {:>12} {:>8} {:>22}",
+            human_bytes(d.allocated as usize),
+            human_bytes(d.reserved as usize),
+            human_bytes(d.peak as usize),
+            d.tensors,
+            format!(
+                "{} / {}",
+                human_bytes(d.free as usize),
+                human_bytes(d.total as usize)
+            )
+        ));
+    }
+    CellReport::info(lines.join("\n"))
+}
+
+fn devices(s: &mut Session, _: &str) -> CellReport {
+    // The cell process decides (simulation may have been switched on there): ask it.
+    let r = s.run_code(
+        "{ let mut v = vec![format!(\"cpu ({} threads)\", placelab::cpu_threads())]; for i in 0..cuda::device_count() { v.push(format!(\"{} {}\", Device::Cuda(i).label(), cuda::device_name(i).unwrap_or_default())); } if let Some(w) = cuda::unavailable_reason() { v.push(format!(\"no CUDA device: {w}\")); } v.join(\"\\n\") }",
+    );
+    CellReport {
+        memory: Vec::new(),
+        ..unquote(r)
+    }
+}
+
+/// Turns a `String` value's debug form (`"a\nb"`) back into its text.
+fn unquote(mut r: CellReport) -> CellReport {
+    for o in &mut r.outputs {
+        if let Output::Value { plain, .. } = o
+            && let Ok(text) = serde_json::from_str::<String>(plain)
+        {
+            *o = Output::Info(text);
+        }
+    }
+    r
+}
+
+fn transfers(s: &mut Session, _: &str) -> CellReport {
+    let Some(snap) = s.probe.snapshot(0) else {
+        return CellReport::info("no transfers yet");
+    };
+    if snap.transfers.is_empty() {
+        return CellReport::info("no transfers yet");
+    }
+    let lines: Vec<String> = snap
+        .transfers
+        .iter()
+        .map(|t| {
+            let d = Duration::from_nanos(t.nanos);
+            format!(
+                "#{:<4} {:>8} → {:<8} {:>12} {:>10} {:>10} {}{}",
+                t.seq,
+                t.from,
+                t.to,
+                human_bytes(t.bytes as usize),
+                human_duration(d),
+                human_rate(t.bytes as f64 / d.as_secs_f64().max(1e-12)),
+                if t.pinned { "pinned" } else { "pageable" },
+                if t.simulated {
+                    " (simulated: host copy time)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    CellReport::info(lines.join("\n"))
+}
+
+fn empty_cache(s: &mut Session, _: &str) -> CellReport {
+    match s.probe.ask("empty_cache") {
+        Some(reply) => {
+            let bytes = reply
+                .lines()
+                .find_map(|l| l.strip_prefix("released bytes="))
+                .and_then(|b| b.parse::<usize>().ok())
+                .unwrap_or(0);
+            CellReport::info(format!(
+                "released {} of cached memory back to the devices",
+                human_bytes(bytes)
+            ))
+        }
+        None => CellReport::info("no device memory used yet"),
+    }
+}
+
+fn simulate(s: &mut Session, args: &str) -> CellReport {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    let (n, cap) = match words.as_slice() {
+        ["cuda", n] => (n.parse::<usize>().ok(), None),
+        ["cuda", n, cap] => (n.parse::<usize>().ok(), Some(*cap)),
+        _ => (None, None),
+    };
+    let Some(n) = n else {
+        return CellReport::error(
+            "usage: :simulate cuda N [CAPACITY], e.g. `:simulate cuda 2` or `:simulate cuda 1 8GiB` (0 turns simulation off)",
+        );
+    };
+    let cap = match cap.map(crate::cuda::parse_bytes) {
+        Some(None) => {
+            return CellReport::error(format!(
+                "{:?} is not a size; write e.g. 8GiB or 512MiB",
+                cap.unwrap_or("")
+            ));
+        }
+        Some(Some(b)) => format!("Some({b})"),
+        None => "None".into(),
+    };
+    let r = s.run_code(&format!(
+        "cuda::simulate({n}, {cap}).map(|_| cuda::device_count())"
+    ));
+    if r.ok() {
+        CellReport::info(format!(
+            "{n} simulated CUDA device(s) on host memory: cuda:0 … cuda:{}",
+            n.saturating_sub(1)
+        ))
+    } else {
+        r
+    }
+}
+
+fn time(s: &mut Session, code: &str) -> CellReport {
+    if code.is_empty() {
+        return CellReport::error("usage: :time CODE, e.g. `:time x.matmul(&x)?.sum_all()?`");
+    }
+    let start = Instant::now();
+    let mut r = s.run_code(code);
+    r.outputs.push(Output::Info(format!(
+        "took {} (compile and run)",
+        human_duration(start.elapsed())
+    )));
+    r
+}
+
+fn help(_: &mut Session, _: &str) -> CellReport {
+    let mut lines: Vec<String> = MAGICS
+        .iter()
+        .map(|m| format!("{:<30} {}", m.1, m.2))
+        .collect();
+    lines.push(format!(
+        "{:<30} {}",
+        ":vars, :dep, :opt, …", "evcxr's commands"
+    ));
+    lines.push(format!(
+        "{:<30} {}",
+        "Ctrl-C / Ctrl-D", "interrupt a running cell / leave"
+    ));
+    CellReport::info(lines.join("\n"))
+}

@@ -1,0 +1,37 @@
+//! How a cell's report looks in a terminal (with colour) or a plain log.
+
+use super::session::{CellReport, Output};
+
+/// The report as text; `colour` adds ANSI colour (red errors, dim memory lines, coloured cards).
+pub fn render(report: &CellReport, colour: bool) -> String {
+    let mut out = Vec::new();
+    for o in &report.outputs {
+        match o {
+            Output::Value { plain, ansi, .. } => out.push(if colour {
+                ansi.clone().unwrap_or_else(|| plain.clone())
+            } else {
+                plain.clone()
+            }),
+            Output::Info(t) => out.push(t.clone()),
+            Output::Error(e) => {
+                let text = format!(
+                    "error: {}",
+                    e.trim_start_matches("error: ").replace('\n', "\n       ")
+                );
+                out.push(if colour {
+                    format!("\x1b[31m{text}\x1b[0m")
+                } else {
+                    text
+                });
+            }
+        }
+    }
+    for m in &report.memory {
+        out.push(if colour {
+            format!("\x1b[2m{m}\x1b[0m")
+        } else {
+            m.clone()
+        });
+    }
+    out.join("\n")
+}

@@ -1,0 +1,201 @@
+//! The terminal REPL: rustyline with history, multi-line input that waits for balanced
+//! brackets, completion from evcxr, coloured cards, Ctrl-C to interrupt a running cell.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rustyline::completion::{Completer, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Context, Editor, Helper};
+
+use super::render::render;
+use super::session::Session;
+
+type Shared = Arc<Mutex<Option<Session>>>;
+
+/// The pid of the process running cells, for the Ctrl-C handler (0: none).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// Whether `src` is a complete cell: brackets balanced outside strings and comments.
+pub fn is_complete(src: &str) -> bool {
+    let (mut depth, mut in_str, mut escaped, mut chars) =
+        (0i32, false, false, src.chars().peekable());
+    while let Some(c) = chars.next() {
+        if in_str {
+            match c {
+                '\\' if !escaped => escaped = true,
+                '"' if !escaped => in_str = false,
+                _ => escaped = false,
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    depth <= 0 && !in_str
+}
+
+struct CellHelper {
+    session: Shared,
+}
+
+impl Helper for CellHelper {}
+impl Highlighter for CellHelper {}
+impl Hinter for CellHelper {
+    type Hint = String;
+}
+
+impl Validator for CellHelper {
+    fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
+        Ok(if is_complete(ctx.input()) {
+            ValidationResult::Valid(None)
+        } else {
+            ValidationResult::Incomplete
+        })
+    }
+}
+
+impl Completer for CellHelper {
+    type Candidate = Pair;
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        // Never block the prompt on a session that is still starting or running a cell.
+        let Ok(mut guard) = self.session.try_lock() else {
+            return Ok((pos, Vec::new()));
+        };
+        let Some(s) = guard.as_mut() else {
+            return Ok((pos, Vec::new()));
+        };
+        match s.ctx.completions(line, pos) {
+            Ok(c) => Ok((
+                c.start_offset,
+                c.completions
+                    .into_iter()
+                    .map(|c| Pair {
+                        display: c.label,
+                        replacement: c.code,
+                    })
+                    .collect(),
+            )),
+            Err(_) => Ok((pos, Vec::new())),
+        }
+    }
+}
+
+pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
+    println!("{banner}");
+    println!("Rust cells with placelab preloaded. :help for commands, Ctrl-D to quit.");
+    let colour = std::io::stdout().is_terminal();
+    let shared: Shared = Arc::new(Mutex::new(None));
+    // Start evcxr in the background: the prompt is there at once, the first cell waits.
+    let starter = {
+        let shared = shared.clone();
+        std::thread::spawn(move || {
+            let sink: super::session::Sink = Arc::new(|is_err, line| {
+                if is_err {
+                    eprintln!("{line}")
+                } else {
+                    println!("{line}")
+                }
+            });
+            let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+            match Session::start(prepared, sink) {
+                Ok(s) => {
+                    *guard = Some(s);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        })
+    };
+    let mut starter = Some(starter);
+    // SAFETY: installing a handler that only calls kill().
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let mut editor: Editor<CellHelper, rustyline::history::DefaultHistory> = match Editor::new() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("cannot start the line editor: {e}");
+            return 1;
+        }
+    };
+    editor.set_helper(Some(CellHelper {
+        session: shared.clone(),
+    }));
+    let history = super::setup::cache_dir().join("history.txt");
+    let _ = editor.load_history(&history);
+    loop {
+        match editor.readline(">> ") {
+            Ok(line) => {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(line.as_str());
+                if matches!(line.trim(), ":exit" | ":quit" | ":q") {
+                    break;
+                }
+                if let Some(h) = starter.take() {
+                    eprintln!("(waiting for the Rust evaluator to finish starting…)");
+                    if let Ok(Err(e)) = h.join() {
+                        eprintln!("error: {e}");
+                        return 1;
+                    }
+                }
+                let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(session) = guard.as_mut() else {
+                    return 1;
+                };
+                CHILD.store(
+                    session
+                        .ctx
+                        .process_handle()
+                        .lock()
+                        .map(|c| c.id() as i32)
+                        .unwrap_or(0),
+                    Ordering::Relaxed,
+                );
+                let report = session.execute(&line);
+                CHILD.store(0, Ordering::Relaxed);
+                let shown = render(&report, colour);
+                if !shown.is_empty() {
+                    println!("{shown}");
+                }
+            }
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => {
+                eprintln!("error: {e}");
+                break;
+            }
+        }
+    }
+    let _ = std::fs::create_dir_all(super::setup::cache_dir());
+    let _ = editor.save_history(&history);
+    0
+}

@@ -1,0 +1,58 @@
+//! `placelab run-script FILE`: runs a file of cells as the REPL would, printing each cell and
+//! what it produced. Cells are separated by lines starting with `// %%`; a line starting with `:`
+//! (a command such as `:mem`) is a cell of its own. Exits 1 if any cell failed.
+
+use super::render::render;
+use super::session::Session;
+
+/// Splits a script into cells.
+pub fn cells(text: &str) -> Vec<String> {
+    let mut cells = Vec::new();
+    let mut current = String::new();
+    let mut flush = |current: &mut String| {
+        if !current.trim().is_empty() {
+            cells.push(current.trim_end().to_string());
+        }
+        current.clear();
+    };
+    for line in text.lines() {
+        if line.starts_with("// %%") {
+            flush(&mut current);
+        } else if line.starts_with(':') {
+            flush(&mut current);
+            current.push_str(line);
+            flush(&mut current);
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    flush(&mut current);
+    cells
+}
+
+pub fn run(session: &mut Session, text: &str) -> bool {
+    let mut all_ok = true;
+    for cell in cells(text) {
+        println!(">> {}", cell.replace('\n', "\n.. "));
+        let report = session.execute(&cell);
+        all_ok &= report.ok();
+        let shown = render(&report, false);
+        if !shown.is_empty() {
+            println!("{shown}");
+        }
+    }
+    all_ok
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn splits_cells_on_markers_and_commands() {
+        let c = super::cells("let x = 1;\n\nlet y = 2;\n// %%\nx + y\n:mem\n:del x\n");
+        assert_eq!(
+            c,
+            vec!["let x = 1;\n\nlet y = 2;", "x + y", ":mem", ":del x"]
+        );
+    }
+}

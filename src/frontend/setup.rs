@@ -1,0 +1,103 @@
+//! Process start-up for the front end: evcxr's child-process and rustc-wrapper hooks (with the
+//! Rust 1.95 `core` metadata fix for dylib mode), and the directories and configuration evcxr
+//! compiles cells in.
+
+use std::path::{Path, PathBuf};
+
+/// Must run first in `main`: if this process is evcxr's cell runner or rustc wrapper, it
+/// never returns.
+pub fn hooks() {
+    fix_core_extern();
+    evcxr::runtime_hook();
+}
+
+/// In dylib mode evcxr passes `--extern core=<sysroot>/libstd-*.so`; since Rust 1.95 that file
+/// carries only a metadata stub, and crates with `#![no_std]` dependencies (libm, rand_core…)
+/// fail with "only metadata stub found for 'dylib' dependency 'core'". Re-run ourselves as the
+/// wrapper with the matching `.rmeta` added in the joined `--extern=` form (which evcxr leaves
+/// alone).
+fn fix_core_extern() {
+    let wrapping = std::env::var_os("EVCXR_RUSTC_WRAPPER").is_some()
+        && std::env::var_os("EVCXR_FORCE_DYLIB").is_some();
+    if !wrapping || std::env::var_os("PLACELAB_CORE_FIXED").is_some() {
+        return;
+    }
+    let Some(so) = std::env::var("EVCXR_CORE_EXTERN")
+        .ok()
+        .and_then(|v| v.strip_prefix("core=").map(PathBuf::from))
+    else {
+        return;
+    };
+    let rmeta = so.with_extension("rmeta");
+    if !rmeta.exists() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut extern_arg = std::ffi::OsString::from("--extern=core=");
+    extern_arg.push(rmeta.as_os_str());
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .arg(extern_arg)
+        .env("PLACELAB_CORE_FIXED", "1")
+        .status();
+    std::process::exit(status.ok().and_then(|s| s.code()).unwrap_or(101));
+}
+
+/// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compile directories and the evcxr config.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("PLACELAB_CACHE") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    home.join(".cache").join("placelab")
+}
+
+/// A compile directory no other live session uses, kept between runs so that the engine and its
+/// dependencies are built once. Holding the returned file locks the slot.
+pub fn claim_compile_dir(root: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    for slot in 0..64 {
+        let dir = root.join(format!("session-{slot}"));
+        std::fs::create_dir_all(&dir)?;
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))?;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0
+        {
+            return Ok((dir.join("work"), lock));
+        }
+    }
+    Err(std::io::Error::other(
+        "all 64 placelab session directories are in use",
+    ))
+}
+
+/// Writes the configuration evcxr reads at start: dylib mode (one copy of the engine's state for
+/// every cell), cells at `:opt 0`; and, in a parent of the compile directories, a cargo profile
+/// that builds dependencies (the engine) optimised.
+pub fn write_config(root: &Path) -> std::io::Result<PathBuf> {
+    let config = root.join("config");
+    std::fs::create_dir_all(&config)?;
+    std::fs::write(
+        config.join("evcxr.toml"),
+        "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\n",
+    )?;
+    let cargo = root.join(".cargo");
+    std::fs::create_dir_all(&cargo)?;
+    std::fs::write(
+        cargo.join("config.toml"),
+        "# Written by placelab: dependencies of REPL cells (the engine) are built optimised.\n[profile.dev.package.\"*\"]\nopt-level = 3\nincremental = false\n",
+    )?;
+    Ok(config)
+}

@@ -1,0 +1,75 @@
+//! The session driven as a user would, through `placelab run-script` on a simulated GPU: cards,
+//! memory lines, a device mismatch, `:del`, magics, compile errors, panics, out-of-memory — and
+//! one allocator shared by every cell.
+//!
+//! The first run on a machine compiles the engine inside evcxr (minutes); the compile directory
+//! is kept under `target/` so later runs take seconds.
+
+use std::process::Command;
+
+fn run_script(name: &str) -> (String, bool) {
+    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
+    let script = format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+        .args(["run-script", &script])
+        .env("PLACELAB_CACHE", cache)
+        .env("PLACELAB_SIMULATE_CUDA", "1")
+        .output()
+        .expect("placelab runs");
+    let text = format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (text, out.status.success())
+}
+
+fn expect(text: &str, what: &[&str]) {
+    for w in what {
+        assert!(
+            text.contains(w),
+            "missing {w:?} in the session output:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn first_steps_through_the_session() {
+    let (out, ok) = run_script("first_steps.plrs");
+    assert!(
+        !ok,
+        "the script has failing cells on purpose, so the exit status is 1:\n{out}"
+    );
+    expect(
+        &out,
+        &[
+            // Devices and .to(), with cards and memory lines.
+            "Cuda(0)",
+            "Tensor f32[1000, 1000] · cuda:0 (simulated) · 3.81 MiB · last .to(): cpu → cuda:0, ",
+            "── cpu allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB",
+            "── cuda:0 (simulated) allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB · free 15.98 GiB / 16.00 GiB · this cell +3.81 MiB",
+            "── 1 transfer this cell: 3.81 MiB in ",
+            // The mismatch, as a value and as an error.
+            "true",
+            "device mismatch in add: `self` is on cpu but `other` is on cuda:0.",
+            // :del and friends, reading the same allocator the cells use.
+            "freed y: 3.81 MiB on cuda:0 (simulated) (kept in the cache: reserved stays 20.00 MiB; `:empty_cache` releases it)",
+            "cuda:0 (simulated)            0 B    20.00 MiB",
+            "released 20.00 MiB of cached memory back to the devices",
+            "error: no variable `nope` in this session; defined: ",
+            // Compile errors with the user's line, panics and OOM keep the session going.
+            "error[E0308]: mismatched types",
+            " --> cell:1:16",
+            "panic in the cell (variables defined before it are kept):\nboom",
+            "[1000, 1000]",
+            "out of memory on cuda:0: tried to allocate 20.00 GiB but only",
+            // The log of transfers, and an unknown command.
+            "#1         cpu → cuda:0       3.81 MiB",
+            "error: Unrecognised command :frobnicate",
+        ],
+    );
+    assert!(
+        !out.contains("stack backtrace"),
+        "panics are shown without evcxr's backtrace:\n{out}"
+    );
+}
