@@ -224,10 +224,7 @@ pub(crate) fn is_simulated(device: &Device) -> bool {
 pub fn device_name(index: usize) -> Result<String> {
     Ok(match backend(index)? {
         Backend::Simulated { capacity } => {
-            format!(
-                "simulated GPU ({} of host memory)",
-                crate::display::human_bytes(capacity)
-            )
+            format!("on host memory, {}", crate::display::human_bytes(capacity))
         }
         Backend::Real => {
             let hook = std::panic::take_hook();

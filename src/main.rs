@@ -68,9 +68,13 @@ fn banner() -> String {
     let mut parts = vec![format!("cpu ({} threads)", placelab::cpu_threads())];
     for i in 0..cuda::device_count() {
         let name = cuda::device_name(i).unwrap_or_else(|e| e.to_string());
-        let free = memory::mem_get_info(&Device::Cuda(i))
-            .map(|(f, _)| format!(" ({} free)", human_bytes(f)))
-            .unwrap_or_default();
+        // A simulated device's name already gives its capacity.
+        let free = match Device::Cuda(i).is_simulated() {
+            true => String::new(),
+            false => memory::mem_get_info(&Device::Cuda(i))
+                .map(|(f, _)| format!(" ({} free)", human_bytes(f)))
+                .unwrap_or_default(),
+        };
         parts.push(format!("{} {name}{free}", Device::Cuda(i).label()));
     }
     if let Some(why) = cuda::unavailable_reason() {

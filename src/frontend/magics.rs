@@ -283,6 +283,22 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     }
 }
 
+fn plot(s: &mut Session, what: &str) -> CellReport {
+    let dir = s.workdir().parent().map(|p| p.join("plots")).unwrap_or_else(|| super::setup::cache_dir().join("plots"));
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        return CellReport::error(format!("cannot create {}: {e}", dir.display()));
+    }
+    let drawn = match what {
+        "transfers" => s.probe.snapshot(0).map(|snap| snap.transfers).ok_or_else(|| "no transfers yet".to_string()).and_then(|log| super::plot::transfers(&dir, &log)),
+        "memory" => super::plot::memory(&dir, &s.history),
+        _ => return CellReport::error("usage: :plot transfers  or  :plot memory"),
+    };
+    match drawn {
+        Ok(path) => CellReport::info(format!("wrote {} (open it in a browser)", path.display())),
+        Err(e) => CellReport::error(e),
+    }
+}
+
 fn time(s: &mut Session, code: &str) -> CellReport {
     if code.is_empty() {
         return CellReport::error("usage: :time CODE, e.g. `:time x.matmul(&x)?.sum_all()?`");

@@ -2,7 +2,9 @@
 //! (the terminal REPL and the script runner).
 
 pub mod magics;
+pub mod plot;
 pub mod probe_client;
+pub mod progress;
 pub mod render;
 pub mod repl;
 pub mod script;

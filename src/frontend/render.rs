@@ -14,10 +14,13 @@ pub fn render(report: &CellReport, colour: bool) -> String {
             }),
             Output::Info(t) => out.push(t.clone()),
             Output::Error(e) => {
-                let text = format!(
-                    "error: {}",
-                    e.trim_start_matches("error: ").replace('\n', "\n       ")
-                );
+                // Compile errors already start with `error[E…]`.
+                let body = e.replace('\n', "\n       ");
+                let text = if body.starts_with("error") {
+                    body
+                } else {
+                    format!("error: {body}")
+                };
                 out.push(if colour {
                     format!("\x1b[31m{text}\x1b[0m")
                 } else {

@@ -93,9 +93,9 @@ pub struct Session {
     pub(super) ctx: CommandContext,
     pub(super) probe: ProbeClient,
     pub(super) last_seq: u64,
-    /// Allocated bytes per device after each cell, for `:plot memory`.
+    /// Device memory after each code cell, for `:plot memory`.
     pub(super) history: Vec<Snapshot>,
-    _prepared: Prepared,
+    prepared: Prepared,
 }
 
 /// The preload: the engine as a dependency (without the front end) and its prelude.
@@ -131,16 +131,16 @@ impl Session {
             probe,
             last_seq: 0,
             history: Vec::new(),
-            _prepared: prepared,
+            prepared,
         };
-        s.ctx
-            .execute(&preload_code())
+        let cache = setup::cache_dir();
+        super::progress::while_compiling(&cache, || s.ctx.execute(&preload_code()))
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
         Ok(s)
     }
 
     pub fn workdir(&self) -> &std::path::Path {
-        &self._prepared.workdir
+        &self.prepared.workdir
     }
 
     pub(super) fn snapshot(&self) -> Snapshot {

@@ -1,0 +1,88 @@
+//! The REPL's latency targets, measured through the same `Session` the REPL uses, beside plain
+//! evcxr (default configuration, no engine) in the same run:
+//! evcxr start, first cell result on a warm machine, a trivial cell, and the magics that
+//! compile nothing. `cargo bench --bench session` (the first run compiles the engine: minutes).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use placelab::frontend::{session, setup};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+fn main() {
+    // This binary is also evcxr's cell runner and rustc wrapper.
+    setup::hooks();
+    let prepared = session::prepare().expect("a compile directory");
+    let quiet: session::Sink = Arc::new(|_, _| {});
+    let t = Instant::now();
+    let mut s = session::Session::start(prepared, quiet.clone()).expect("the session starts");
+    println!(
+        "placelab: session start (evcxr + engine preload, warm) {}",
+        ms(t.elapsed())
+    );
+    let t = Instant::now();
+    let r = s.execute("let x = Tensor::randn([1000, 1000], &Device::Cpu)?;\nx.shape().to_vec()");
+    assert!(r.ok(), "{r:?}");
+    println!("placelab: first cell result {}", ms(t.elapsed()));
+    let trivial: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            assert!(s.execute("x.shape().to_vec()").ok());
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "placelab: trivial cell `x.shape()` median of 15: {}",
+        ms(median(trivial))
+    );
+    for magic in [":mem", ":transfers", ":empty_cache"] {
+        let v: Vec<Duration> = (0..50)
+            .map(|_| {
+                let t = Instant::now();
+                assert!(s.execute(magic).ok());
+                t.elapsed()
+            })
+            .collect();
+        println!("placelab: {magic} median of 50: {}", ms(median(v)));
+    }
+    let devices: Vec<Duration> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            assert!(s.execute(":devices").ok());
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "placelab: :devices (asks the cell process, compiles a cell) median of 5: {}",
+        ms(median(devices))
+    );
+    drop(s);
+
+    // Plain evcxr in the same run, default configuration, no dependencies.
+    let t = Instant::now();
+    let (mut ctx, _out) = evcxr::CommandContext::new().expect("plain evcxr starts");
+    println!("plain evcxr: start {}", ms(t.elapsed()));
+    let t = Instant::now();
+    ctx.execute("let v = vec![1000usize, 1000];\nv.clone()")
+        .expect("a cell");
+    println!("plain evcxr: first cell result {}", ms(t.elapsed()));
+    let trivial: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            ctx.execute("v.clone()").expect("a cell");
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "plain evcxr: trivial cell median of 15: {}",
+        ms(median(trivial))
+    );
+}

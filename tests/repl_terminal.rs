@@ -1,0 +1,94 @@
+//! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, a cell, a
+//! multi-line cell, Ctrl-C on an endless loop (the session survives and says what was lost),
+//! a magic, and Ctrl-D to leave. Python's `pty` module drives it (python3 is on every machine
+//! this project builds on).
+
+use std::process::Command;
+
+const DRIVER: &str = r#"
+import os, pty, sys, time, select
+exe, cache = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.environ["PLACELAB_CACHE"] = cache
+    os.environ["PLACELAB_SIMULATE_CUDA"] = "1"
+    os.execv(exe, [exe])
+seen = b""
+def wait_for(text, timeout):
+    global seen
+    end = time.time() + timeout
+    while time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if text.encode() in seen:
+                return True
+    sys.stdout.write(seen.decode(errors="replace"))
+    sys.exit("timed out waiting for %r" % text)
+def send(s):
+    os.write(fd, s.encode())
+t0 = time.time()
+wait_for(">> ", 10)
+print("PROMPT_AFTER %.3f" % (time.time() - t0))
+send("let x = Tensor::ones([3], &Device::Cpu)?;\r")
+wait_for("── cpu allocated 512 B (1 tensor)", 900)
+send("{\r")
+time.sleep(0.5)
+send("40 + 2\r")
+time.sleep(0.5)
+send("}\r")
+wait_for("42", 120)
+send("loop {}\r")
+time.sleep(4)
+send("\x03")
+wait_for("every variable was lost", 120)
+send("x\r")
+wait_for("cannot find value `x`", 120)
+send(":mem\r")
+wait_for("device", 30)
+send("\x04")
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(seen.decode(errors="replace"))
+print("\nEXIT %d" % os.waitstatus_to_exitcode(status))
+"#;
+
+#[test]
+fn a_person_at_the_terminal() {
+    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
+    let out = Command::new("python3")
+        .args(["-c", DRIVER, env!("CARGO_BIN_EXE_placelab"), cache])
+        .output()
+        .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the terminal session failed:\n{text}");
+    let prompt: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("PROMPT_AFTER "))
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!(
+        prompt < 5.0,
+        "the prompt appears at once, while evcxr starts in the background ({prompt} s)"
+    );
+    for want in [
+        "placelab 0.1.0 · devices: cpu",
+        "cuda:0 (simulated)",
+        "42",
+        "the cell's process ended",
+        "The session restarted",
+        "cannot find value `x`",
+        "EXIT 0",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+}
