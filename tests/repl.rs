@@ -66,6 +66,8 @@ fn first_steps_through_the_session() {
             // The log of transfers, and an unknown command.
             "#1         cpu → cuda:0       3.81 MiB",
             "error: Unrecognised command :frobnicate",
+            "transfers.svg (open it in a browser)",
+            "memory.svg (open it in a browser)",
         ],
     );
     assert!(

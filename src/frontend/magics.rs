@@ -47,6 +47,12 @@ pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
         simulate,
     ),
     (
+        ":plot",
+        ":plot transfers|memory",
+        "draw transfer time against size, or memory after each cell (an SVG file)",
+        plot,
+    ),
+    (
         ":time",
         ":time CODE",
         "run CODE and report how long it took",
@@ -284,12 +290,21 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
 }
 
 fn plot(s: &mut Session, what: &str) -> CellReport {
-    let dir = s.workdir().parent().map(|p| p.join("plots")).unwrap_or_else(|| super::setup::cache_dir().join("plots"));
+    let dir = s
+        .workdir()
+        .parent()
+        .map(|p| p.join("plots"))
+        .unwrap_or_else(|| super::setup::cache_dir().join("plots"));
     if let Err(e) = std::fs::create_dir_all(&dir) {
         return CellReport::error(format!("cannot create {}: {e}", dir.display()));
     }
     let drawn = match what {
-        "transfers" => s.probe.snapshot(0).map(|snap| snap.transfers).ok_or_else(|| "no transfers yet".to_string()).and_then(|log| super::plot::transfers(&dir, &log)),
+        "transfers" => s
+            .probe
+            .snapshot(0)
+            .map(|snap| snap.transfers)
+            .ok_or_else(|| "no transfers yet".to_string())
+            .and_then(|log| super::plot::transfers(&dir, &log)),
         "memory" => super::plot::memory(&dir, &s.history),
         _ => return CellReport::error("usage: :plot transfers  or  :plot memory"),
     };
