@@ -77,6 +77,30 @@ fn compute_dtype(dtype: DType) -> DType {
     }
 }
 
+/// Casts `a` and `b` to `dtype`, broadcasts them to one shape and runs `kernel` on them.
+fn broadcast_pair(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    dtype: DType,
+    kernel: impl FnOnce(
+        &Storage,
+        &crate::layout::Layout,
+        &Storage,
+        &crate::layout::Layout,
+    ) -> Result<Storage>,
+) -> Result<(Storage, Vec<usize>)> {
+    let shape = broadcast_shapes(op, a.shape(), b.shape())?;
+    let (a, b) = (a.to_dtype(dtype)?, b.to_dtype(dtype)?);
+    let s = kernel(
+        a.storage(),
+        &a.layout().broadcast_to(&shape),
+        b.storage(),
+        &b.layout().broadcast_to(&shape),
+    )?;
+    Ok((s, shape))
+}
+
 impl Tensor {
     /// This tensor converted to `dtype` (a new tensor), or this handle when it already is.
     #[must_use = "`.to_dtype()` returns a converted copy and leaves the original's dtype as it was: write `let y = x.to_dtype(DType::F16)?;`"]
@@ -136,17 +160,10 @@ impl Tensor {
                 "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`",
             ));
         }
-        let shape = broadcast_shapes(name, a.shape(), b.shape())?;
         let out = no_grad(|| {
-            let cd = compute_dtype(dtype);
-            let (a, b) = (a.to_dtype(cd)?, b.to_dtype(cd)?);
-            let s = Storage::binary(
-                op,
-                a.storage(),
-                &a.layout().broadcast_to(&shape),
-                b.storage(),
-                &b.layout().broadcast_to(&shape),
-            )?;
+            let (s, shape) = broadcast_pair(name, a, b, compute_dtype(dtype), |x, lx, y, ly| {
+                Storage::binary(op, x, lx, y, ly)
+            })?;
             Tensor::from_storage(s, shape).to_dtype(dtype)
         })?;
         let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
@@ -193,16 +210,10 @@ impl Tensor {
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
         let (other, dtype) = self.rhs(name, other, false)?;
-        let shape = broadcast_shapes(name, self.shape(), other.shape())?;
-        let cd = compute_dtype(dtype);
-        let (a, b) = (self.to_dtype(cd)?, other.to_dtype(cd)?);
-        let s = Storage::compare(
-            op,
-            a.storage(),
-            &a.layout().broadcast_to(&shape),
-            b.storage(),
-            &b.layout().broadcast_to(&shape),
-        )?;
+        let (s, shape) =
+            broadcast_pair(name, self, &other, compute_dtype(dtype), |x, lx, y, ly| {
+                Storage::compare(op, x, lx, y, ly)
+            })?;
         Ok(Tensor::from_storage(s, shape))
     }
 
