@@ -147,7 +147,31 @@ impl fmt::Display for Tensor {
     }
 }
 
+/// Markers around a card printed by `Tensor::show()`: the front end turns them into a card of
+/// its own, so a cell can show several (evcxr keeps only the last value of a cell).
+pub const CARD_BEGIN: &str = "PLACELAB_CARD_BEGIN";
+pub const CARD_PLAIN: &str = "PLACELAB_CARD_PLAIN";
+pub const CARD_END: &str = "PLACELAB_CARD_END";
+
 impl Tensor {
+    /// Prints this tensor's card now, in the REPL as a card of its own (several per cell are
+    /// fine), elsewhere as text.
+    pub fn show(&self) {
+        use std::io::Write;
+        let block = if std::env::var_os(crate::probe::ENV).is_some() {
+            format!(
+                "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_END}\n",
+                card_text(self, true),
+                card_text(self, false)
+            )
+        } else {
+            format!("{}\n", card_text(self, false))
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(block.as_bytes());
+        let _ = out.flush();
+    }
+
     /// Shows the card in evcxr (the REPL and Jupyter): HTML, `text/plain` and an ANSI-coloured
     /// copy for terminals, in one write so the blocks never interleave with other output.
     pub fn evcxr_display(&self) {

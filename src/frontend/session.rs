@@ -3,7 +3,7 @@
 //! runner are thin shells over it.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
@@ -93,6 +93,8 @@ pub struct Session {
     pub(super) ctx: CommandContext,
     pub(super) probe: ProbeClient,
     pub(super) last_seq: u64,
+    /// Cards the running cell showed with `Tensor::show()`, in order.
+    shown_cards: Arc<Mutex<Vec<Output>>>,
     /// Device memory after each code cell, for `:plot memory`.
     pub(super) history: Vec<Snapshot>,
     prepared: Prepared,
@@ -110,13 +112,43 @@ impl Session {
     /// Starts evcxr and compiles the engine into it (minutes the first time on a machine,
     /// seconds after), streaming the cell process's output to `sink`.
     pub fn start(prepared: Prepared, sink: Sink) -> Result<Session, String> {
+        let shown_cards: Arc<Mutex<Vec<Output>>> = Arc::default();
         let (ctx, outputs) = CommandContext::new()
             .map_err(|e| format!("could not start the Rust evaluator: {e}"))?;
         for (is_err, rx) in [(false, outputs.stdout), (true, outputs.stderr)] {
-            let sink = sink.clone();
+            let (sink, shown_cards) = (sink.clone(), shown_cards.clone());
             std::thread::spawn(move || {
                 let mut in_backtrace = false;
+                // Lines between `show()`'s markers are a card, not output to stream.
+                let mut card: Option<Vec<String>> = None;
                 for line in rx {
+                    if !is_err {
+                        match (line.as_str(), card.as_mut()) {
+                            (crate::display::CARD_BEGIN, _) => card = Some(Vec::new()),
+                            (crate::display::CARD_END, Some(lines)) => {
+                                let text = lines.join("\n");
+                                let (ansi, plain) = match text
+                                    .split_once(crate::display::CARD_PLAIN)
+                                {
+                                    Some((a, p)) => {
+                                        (Some(a.trim_end().to_string()), p.trim_start().to_string())
+                                    }
+                                    None => (None, text),
+                                };
+                                shown_cards.lock().unwrap_or_else(|e| e.into_inner()).push(
+                                    Output::Value {
+                                        plain,
+                                        ansi,
+                                        html: None,
+                                    },
+                                );
+                                card = None;
+                            }
+                            (_, Some(lines)) => lines.push(line),
+                            _ => sink(false, &line),
+                        }
+                        continue;
+                    }
                     if let Some(shown) = filter_stderr(is_err, &line, &mut in_backtrace) {
                         sink(is_err, &shown);
                     }
@@ -130,6 +162,7 @@ impl Session {
             ctx,
             probe,
             last_seq: 0,
+            shown_cards,
             history: Vec::new(),
             prepared,
         };
@@ -170,7 +203,12 @@ impl Session {
     pub(super) fn run_code(&mut self, code: &str) -> CellReport {
         let before = self.snapshot();
         let mut report = CellReport::default();
-        match self.ctx.execute(code) {
+        let result = self.ctx.execute(code);
+        // evcxr drains the cell's stdout before returning, so every shown card is in.
+        report
+            .outputs
+            .append(&mut self.shown_cards.lock().unwrap_or_else(|e| e.into_inner()));
+        match result {
             Ok(out) => {
                 let get = |k: &str| out.content_by_mime_type.get(k).cloned();
                 if let Some(plain) = get("text/plain") {
