@@ -67,6 +67,7 @@ fn first_steps_through_the_session() {
             "#1         cpu → cuda:0       3.81 MiB",
             "error: Unrecognised command :frobnicate",
             "transfers.svg (open it in a browser)",
+            " threads)\ncuda:0 (simulated) on host memory, 16.00 GiB",
             // Two cards from one cell.
             ">> x.narrow(0, 0, 2)?.show();\n.. x.narrow(0, 2, 2)?.show();\nTensor f32[2, 1000] · cpu · 7.81 KiB (view of 3.81 MiB) · no .to() yet",
             "memory.svg (open it in a browser)",
