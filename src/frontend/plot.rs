@@ -21,6 +21,18 @@ fn err(e: impl std::fmt::Display) -> String {
     format!("could not draw the plot: {e}")
 }
 
+/// Draws the legend, shared by both plots.
+fn finish<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 /// Transfer time (µs) against size (bytes), both logarithmic, one series per route.
 pub fn transfers(dir: &Path, log: &[TransferLine]) -> Result<PathBuf, String> {
     if log.is_empty() {
@@ -72,12 +84,7 @@ pub fn transfers(dir: &Path, log: &[TransferLine]) -> Result<PathBuf, String> {
             .label(route)
             .legend(move |(x, y)| Circle::new((x, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    finish(&mut chart)?;
     root.present().map_err(err)?;
     drop(chart);
     drop(root);
@@ -128,12 +135,7 @@ pub fn memory(dir: &Path, history: &[Snapshot]) -> Result<PathBuf, String> {
             .label(device)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    finish(&mut chart)?;
     root.present().map_err(err)?;
     drop(chart);
     drop(root);
