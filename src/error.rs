@@ -68,6 +68,18 @@ pub enum Error {
     },
     /// A shape whose element or byte count overflows the address space.
     SizeOverflow { op: &'static str, shape: Vec<usize> },
+    /// NVRTC could not compile a kernel source; `log` is NVRTC's own message.
+    KernelCompile {
+        kernel: String,
+        arch: String,
+        log: String,
+    },
+    /// The CUDA driver, NVRTC or cuBLAS failed a call the engine made.
+    Cuda {
+        op: &'static str,
+        device: Device,
+        msg: String,
+    },
     /// Reading a tensor's values as a Rust type of another dtype.
     ElementType {
         op: &'static str,
@@ -173,6 +185,15 @@ impl fmt::Display for Error {
             Error::SizeOverflow { op, shape } => write!(
                 f,
                 "shape {shape:?} in {op} has more elements or bytes than this machine can address; use a smaller shape."
+            ),
+            Error::KernelCompile { kernel, arch, log } => write!(
+                f,
+                "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\n                 The kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names.                  Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
+                log.trim_end()
+            ),
+            Error::Cuda { op, device, msg } => write!(
+                f,
+                "CUDA error in {op} on {device}: {msg}. The tensors of this device may be unusable;                  if this repeats, restart placelab and check the GPU with `nvidia-smi`."
             ),
             Error::ElementType {
                 op,

@@ -39,6 +39,18 @@ pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorOptions, manual_seed};
 pub use transfer::{Clock, HostMemoryKind, Transfer};
 
+/// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compiled CUDA kernels, and the front end's
+/// compile directories and evcxr config.
+pub fn cache_dir() -> std::path::PathBuf {
+    if let Some(d) = std::env::var_os("PLACELAB_CACHE") {
+        return d.into();
+    }
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    home.join(".cache").join("placelab")
+}
+
 /// The threads the CPU kernels use.
 pub fn cpu_threads() -> usize {
     rayon::current_num_threads()

@@ -45,16 +45,7 @@ fn fix_core_extern() {
     std::process::exit(status.ok().and_then(|s| s.code()).unwrap_or(101));
 }
 
-/// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compile directories and the evcxr config.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("PLACELAB_CACHE") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    home.join(".cache").join("placelab")
-}
+pub use crate::cache_dir;
 
 /// A compile directory no other live session uses, kept between runs so that the engine and its
 /// dependencies are built once. Holding the returned file locks the slot.

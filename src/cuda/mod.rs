@@ -1,6 +1,9 @@
 //! CUDA devices as the engine sees them: probing the driver without ever panicking, simulated
 //! devices for machines without a GPU, and PyTorch's `torch.cuda.*` memory functions.
 
+pub mod libs;
+pub mod nvrtc;
+
 use std::sync::{OnceLock, RwLock};
 
 use crate::memory::{self, MemoryStats};

@@ -1,0 +1,189 @@
+// Element-wise kernels: binary arithmetic, comparisons, unary math, clamp and where, with
+// broadcasting through strided views. The output is always contiguous; each input is read through
+// its own `Strided` view of the output's shape. Op codes match `cuda/ops.rs`.
+
+// ---- binary ------------------------------------------------------------------------------------
+// 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 maximum, 6 minimum
+
+// NaN wins in maximum/minimum, as in torch.maximum.
+template <typename A> struct Binary {  // f32 and f64 (f16/bf16 compute in f32)
+    static __device__ __forceinline__ A apply(int op, A a, A b) {
+        switch (op) {
+            case 0: return a + b;
+            case 1: return a - b;
+            case 2: return a * b;
+            case 3: return a / b;
+            case 4: return pow(a, b);
+            case 5: return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
+            default: return isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b));
+        }
+    }
+};
+
+// Integers wrap on overflow, as PyTorch's (and Rust's wrapping_*) do: the arithmetic runs on the
+// unsigned type of the same width, where wrapping is defined.
+template <typename A, typename U> struct IntBinary {
+    static __device__ __forceinline__ A wrapping_pow(A base, A exp) {
+        U result = 1, b = (U)base;
+        unsigned e = (unsigned)exp;  // negative exponents are rejected by the host
+        while (e) {
+            if (e & 1u) result *= b;
+            b *= b;
+            e >>= 1;
+        }
+        return (A)result;
+    }
+    static __device__ __forceinline__ A apply(int op, A a, A b) {
+        switch (op) {
+            case 0: return (A)((U)a + (U)b);
+            case 1: return (A)((U)a - (U)b);
+            case 2: return (A)((U)a * (U)b);
+            case 3:
+                if (b == 0) return 0;
+                if (b == (A)-1) return (A)((U)0 - (U)a);  // MIN / -1 wraps to MIN
+                return a / b;
+            case 4: return wrapping_pow(a, b);
+            case 5: return a > b ? a : b;
+            default: return a < b ? a : b;
+        }
+    }
+};
+template <> struct Binary<i64> : IntBinary<i64, u64> {};
+template <> struct Binary<int> : IntBinary<int, unsigned> {};
+template <> struct Binary<u8> : IntBinary<u8, u8> {};
+
+// Bool arithmetic as PyTorch defines it: `+` is or, `*` is and.
+template <> struct Binary<bool> {
+    static __device__ __forceinline__ bool apply(int op, bool a, bool b) {
+        switch (op) {
+            case 0: return a || b;
+            case 1: return a != b;
+            case 2: return a && b;
+            case 3: return a;
+            case 4: return a || !b;
+            case 5: return a || b;
+            default: return a && b;
+        }
+    }
+};
+
+template <typename T>
+__device__ void binary_kernel(int op, u64 n, T* out, const T* a, const Strided& la, const T* b,
+                              const Strided& lb) {
+    typedef Math<T> M;
+    GRID_STRIDE(i, n) {
+        out[i] = M::store(Binary<typename M::Acc>::apply(op, M::load(a[offset_of(la, i)]),
+                                                         M::load(b[offset_of(lb, i)])));
+    }
+}
+
+#define BINARY(T, S)                                                                           \
+    extern "C" __global__ void binary_##S(int op, u64 n, T* out, const T* a, Strided la,       \
+                                          const T* b, Strided lb) {                            \
+        binary_kernel<T>(op, n, out, a, la, b, lb);                                            \
+    }
+FOR_ALL_DTYPES(BINARY)
+
+// ---- comparisons ---------------------------------------------------------------------------------
+// 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge. NaN compares unequal to everything.
+
+template <typename A> __device__ __forceinline__ bool compare(int op, A a, A b) {
+    switch (op) {
+        case 0: return a == b;
+        case 1: return a != b;
+        case 2: return a < b;
+        case 3: return a <= b;
+        case 4: return a > b;
+        default: return a >= b;
+    }
+}
+
+#define COMPARE(T, S)                                                                          \
+    extern "C" __global__ void compare_##S(int op, u64 n, bool* out, const T* a, Strided la,   \
+                                           const T* b, Strided lb) {                           \
+        typedef Math<T> M;                                                                     \
+        GRID_STRIDE(i, n) {                                                                    \
+            out[i] = compare(op, M::load(a[offset_of(la, i)]), M::load(b[offset_of(lb, i)]));  \
+        }                                                                                      \
+    }
+FOR_ALL_DTYPES(COMPARE)
+
+// ---- unary ---------------------------------------------------------------------------------------
+// 0 neg, 1 abs, 2 relu (every dtype); 3 exp, 4 log, 5 sqrt, 6 sigmoid, 7 tanh, 8 gelu,
+// 9 gelu_backward (float dtypes only; the host promotes integers first).
+
+template <typename A> struct Unary {  // f32 and f64
+    static __device__ __forceinline__ A apply(int op, A x) {
+        switch (op) {
+            case 0: return -x;
+            case 1: return fabs(x);
+            case 2: return (x > (A)0 || isnan(x)) ? x : (A)0;
+            case 3: return exp(x);
+            case 4: return log(x);
+            case 5: return sqrt(x);
+            case 6: return (A)1 / ((A)1 + exp(-x));
+            case 7: return tanh(x);
+            case 8: return (A)0.5 * x * ((A)1 + erf(x * (A)0.70710678118654752440));
+            default: {
+                // Φ(x) + x·φ(x), in f64 as the CPU backend computes it.
+                double d = (double)x;
+                double cdf = 0.5 * (1.0 + erf(d * 0.70710678118654752440));
+                double pdf = exp(-0.5 * d * d) * 0.39894228040143267794;
+                return (A)(cdf + d * pdf);
+            }
+        }
+    }
+};
+
+template <typename A, typename U> struct IntUnary {
+    static __device__ __forceinline__ A apply(int op, A x) {
+        A neg = (A)((U)0 - (U)x);
+        switch (op) {
+            case 0: return neg;
+            case 1: return x < (A)0 ? neg : x;
+            default: return x > (A)0 ? x : (A)0;
+        }
+    }
+};
+template <> struct Unary<i64> : IntUnary<i64, u64> {};
+template <> struct Unary<int> : IntUnary<int, unsigned> {};
+template <> struct Unary<u8> : IntUnary<u8, u8> {};
+template <> struct Unary<bool> {
+    static __device__ __forceinline__ bool apply(int, bool x) { return x; }
+};
+
+#define UNARY(T, S)                                                                            \
+    extern "C" __global__ void unary_##S(int op, u64 n, T* out, const T* a, Strided la) {      \
+        typedef Math<T> M;                                                                     \
+        GRID_STRIDE(i, n) {                                                                    \
+            out[i] = M::store(Unary<typename M::Acc>::apply(op, M::load(a[offset_of(la, i)])));\
+        }                                                                                      \
+    }
+FOR_ALL_DTYPES(UNARY)
+
+// ---- clamp and where -----------------------------------------------------------------------------
+
+// `lo`/`hi` are the bits of an element of T; NaN inputs stay NaN (no comparison holds).
+#define CLAMP(T, S)                                                                            \
+    extern "C" __global__ void clamp_##S(u64 n, T* out, const T* a, Strided la, int has_lo,    \
+                                         u64 lo_bits, int has_hi, u64 hi_bits) {               \
+        typedef Math<T> M;                                                                     \
+        typename M::Acc lo = M::load(from_bits<T>(lo_bits));                                   \
+        typename M::Acc hi = M::load(from_bits<T>(hi_bits));                                   \
+        GRID_STRIDE(i, n) {                                                                    \
+            typename M::Acc x = M::load(a[offset_of(la, i)]);                                  \
+            if (has_lo && x < lo) x = lo;                                                      \
+            if (has_hi && x > hi) x = hi;                                                      \
+            out[i] = M::store(x);                                                              \
+        }                                                                                      \
+    }
+FOR_ALL_DTYPES(CLAMP)
+
+#define WHERE(T, S)                                                                            \
+    extern "C" __global__ void where_##S(u64 n, T* out, const bool* c, Strided lc, const T* a, \
+                                         Strided la, const T* b, Strided lb) {                 \
+        GRID_STRIDE(i, n) {                                                                    \
+            out[i] = c[offset_of(lc, i)] ? a[offset_of(la, i)] : b[offset_of(lb, i)];          \
+        }                                                                                      \
+    }
+FOR_ALL_DTYPES(WHERE)

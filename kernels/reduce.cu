@@ -1,0 +1,182 @@
+// Row reductions over contiguous rows of `len` elements: sums and means, max/min with their
+// index, and softmax. Long rows are split into `parts` chunks, one block each, whose partial
+// results a second kernel combines in a fixed order, so results never depend on timing.
+// Launched with blockDim.x == REDUCE_THREADS.
+
+#define REDUCE_THREADS 256
+
+// A tree reduction over the block in shared memory; every thread gets the result.
+template <typename A, typename F> __device__ A block_reduce(A v, A* sh, F f) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] = f(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    A r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+struct Add {
+    template <typename A> __device__ A operator()(A a, A b) const { return a + b; }
+};
+struct Max {
+    template <typename A> __device__ A operator()(A a, A b) const {
+        return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
+    }
+};
+
+// The range of row elements block `b` covers.
+__device__ __forceinline__ void chunk_of(u64 b, u64 parts, u64 len, u64* row, u64* start, u64* end) {
+    u64 chunk = (len + parts - 1) / parts;
+    *row = b / parts;
+    *start = (b % parts) * chunk;
+    u64 e = *start + chunk;
+    *end = e < len ? e : len;
+}
+
+// ---- sums ----------------------------------------------------------------------------------------
+// f32 accumulates in f64 (as the CPU backend does), integers in i64 (wrapping).
+
+template <typename T> struct SumAcc { typedef double Acc; };
+template <> struct SumAcc<i64> { typedef i64 Acc; };
+
+template <typename T>
+__device__ void sum_partials(u64 len, u64 parts, const T* in, typename SumAcc<T>::Acc* partial) {
+    typedef typename SumAcc<T>::Acc A;
+    __shared__ A sh[REDUCE_THREADS];
+    u64 row, start, end;
+    chunk_of(blockIdx.x, parts, len, &row, &start, &end);
+    const T* r = in + row * len;
+    A acc = 0;
+    for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) acc += (A)Math<T>::load(r[j]);
+    acc = block_reduce(acc, sh, Add());
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+template <typename T>
+__device__ void sum_finish(u64 rows, u64 parts, int mean, u64 len,
+                          const typename SumAcc<T>::Acc* partial, T* out) {
+    typedef typename SumAcc<T>::Acc A;
+    GRID_STRIDE(r, rows) {
+        A acc = 0;
+        for (u64 p = 0; p < parts; ++p) acc += partial[r * parts + p];
+        if (mean) acc = (A)((double)acc / (double)len);
+        out[r] = Math<T>::store((typename Math<T>::Acc)acc);
+    }
+}
+
+#define SUM(T, S)                                                                              \
+    extern "C" __global__ void sum_partials_##S(u64 len, u64 parts, const T* in,               \
+                                                SumAcc<T>::Acc* partial) {                     \
+        sum_partials<T>(len, parts, in, partial);                                              \
+    }                                                                                          \
+    extern "C" __global__ void sum_finish_##S(u64 rows, u64 parts, int mean, u64 len,          \
+                                              const SumAcc<T>::Acc* partial, T* out) {         \
+        sum_finish<T>(rows, parts, mean, len, partial, out);                                   \
+    }
+FOR_FLOAT_DTYPES(SUM)
+SUM(i64, i64)
+
+// ---- max / min with index ------------------------------------------------------------------------
+// The first NaN wins (as in PyTorch); ties keep the first index. Index -1 marks "no element yet".
+
+template <typename A> __device__ __forceinline__ bool is_nan(A x) { return x != x; }
+
+template <typename A> struct Best {
+    A v;
+    i64 i;
+};
+
+template <typename A> struct PickBest {
+    int greater;
+    __device__ Best<A> operator()(Best<A> a, Best<A> b) const {
+        if (a.i < 0) return b;
+        if (b.i < 0) return a;
+        bool an = is_nan(a.v), bn = is_nan(b.v);
+        bool take_b;
+        if (an || bn) take_b = (an && bn) ? b.i < a.i : bn;
+        else if (a.v == b.v) take_b = b.i < a.i;
+        else take_b = greater ? b.v > a.v : b.v < a.v;
+        return take_b ? b : a;
+    }
+};
+
+template <typename T>
+__device__ void extreme_partials(u64 len, u64 parts, int greater, const T* in, T* pv, i64* pi) {
+    typedef typename Math<T>::Acc A;
+    __shared__ Best<A> sh[REDUCE_THREADS];
+    u64 row, start, end;
+    chunk_of(blockIdx.x, parts, len, &row, &start, &end);
+    const T* r = in + row * len;
+    PickBest<A> pick = {greater};
+    Best<A> best = {A(), -1};
+    for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) {
+        Best<A> c = {Math<T>::load(r[j]), (i64)j};
+        best = pick(best, c);
+    }
+    best = block_reduce(best, sh, pick);
+    if (threadIdx.x == 0) {
+        pv[blockIdx.x] = Math<T>::store(best.v);
+        pi[blockIdx.x] = best.i;
+    }
+}
+
+template <typename T>
+__device__ void extreme_finish(u64 rows, u64 parts, int greater, const T* pv, const i64* pi,
+                               T* values, i64* indices) {
+    typedef typename Math<T>::Acc A;
+    PickBest<A> pick = {greater};
+    GRID_STRIDE(r, rows) {
+        Best<A> best = {A(), -1};
+        for (u64 p = 0; p < parts; ++p) {
+            Best<A> c = {Math<T>::load(pv[r * parts + p]), pi[r * parts + p]};
+            best = pick(best, c);
+        }
+        values[r] = Math<T>::store(best.v);
+        indices[r] = best.i;
+    }
+}
+
+#define EXTREME(T, S)                                                                          \
+    extern "C" __global__ void extreme_partials_##S(u64 len, u64 parts, int greater,           \
+                                                    const T* in, T* pv, i64* pi) {             \
+        extreme_partials<T>(len, parts, greater, in, pv, pi);                                  \
+    }                                                                                          \
+    extern "C" __global__ void extreme_finish_##S(u64 rows, u64 parts, int greater,            \
+                                                  const T* pv, const i64* pi, T* values,       \
+                                                  i64* indices) {                              \
+        extreme_finish<T>(rows, parts, greater, pv, pi, values, indices);                      \
+    }
+FOR_ALL_DTYPES(EXTREME)
+
+// ---- softmax -------------------------------------------------------------------------------------
+// One block per row, stable around the row's max; the sum of exponentials accumulates in f64.
+
+template <typename T> __device__ void softmax_row(u64 len, int log_, const T* in, T* out) {
+    typedef typename Math<T>::Acc A;
+    __shared__ A shm[REDUCE_THREADS];
+    __shared__ double shs[REDUCE_THREADS];
+    const T* r = in + (u64)blockIdx.x * len;
+    T* o = out + (u64)blockIdx.x * len;
+    A m = -PL_INFINITY;
+    for (u64 j = threadIdx.x; j < len; j += blockDim.x) m = Max()(m, Math<T>::load(r[j]));
+    m = block_reduce(m, shm, Max());
+    double s = 0.0;
+    for (u64 j = threadIdx.x; j < len; j += blockDim.x) s += (double)exp(Math<T>::load(r[j]) - m);
+    s = block_reduce(s, shs, Add());
+    if (log_) {
+        A ls = (A)log(s);
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(Math<T>::load(r[j]) - m - ls);
+    } else {
+        A inv = (A)(1.0 / s);
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(exp(Math<T>::load(r[j]) - m) * inv);
+    }
+}
+
+#define SOFTMAX(T, S)                                                                          \
+    extern "C" __global__ void softmax_rows_##S(u64 len, int log_, const T* in, T* out) {      \
+        softmax_row<T>(len, log_, in, out);                                                    \
+    }
+FOR_FLOAT_DTYPES(SOFTMAX)

@@ -1,0 +1,188 @@
+//! The CUDA kernels of `kernels/*.cu`, compiled at run time by NVRTC for one GPU architecture
+//! (the build never needs nvcc) and cached on disk, keyed by the source's hash, the
+//! architecture and NVRTC's version. NVRTC's log reaches the user when a compile fails.
+
+use std::ffi::{CString, c_char};
+
+use cudarc::nvrtc::{result, sys};
+
+use crate::{Error, Result};
+
+/// Text placed before every kernel file: element types, conversions and strided indexing.
+const COMMON: &str = include_str!("../../kernels/common.cuh");
+
+/// One kernel file of `kernels/`.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+pub const ELEMENTWISE: KernelSource = KernelSource {
+    name: "elementwise.cu",
+    text: include_str!("../../kernels/elementwise.cu"),
+};
+pub const CAST: KernelSource = KernelSource {
+    name: "cast.cu",
+    text: include_str!("../../kernels/cast.cu"),
+};
+pub const REDUCE: KernelSource = KernelSource {
+    name: "reduce.cu",
+    text: include_str!("../../kernels/reduce.cu"),
+};
+
+/// Every kernel file the engine launches from.
+pub const SOURCES: [KernelSource; 3] = [ELEMENTWISE, CAST, REDUCE];
+
+impl KernelSource {
+    /// What NVRTC compiles: the common header, then the file, with `#line` so that errors name
+    /// the file and line of `kernels/`.
+    pub fn program(&self) -> String {
+        format!(
+            "#line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
+            self.name, self.text
+        )
+    }
+}
+
+/// Runs `f`, turning a panic of cudarc's loader (a library that is missing or lacks a symbol)
+/// into an error instead of unwinding through the caller.
+pub(crate) fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("{what}: {msg}")
+    })
+}
+
+/// NVRTC's version, e.g. `(13, 0)`, or why NVRTC cannot be used.
+pub fn version() -> std::result::Result<(i32, i32), String> {
+    super::libs::preload();
+    if !unsafe { sys::is_culib_present() } {
+        return Err(
+            "NVRTC (libnvrtc.so.13) is not installed; install the CUDA 13 toolkit or the \
+             `nvidia-cuda-nvrtc` wheel and point PLACELAB_CUDA_LIB_DIRS at its lib folder"
+                .into(),
+        );
+    }
+    guarded("loading NVRTC", || {
+        let (mut major, mut minor) = (0, 0);
+        let status = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+        (status == sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
+    })?
+    .ok_or_else(|| "nvrtcVersion failed".into())
+}
+
+/// `source` compiled to a CUBIN for `sm_{major}{minor}`, from the disk cache in
+/// `cache_dir()/kernels` when it has it (`PLACELAB_NO_KERNEL_CACHE` turns the cache off).
+pub fn cubin(source: &KernelSource, cc: (i32, i32)) -> Result<Vec<u8>> {
+    let dir = std::env::var_os("PLACELAB_NO_KERNEL_CACHE")
+        .is_none()
+        .then(|| crate::cache_dir().join("kernels"));
+    cubin_cached_in(source, cc, dir.as_deref())
+}
+
+/// `cubin` with the disk cache in `dir` (none: always compile).
+pub fn cubin_cached_in(
+    source: &KernelSource,
+    (major, minor): (i32, i32),
+    dir: Option<&std::path::Path>,
+) -> Result<Vec<u8>> {
+    let arch = format!("sm_{major}{minor}");
+    let nvrtc = version().map_err(|why| Error::KernelCompile {
+        kernel: source.name.into(),
+        arch: arch.clone(),
+        log: why,
+    })?;
+    let program = source.program();
+    let path = dir.map(|d| d.join(cache_file(source.name, &program, &arch, nvrtc)));
+    if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        return Ok(bytes);
+    }
+    let bytes = compile(source.name, &program, &arch)?;
+    if let Some(p) = path {
+        // A cache that cannot be written only costs a recompile next time.
+        let _ = std::fs::create_dir_all(p.parent().expect("a file in a folder"));
+        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, &p);
+        }
+    }
+    Ok(bytes)
+}
+
+/// Compiles `program` (named `name` in messages) for `arch` (`sm_90`) to a CUBIN: NVRTC runs the
+/// whole pipeline down to machine code, so errors surface here rather than at module load.
+pub fn compile(name: &str, program: &str, arch: &str) -> Result<Vec<u8>> {
+    let fail = |log: String| Error::KernelCompile {
+        kernel: name.into(),
+        arch: arch.into(),
+        log,
+    };
+    version().map_err(fail)?;
+    let src = CString::new(program).map_err(|_| fail("the source contains a NUL byte".into()))?;
+    let cname = CString::new(name).map_err(|_| fail("the name contains a NUL byte".into()))?;
+    let options = [
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+    ];
+    guarded("NVRTC", || -> std::result::Result<Vec<u8>, String> {
+        let prog = result::create_program(&src, Some(&cname)).map_err(|e| e.to_string())?;
+        let compiled = unsafe { result::compile_program(prog, &options) };
+        let out = match compiled {
+            Ok(()) => read_cubin(prog),
+            Err(e) => Err(program_log(prog).unwrap_or_else(|| e.to_string())),
+        };
+        unsafe {
+            let _ = result::destroy_program(prog);
+        }
+        out
+    })
+    .map_err(fail)?
+    .map_err(fail)
+}
+
+fn program_log(prog: sys::nvrtcProgram) -> Option<String> {
+    let log = unsafe { result::get_program_log(prog) }.ok()?;
+    let bytes: Vec<u8> = log
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c: &c_char| c as u8)
+        .collect();
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn read_cubin(prog: sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    let status = unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) };
+    if status != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(format!("NVRTC produced no CUBIN ({status:?})"));
+    }
+    let mut buf = vec![0u8; size];
+    let status = unsafe { sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char) };
+    if status != sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!("nvrtcGetCUBIN failed ({status:?})"));
+    }
+    Ok(buf)
+}
+
+/// FNV-1a: a hash that stays the same across Rust releases, so the disk cache survives them.
+fn stable_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// `cast-sm_90-nvrtc13.0-<hash of the program>.cubin`.
+fn cache_file(name: &str, program: &str, arch: &str, (ma, mi): (i32, i32)) -> String {
+    let stem = name.trim_end_matches(".cu");
+    let hash = stable_hash(program.as_bytes());
+    format!("{stem}-{arch}-nvrtc{ma}.{mi}-{hash:016x}.cubin")
+}

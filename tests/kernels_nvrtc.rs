@@ -1,0 +1,189 @@
+//! The CUDA kernel sources compile with NVRTC, for every architecture placelab targets, on a
+//! machine without a GPU: NVRTC comes from the `nvidia-cuda-nvrtc` wheel, installed into a venv
+//! under `target/` (or from `PLACELAB_CUDA_LIB_DIRS` when set).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use placelab::Error;
+use placelab::cuda::{libs, nvrtc};
+
+const WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
+
+/// Makes NVRTC loadable; returns false only when `PLACELAB_SKIP_NVRTC_TEST` asks to skip.
+fn nvrtc_available() -> bool {
+    if std::env::var_os("PLACELAB_SKIP_NVRTC_TEST").is_some() {
+        eprintln!("PLACELAB_SKIP_NVRTC_TEST is set: not compiling the kernels");
+        return false;
+    }
+    libs::preload();
+    if nvrtc::version().is_ok() {
+        return true;
+    }
+    let lib = wheel_lib_dir();
+    libs::use_library_dir(&lib);
+    let v = nvrtc::version();
+    assert!(
+        v.is_ok(),
+        "NVRTC from {} did not load: {v:?}",
+        lib.display()
+    );
+    true
+}
+
+/// The wheel's lib folder, installing the wheel into `target/nvrtc-venv` on first use.
+fn wheel_lib_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target").join("nvrtc-venv");
+    let lib = venv.join("lib/python3.11/site-packages/nvidia/cu13/lib");
+    let found = |venv: &Path| {
+        std::fs::read_dir(venv.join("lib"))
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path().join("site-packages/nvidia/cu13/lib"))
+            .find(|p| p.join("libnvrtc.so.13").exists())
+    };
+    if let Some(p) = found(&venv) {
+        return p;
+    }
+    // Tests run in parallel processes only across binaries; this one installs alone.
+    let ok = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check", WHEEL])
+            .status()
+            .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "could not install {WHEEL} into {} (needs python3 and PyPI); set PLACELAB_SKIP_NVRTC_TEST=1 to skip this test offline",
+        venv.display()
+    );
+    found(&venv).unwrap_or(lib)
+}
+
+/// Function names in a CUBIN's symbol table.
+fn has_symbol(cubin: &[u8], name: &str) -> bool {
+    let needle = format!("\0{name}\0");
+    cubin.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn every_kernel_file_compiles_for_every_target_architecture() {
+    if !nvrtc_available() {
+        return;
+    }
+    let (major, _) = nvrtc::version().unwrap();
+    assert_eq!(major, 13, "the kernels are built against CUDA 13's NVRTC");
+    // Turing (the oldest CUDA 13 supports), Ampere, Ada, Hopper, Blackwell.
+    for arch in ["sm_75", "sm_80", "sm_89", "sm_90", "sm_100"] {
+        for src in nvrtc::SOURCES {
+            let cubin = nvrtc::compile(src.name, &src.program(), arch)
+                .unwrap_or_else(|e| panic!("{} for {arch}: {e}", src.name));
+            assert_eq!(
+                &cubin[..4],
+                b"\x7fELF",
+                "{} for {arch} is not a CUBIN",
+                src.name
+            );
+        }
+    }
+}
+
+#[test]
+fn kernels_the_engine_launches_exist_for_every_dtype() {
+    if !nvrtc_available() {
+        return;
+    }
+    let cubins: Vec<Vec<u8>> = nvrtc::SOURCES
+        .iter()
+        .map(|s| nvrtc::compile(s.name, &s.program(), "sm_90").unwrap())
+        .collect();
+    let find = |name: &str| cubins.iter().any(|c| has_symbol(c, name));
+    for dtype in ["f32", "f64", "f16", "bf16", "i64", "i32", "u8", "bool"] {
+        for kernel in [
+            "binary",
+            "compare",
+            "unary",
+            "clamp",
+            "where",
+            "cast",
+            "extreme_partials",
+            "extreme_finish",
+        ] {
+            let name = format!("{kernel}_{dtype}");
+            assert!(find(&name), "no kernel {name}");
+        }
+    }
+    for dtype in ["f32", "f64", "f16", "bf16"] {
+        for kernel in ["softmax_rows", "sum_partials", "sum_finish"] {
+            assert!(
+                find(&format!("{kernel}_{dtype}")),
+                "no kernel {kernel}_{dtype}"
+            );
+        }
+    }
+    for width in ["b1", "b2", "b4", "b8"] {
+        assert!(find(&format!("copy_{width}")) && find(&format!("fill_{width}")));
+    }
+}
+
+#[test]
+fn a_compile_error_carries_nvrtcs_log_with_file_and_line() {
+    if !nvrtc_available() {
+        return;
+    }
+    let src = "extern \"C\" __global__ void k(float* x) {\n    x[0] = y;\n}\n";
+    let err = nvrtc::compile("broken.cu", src, "sm_90").unwrap_err();
+    match &err {
+        Error::KernelCompile { kernel, arch, log } => {
+            assert_eq!((kernel.as_str(), arch.as_str()), ("broken.cu", "sm_90"));
+            assert!(log.contains("broken.cu(2)"), "{log}");
+            assert!(log.contains("identifier \"y\" is undefined"), "{log}");
+        }
+        e => panic!("expected a KernelCompile error, got {e:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("NVRTC failed to compile") && msg.contains("kernels/"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn compiled_kernels_are_cached_on_disk_by_source_arch_and_version() {
+    if !nvrtc_available() {
+        return;
+    }
+    let dir = tempdir();
+    let first = nvrtc::cubin_cached_in(&nvrtc::CAST, (8, 0), Some(&dir)).unwrap();
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(files.len(), 1);
+    let name = files[0]
+        .as_ref()
+        .unwrap()
+        .file_name()
+        .into_string()
+        .unwrap();
+    assert!(
+        name.starts_with("cast-sm_80-nvrtc13.") && name.ends_with(".cubin"),
+        "{name}"
+    );
+    // The second call reads the file: a changed file is what it returns.
+    let path = files[0].as_ref().unwrap().path();
+    std::fs::write(&path, b"cached").unwrap();
+    assert_eq!(
+        nvrtc::cubin_cached_in(&nvrtc::CAST, (8, 0), Some(&dir)).unwrap(),
+        b"cached"
+    );
+    assert_eq!(&first[..4], b"\x7fELF");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("placelab-kernels-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
