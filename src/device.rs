@@ -37,6 +37,16 @@ impl Device {
     }
 
     /// The index PyTorch reports as `device.index` (`None` for the CPU).
+    /// Where host data bound for this device is prepared: the device itself when its memory is
+    /// host memory (the CPU, a simulated GPU), the CPU for a real GPU.
+    pub(crate) fn host_stand_in(&self) -> Device {
+        if crate::cuda::is_real(*self) {
+            Device::Cpu
+        } else {
+            *self
+        }
+    }
+
     pub fn index(&self) -> Option<usize> {
         match self {
             Device::Cpu => None,

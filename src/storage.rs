@@ -1,11 +1,13 @@
 //! The bytes of a tensor, on some backend. This is the only place that matches on the backend:
 //! every op the tensor layer needs is one function here that sends host-backed storages (the CPU
-//! and simulated CUDA devices) to the `cpu` kernels.
+//! and simulated CUDA devices) to the `cpu` kernels and GPU storages to the `cuda` kernels.
 
 use half::f16;
 
 use crate::cpu::elementwise::{self as ew, BinaryOp, CmpOp, UnaryOp};
 use crate::cpu::{self, matmul::Matmul, reduce};
+use crate::cuda::copy::{CopyTime, PinnedHost};
+use crate::cuda::{blas, copy, ops};
 use crate::layout::Layout;
 use crate::memory::Block;
 use crate::{DType, Device, Element, Result, Scalar};
@@ -13,6 +15,10 @@ use crate::{DType, Device, Element, Result, Scalar};
 pub(crate) enum Backing {
     /// Host memory from the device's caching allocator: the CPU, or a simulated GPU.
     Host(Block),
+    /// Memory of a real GPU from its caching allocator (the block's address is a device pointer).
+    Cuda(Block),
+    /// Page-locked host memory for a real GPU's copy engine (`pin_memory()`).
+    Pinned(PinnedHost),
 }
 
 pub(crate) struct Storage {
@@ -73,11 +79,23 @@ macro_rules! with_float {
     };
 }
 
+fn gpu_index(device: Device) -> usize {
+    device.index().expect("a GPU device has an index")
+}
+
 impl Storage {
     /// A storage of `numel` elements whose contents are unspecified (bool storages are zeroed,
     /// since not every byte is a valid `bool`).
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Storage> {
         let block = Block::alloc(device, dtype, numel)?;
+        if crate::cuda::is_real(device) {
+            return Ok(Storage {
+                dtype,
+                numel,
+                pinned: false,
+                backing: Backing::Cuda(block),
+            });
+        }
         let mut s = Storage {
             dtype,
             numel,
@@ -90,15 +108,50 @@ impl Storage {
         Ok(s)
     }
 
+    /// A CPU storage in page-locked memory from the CUDA driver (a real GPU must exist).
+    pub(crate) fn alloc_pinned(dtype: DType, numel: usize) -> Result<Storage> {
+        let bytes = numel * dtype.size_in_bytes();
+        let mut s = Storage {
+            dtype,
+            numel,
+            pinned: true,
+            backing: Backing::Pinned(PinnedHost::alloc(bytes)?),
+        };
+        if dtype == DType::Bool {
+            cpu::fill(s.bytes_mut(), 0u8);
+        }
+        Ok(s)
+    }
+
     pub(crate) fn device(&self) -> Device {
         match &self.backing {
-            Backing::Host(b) => b.device(),
+            Backing::Host(b) | Backing::Cuda(b) => b.device(),
+            Backing::Pinned(_) => Device::Cpu,
         }
     }
 
     /// Whether the bytes are in host memory (readable without a device copy).
     pub(crate) fn is_host(&self) -> bool {
-        matches!(self.backing, Backing::Host(_))
+        !matches!(self.backing, Backing::Cuda(_))
+    }
+
+    /// The device address of a real GPU's storage, as kernels and cuBLAS take it.
+    pub(crate) fn device_ptr(&self) -> u64 {
+        match &self.backing {
+            Backing::Cuda(b) => b.ptr() as u64,
+            _ => unreachable!("a host storage has no device pointer"),
+        }
+    }
+
+    /// The start of a host-backed storage's bytes.
+    fn host_ptr(&self) -> *mut u8 {
+        match &self.backing {
+            Backing::Host(b) => b.ptr(),
+            Backing::Pinned(p) => p.ptr(),
+            Backing::Cuda(_) => {
+                unreachable!("GPU memory is read through a copy (`Tensor::host_readable`)")
+            }
+        }
     }
 
     pub(crate) fn dtype(&self) -> DType {
@@ -112,58 +165,58 @@ impl Storage {
     /// The allocator's id of this storage (its key in the memory ledger).
     pub(crate) fn id(&self) -> u64 {
         match &self.backing {
-            Backing::Host(b) => b.id(),
+            Backing::Host(b) | Backing::Cuda(b) => b.id(),
+            Backing::Pinned(p) => p.ptr() as u64,
         }
     }
 
     /// Bytes of the block this storage holds (rounded up by the allocator).
     pub(crate) fn block_bytes(&self) -> usize {
         match &self.backing {
-            Backing::Host(b) => b.size(),
+            Backing::Host(b) | Backing::Cuda(b) => b.size(),
+            Backing::Pinned(p) => p.bytes(),
         }
     }
 
     pub(crate) fn slice<T: Element>(&self) -> &[T] {
         cpu::check_dtype::<T>(self.dtype);
-        match &self.backing {
-            // SAFETY: the block holds `numel` elements of this dtype, aligned to 512 bytes.
-            Backing::Host(b) => unsafe {
-                std::slice::from_raw_parts(b.ptr() as *const T, self.numel)
-            },
-        }
+        // SAFETY: host memory holding `numel` elements of this dtype, aligned to 512 bytes (or
+        // a page, when pinned).
+        unsafe { std::slice::from_raw_parts(self.host_ptr() as *const T, self.numel) }
     }
 
     pub(crate) fn slice_mut<T: Element>(&mut self) -> &mut [T] {
         cpu::check_dtype::<T>(self.dtype);
-        match &mut self.backing {
-            // SAFETY: as in `slice`, and `&mut self` makes the access exclusive.
-            Backing::Host(b) => unsafe {
-                std::slice::from_raw_parts_mut(b.ptr() as *mut T, self.numel)
-            },
-        }
+        // SAFETY: as in `slice`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.host_ptr() as *mut T, self.numel) }
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
         let n = self.numel * self.dtype.size_in_bytes();
-        match &self.backing {
-            // SAFETY: the block holds at least `n` bytes.
-            Backing::Host(b) => unsafe { std::slice::from_raw_parts(b.ptr(), n) },
-        }
+        // SAFETY: the host memory holds at least `n` bytes.
+        unsafe { std::slice::from_raw_parts(self.host_ptr(), n) }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         let n = self.numel * self.dtype.size_in_bytes();
-        match &mut self.backing {
-            // SAFETY: the block holds at least `n` bytes; access is exclusive.
-            Backing::Host(b) => unsafe { std::slice::from_raw_parts_mut(b.ptr(), n) },
-        }
+        // SAFETY: the host memory holds at least `n` bytes; access is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.host_ptr(), n) }
     }
 
-    /// A storage holding `values`.
+    /// A storage holding `values` (uploaded when `device` is a GPU).
     pub(crate) fn from_slice<T: Element>(device: Device, values: &[T]) -> Result<Storage> {
-        let mut s = Storage::alloc(device, T::DTYPE, values.len())?;
+        let mut s = Storage::alloc(device.host_stand_in(), T::DTYPE, values.len())?;
         s.slice_mut::<T>().copy_from_slice(values);
-        Ok(s)
+        s.moved_to(device)
+    }
+
+    /// This host storage on `device`: itself when that is where it is, else an upload.
+    pub(crate) fn moved_to(self, device: Device) -> Result<Storage> {
+        if self.device() == device {
+            Ok(self)
+        } else {
+            Ok(self.transfer(device, false)?.0)
+        }
     }
 
     /// `numel` copies of `value`, converted to `dtype`.
@@ -174,6 +227,10 @@ impl Storage {
         value: Scalar,
     ) -> Result<Storage> {
         let mut s = Storage::alloc(device, dtype, numel)?;
+        if !s.is_host() {
+            ops::fill(&s, value)?;
+            return Ok(s);
+        }
         crate::with_dtype!(
             dtype,
             T,
@@ -184,6 +241,9 @@ impl Storage {
 
     /// A contiguous copy of the view `l`, converted to `dtype`.
     pub(crate) fn copy_as(&self, l: &Layout, dtype: DType) -> Result<Storage> {
+        if !self.is_host() {
+            return ops::cast(self, l, dtype);
+        }
         let mut out = Storage::alloc(self.device(), dtype, l.numel())?;
         crate::with_dtype!(self.dtype, S, {
             let src = self.slice::<S>();
@@ -192,20 +252,44 @@ impl Storage {
         Ok(out)
     }
 
-    /// A copy of the whole storage on `device` (host to host: a parallel memcpy).
-    pub(crate) fn copy_to_device(&self, device: Device) -> Result<Storage> {
-        let mut out = Storage::alloc(device, self.dtype, self.numel)?;
-        cpu::copy_bytes(self.bytes(), out.bytes_mut());
-        Ok(out)
+    /// A copy of the whole storage on `device`, and how long the copy took on a GPU's clock
+    /// (`None`: a host-to-host copy, a parallel memcpy, timed by the caller). `pinned_dst` asks
+    /// for page-locked memory when the copy lands on the CPU.
+    pub(crate) fn transfer(
+        &self,
+        device: Device,
+        pinned_dst: bool,
+    ) -> Result<(Storage, Option<CopyTime>)> {
+        let to_gpu = crate::cuda::is_real(device);
+        let (storage, time) = match (self.is_host(), to_gpu) {
+            (true, false) => {
+                let mut out = Storage::alloc(device, self.dtype, self.numel)?;
+                cpu::copy_bytes(self.bytes(), out.bytes_mut());
+                return Ok((out, None));
+            }
+            (true, true) => copy::host_to_device(self, gpu_index(device))?,
+            (false, false) => copy::device_to_host(self, pinned_dst)?,
+            (false, true) => copy::device_to_device(self, gpu_index(device))?,
+        };
+        Ok((storage, Some(time)))
+    }
+
+    /// A host copy of the view `l` of a GPU storage, contiguous, for reading values.
+    pub(crate) fn read_back(&self, l: &Layout) -> Result<Storage> {
+        copy::read_back(&ops::cast(self, l, self.dtype)?)
     }
 
     /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).
-    pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) {
+    pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) -> Result<()> {
+        if !self.is_host() {
+            return ops::write_view(self, ld, src, ls);
+        }
         crate::with_dtype!(
             self.dtype,
             T,
             cpu::copy_strided(src.slice::<T>(), ls, self.slice_mut::<T>(), ld)
         );
+        Ok(())
     }
 
     /// Overwrites the view `ld` of a storage that other tensors may share (in-place updates:
@@ -214,10 +298,16 @@ impl Storage {
     /// # Safety
     /// No other thread may read or write this storage during the call, and no slice of it may be
     /// alive: the engine calls this only from `Tensor::assign_`, outside any kernel.
-    pub(crate) unsafe fn write_view_shared(&self, ld: &Layout, src: &Storage, ls: &Layout) {
-        let ptr = match &self.backing {
-            Backing::Host(b) => b.ptr(),
-        };
+    pub(crate) unsafe fn write_view_shared(
+        &self,
+        ld: &Layout,
+        src: &Storage,
+        ls: &Layout,
+    ) -> Result<()> {
+        if !self.is_host() {
+            return ops::write_view(self, ld, src, ls);
+        }
+        let ptr = self.host_ptr();
         let bytes = self.numel * self.dtype.size_in_bytes();
         crate::with_dtype!(self.dtype, T, {
             // SAFETY: the caller guarantees exclusive access; the block holds `numel` elements.
@@ -226,6 +316,7 @@ impl Storage {
             };
             cpu::copy_strided(src.slice::<T>(), ls, dst, ld)
         });
+        Ok(())
     }
 
     pub(crate) fn binary(
@@ -235,6 +326,9 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
+        if !a.is_host() {
+            return ops::binary(op, a, la, b, lb);
+        }
         let mut out = Storage::alloc(a.device(), a.dtype, la.numel())?;
         with_arith!(
             a.dtype,
@@ -251,6 +345,9 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
+        if !a.is_host() {
+            return ops::compare(op, a, la, b, lb);
+        }
         let mut out = Storage::alloc(a.device(), DType::Bool, la.numel())?;
         crate::with_dtype!(
             a.dtype,
@@ -261,6 +358,9 @@ impl Storage {
     }
 
     pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
+        if !self.is_host() {
+            return ops::unary(op, self, l);
+        }
         let mut out = Storage::alloc(self.device(), self.dtype, l.numel())?;
         if op.keeps_ints() {
             with_arith!(
@@ -284,6 +384,9 @@ impl Storage {
         lo: Option<Scalar>,
         hi: Option<Scalar>,
     ) -> Result<Storage> {
+        if !self.is_host() {
+            return ops::clamp(self, l, lo, hi);
+        }
         let mut out = Storage::alloc(self.device(), self.dtype, l.numel())?;
         with_arith!(self.dtype, T, {
             let (lo, hi) = (
@@ -300,6 +403,9 @@ impl Storage {
         a: (&Storage, &Layout),
         b: (&Storage, &Layout),
     ) -> Result<Storage> {
+        if !a.0.is_host() {
+            return ops::where_(c, a, b);
+        }
         let mut out = Storage::alloc(a.0.device(), a.0.dtype, a.1.numel())?;
         crate::with_dtype!(a.0.dtype, T, {
             ew::where_::<T>(
@@ -314,6 +420,9 @@ impl Storage {
 
     /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
     pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
+        if !self.is_host() {
+            return ops::sum_rows(self, rows, len, mean);
+        }
         let mut out = Storage::alloc(self.device(), self.dtype, rows)?;
         match self.dtype {
             DType::F32 => reduce::sum_rows::<f32>(self.slice(), len, mean, out.slice_mut()),
@@ -331,6 +440,9 @@ impl Storage {
         len: usize,
         greater: bool,
     ) -> Result<(Storage, Storage)> {
+        if !self.is_host() {
+            return ops::extreme_rows(self, rows, len, greater);
+        }
         let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
         let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
         crate::with_dtype!(self.dtype, T, {
@@ -346,6 +458,9 @@ impl Storage {
     }
 
     pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
+        if !self.is_host() {
+            return ops::softmax_rows(self, len, log);
+        }
         let mut out = Storage::alloc(self.device(), self.dtype, self.numel)?;
         with_float!(
             self.dtype,
@@ -367,6 +482,9 @@ impl Storage {
         (b_rs, b_cs): (usize, usize),
         (m, n, k): (usize, usize, usize),
     ) -> Result<Storage> {
+        if !a.is_host() {
+            return blas::matmul(a, a_off, (a_rs, a_cs), b, b_off, (b_rs, b_cs), (m, n, k));
+        }
         let mut out = Storage::alloc(a.device(), a.dtype, a_off.len() * m * n)?;
         fn run<T: Matmul>(
             a: &Storage,

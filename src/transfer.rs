@@ -37,7 +37,14 @@ pub struct Transfer {
     pub from: Device,
     pub to: Device,
     pub bytes: usize,
+    /// The copy's time: between CUDA events on a real GPU, else the host clock.
     pub duration: Duration,
+    /// Host clock from the call to the copy's completion: what the user waited for (on a real
+    /// GPU it includes the driver's staging of pageable memory and the launch latency).
+    pub wall: Duration,
+    /// The one-time CUDA context creation this `.to()` triggered: paid before the copy started
+    /// and never part of `duration` or `wall`.
+    pub context_setup: Option<Duration>,
     pub memory: HostMemoryKind,
     pub clock: Clock,
     pub dtype: DType,
@@ -69,8 +76,12 @@ impl fmt::Display for Transfer {
             HostMemoryKind::Pinned => "pinned",
         };
         let clock = match self.clock {
-            Clock::SimulatedHostCopy => ", simulated: host copy time",
-            _ => "",
+            Clock::SimulatedHostCopy => ", simulated: host copy time".to_string(),
+            // Waiting noticeably longer than the copy ran: pageable staging or launch latency.
+            Clock::CudaEvents if self.wall > self.duration.mul_f64(1.2) => {
+                format!(", waited {}", crate::display::human_duration(self.wall))
+            }
+            _ => String::new(),
         };
         write!(
             f,
@@ -78,7 +89,15 @@ impl fmt::Display for Transfer {
             self.route(),
             crate::display::human_duration(self.duration),
             crate::display::human_rate(self.bandwidth())
-        )
+        )?;
+        if let Some(setup) = self.context_setup {
+            write!(
+                f,
+                "; first use of the GPU: +{} to create its CUDA context, once",
+                crate::display::human_duration(setup)
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -150,21 +169,32 @@ impl Tensor {
         } else {
             HostMemoryKind::Pageable
         };
+        // Creating a GPU's context happens here, outside the timed copy, and is reported apart.
+        for d in [from, *device] {
+            if let Device::Cuda(i) = d
+                && crate::cuda::is_real(d)
+            {
+                crate::cuda::runtime::gpu(i)?;
+            }
+        }
+        let context_setup = crate::cuda::runtime::take_unreported_setup(&[from, *device]);
         let start = Instant::now();
-        let storage = src.storage().copy_to_device(*device)?;
-        let duration = start.elapsed();
+        let (storage, gpu_time) = src.storage().transfer(*device, false)?;
+        let wall = start.elapsed();
         let simulated = device.is_simulated() || from.is_simulated();
         let t = record(Transfer {
             seq: 0,
             from,
             to: *device,
             bytes: src.nbytes(),
-            duration,
+            duration: gpu_time.map_or(wall, |g| g.events),
+            wall: gpu_time.map_or(wall, |g| g.wall),
+            context_setup,
             memory,
-            clock: if simulated {
-                Clock::SimulatedHostCopy
-            } else {
-                Clock::Host
+            clock: match (gpu_time, simulated) {
+                (Some(_), _) => Clock::CudaEvents,
+                (None, true) => Clock::SimulatedHostCopy,
+                (None, false) => Clock::Host,
             },
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
@@ -219,8 +249,21 @@ impl Tensor {
         if self.is_pinned() {
             return Ok(self.clone());
         }
-        let mut s: Storage = self.storage().copy_as(self.layout(), self.dtype())?;
-        s.pinned = true;
+        let s = if crate::cuda::is_real(Device::Cuda(0)) {
+            // Page-locked by the driver, so the copy engine reads it directly.
+            let mut s = Storage::alloc_pinned(self.dtype(), self.numel())?;
+            s.write_view(
+                &crate::layout::Layout::contiguous(self.shape().to_vec()),
+                self.storage(),
+                self.layout(),
+            )?;
+            s
+        } else {
+            // Simulated GPUs: ordinary host memory, marked so transfers from it say "pinned".
+            let mut s: Storage = self.storage().copy_as(self.layout(), self.dtype())?;
+            s.pinned = true;
+            s
+        };
         Ok(Tensor::from_storage(s, self.shape().to_vec()))
     }
 }

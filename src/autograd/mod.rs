@@ -289,8 +289,7 @@ impl Tensor {
         unsafe {
             self.storage()
                 .write_view_shared(self.layout(), v.storage(), v.layout())
-        };
-        Ok(())
+        }
     }
 
     /// Clears the accumulated gradient (`x.grad = None`).

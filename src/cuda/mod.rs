@@ -1,8 +1,16 @@
 //! CUDA devices as the engine sees them: probing the driver without ever panicking, simulated
 //! devices for machines without a GPU, and PyTorch's `torch.cuda.*` memory functions.
 
+pub mod blas;
+pub mod copy;
 pub mod libs;
 pub mod nvrtc;
+pub(crate) mod ops;
+pub mod runtime;
+
+pub use blas::{allow_tf32, set_allow_tf32};
+pub use copy::pinned_bytes;
+pub use runtime::context_setup_time;
 
 use std::sync::{OnceLock, RwLock};
 
@@ -103,6 +111,20 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
         capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
     });
     let mut guard = simulation().write().unwrap_or_else(|e| e.into_inner());
+    if guard.is_none() && new.is_some() {
+        // Real GPUs in use: their tensors would be mistaken for a simulated device's.
+        for d in memory::used_devices().into_iter().filter(|d| d.is_cuda()) {
+            let live = memory::live_storages(&d)?.len();
+            if live > 0 {
+                return Err(Error::invalid(
+                    "cuda::simulate",
+                    format!(
+                        "{live} tensor storage(s) live on the real GPU {d}; a process never mixes real and simulated CUDA devices. Move them to the CPU (`.cpu()?`) and drop the GPU copies first"
+                    ),
+                ));
+            }
+        }
+    }
     if let Some(old) = *guard {
         for i in 0..old.count {
             let keeps = new.is_some_and(|n| i < n.count && n.capacity == old.capacity);
@@ -213,6 +235,16 @@ pub fn backend(index: usize) -> Result<Backend> {
             device,
             reason: why.clone(),
         }),
+    }
+}
+
+/// Whether `device` is a real GPU (its memory is device memory, reached through copies).
+pub(crate) fn is_real(device: Device) -> bool {
+    match device {
+        Device::Cpu => false,
+        Device::Cuda(i) => {
+            current_simulation().is_none() && matches!(probe_real(), Ok(n) if i < *n)
+        }
     }
 }
 

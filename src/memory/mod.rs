@@ -49,13 +49,10 @@ fn raw_allocator_for(device: Device) -> Result<Box<dyn RawAllocator>> {
     match device {
         Device::Cpu => Ok(Box::new(host::HostMemory::cpu())),
         Device::Cuda(i) => match crate::cuda::backend(i)? {
-            crate::cuda::Backend::Simulated { capacity } => Ok(Box::new(host::HostMemory::simulated(capacity))),
-            crate::cuda::Backend::Real => Err(Error::DeviceUnavailable {
-                device,
-                reason: "this build's engine core has no CUDA kernels yet (they come with the CUDA backend); \
-                         run with PLACELAB_SIMULATE_CUDA=N to use simulated CUDA devices"
-                    .into(),
-            }),
+            crate::cuda::Backend::Simulated { capacity } => {
+                Ok(Box::new(host::HostMemory::simulated(capacity)))
+            }
+            crate::cuda::Backend::Real => Ok(Box::new(crate::cuda::runtime::CudaMemory::new(i)?)),
         },
     }
 }

@@ -125,14 +125,14 @@ impl Tensor {
         let o = opts.into_options();
         let dtype = o.dtype.unwrap_or(DType::F32);
         let n2 = numel_checked("eye", &[n, n])?;
-        let mut s = Storage::full(o.device, dtype, n2, Scalar::Int(0))?;
+        let mut s = Storage::full(o.device.host_stand_in(), dtype, n2, Scalar::Int(0))?;
         crate::with_dtype!(dtype, T, {
             let d = s.slice_mut::<T>();
             for i in 0..n {
                 d[i * n + i] = T::one();
             }
         });
-        Ok(Tensor::from_storage(s, vec![n, n]))
+        Ok(Tensor::from_storage(s.moved_to(o.device)?, vec![n, n]))
     }
 
     /// Uniform samples in `[0, 1)`, f32 unless a float dtype is given.
@@ -156,9 +156,12 @@ impl Tensor {
         normal: bool,
     ) -> Result<Tensor> {
         let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
+        // Samples come from the one CPU generator on every device (a GPU gets them uploaded), so
+        // a seed gives the same values wherever the tensor lives.
+        let host = device.host_stand_in();
         let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
         let storage = if dtype == DType::F64 {
-            let mut s = Storage::alloc(device, DType::F64, n)?;
+            let mut s = Storage::alloc(host, DType::F64, n)?;
             for v in s.slice_mut::<f64>() {
                 *v = if normal {
                     rng.sample(StandardNormal)
@@ -168,7 +171,7 @@ impl Tensor {
             }
             s
         } else {
-            let mut s = Storage::alloc(device, DType::F32, n)?;
+            let mut s = Storage::alloc(host, DType::F32, n)?;
             for v in s.slice_mut::<f32>() {
                 *v = if normal {
                     rng.sample(StandardNormal)
@@ -179,7 +182,7 @@ impl Tensor {
             s
         };
         drop(rng);
-        let t = Tensor::from_storage(storage, shape);
+        let t = Tensor::from_storage(storage.moved_to(device)?, shape);
         if t.dtype() == dtype {
             Ok(t)
         } else {
@@ -204,14 +207,14 @@ impl Tensor {
         }
         let (shape, o) = (shape.into_shape(), opts.into_options());
         let n = numel_checked("randint", &shape)?;
-        let mut s = Storage::alloc(o.device, DType::I64, n)?;
+        let mut s = Storage::alloc(o.device.host_stand_in(), DType::I64, n)?;
         {
             let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
             for v in s.slice_mut::<i64>() {
                 *v = rng.random_range(low..high);
             }
         }
-        let t = Tensor::from_storage(s, shape);
+        let t = Tensor::from_storage(s.moved_to(o.device)?, shape);
         match o.dtype {
             Some(d) if d != DType::I64 => t.to_dtype(d),
             _ => Ok(t),

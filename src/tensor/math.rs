@@ -68,9 +68,11 @@ fn result_type(a: &Tensor, b: &Tensor) -> DType {
     }
 }
 
-/// The dtype a kernel computes `dtype` in: f16/bf16 run in f32 and round once at the end.
-fn compute_dtype(dtype: DType) -> DType {
-    if matches!(dtype, DType::F16 | DType::BF16) {
+/// The dtype a kernel on `device` computes `dtype` in. The CPU runs f16/bf16 in f32 and rounds
+/// once at the end; a GPU's kernels take f16/bf16 directly (and compute in f32 inside, with the
+/// same single rounding), saving the two casts' memory traffic.
+fn compute_dtype(dtype: DType, device: crate::Device) -> DType {
+    if matches!(dtype, DType::F16 | DType::BF16) && !crate::cuda::is_real(device) {
         DType::F32
     } else {
         dtype
@@ -133,7 +135,7 @@ impl Tensor {
             OperandKind::Scalar(s) => {
                 let d = DType::promote_scalar(self.dtype(), s.is_float());
                 let d = if true_div { d.to_float() } else { d };
-                (self.scalar_like(s, compute_dtype(d))?, d)
+                (self.scalar_like(s, compute_dtype(d, self.device()))?, d)
             }
         };
         Ok((t, if true_div { dtype.to_float() } else { dtype }))
@@ -161,9 +163,13 @@ impl Tensor {
             ));
         }
         let out = no_grad(|| {
-            let (s, shape) = broadcast_pair(name, a, b, compute_dtype(dtype), |x, lx, y, ly| {
-                Storage::binary(op, x, lx, y, ly)
-            })?;
+            let (s, shape) = broadcast_pair(
+                name,
+                a,
+                b,
+                compute_dtype(dtype, a.device()),
+                |x, lx, y, ly| Storage::binary(op, x, lx, y, ly),
+            )?;
             Tensor::from_storage(s, shape).to_dtype(dtype)
         })?;
         let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
@@ -210,10 +216,13 @@ impl Tensor {
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
         let (other, dtype) = self.rhs(name, other, false)?;
-        let (s, shape) =
-            broadcast_pair(name, self, &other, compute_dtype(dtype), |x, lx, y, ly| {
-                Storage::compare(op, x, lx, y, ly)
-            })?;
+        let (s, shape) = broadcast_pair(
+            name,
+            self,
+            &other,
+            compute_dtype(dtype, self.device()),
+            |x, lx, y, ly| Storage::compare(op, x, lx, y, ly),
+        )?;
         Ok(Tensor::from_storage(s, shape))
     }
 
@@ -251,7 +260,7 @@ impl Tensor {
             dtype.to_float()
         };
         let y = no_grad(|| {
-            let x = self.to_dtype(compute_dtype(out))?;
+            let x = self.to_dtype(compute_dtype(out, self.device()))?;
             let s = x.storage().unary(op, x.layout())?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;
@@ -312,7 +321,7 @@ impl Tensor {
         let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
         let out = DType::promote_scalar(self.dtype(), any_float);
         let y = no_grad(|| {
-            let x = self.to_dtype(compute_dtype(out))?;
+            let x = self.to_dtype(compute_dtype(out, self.device()))?;
             let s = x.storage().clamp(x.layout(), lo, hi)?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;

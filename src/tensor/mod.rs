@@ -243,10 +243,8 @@ impl Tensor {
         if self.storage().is_host() {
             return Ok(self.clone());
         }
-        Err(Error::DeviceUnavailable {
-            device: self.device(),
-            reason: "no host copy path for this backend".into(),
-        })
+        let s = self.storage().read_back(self.layout())?;
+        Ok(Tensor::from_storage(s, self.shape().to_vec()))
     }
 
     /// The elements in row-major order as `T`, which must be this tensor's element type.

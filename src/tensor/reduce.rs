@@ -318,13 +318,19 @@ impl Tensor {
             });
         }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
-        let compute = if dtype == DType::BF16 {
+        // cuBLAS takes bf16 (accumulating in f32); the CPU's GEMM has no bf16 kernel.
+        let compute = if dtype == DType::BF16 && a.storage().is_host() {
             DType::F32
         } else {
             dtype
         };
         let (a2, b2) = (a, b);
-        let (a, b) = no_grad(|| Ok::<_, Error>((a2.to_dtype(compute)?, b2.to_dtype(compute)?)))?;
+        let (a, b) = no_grad(|| {
+            Ok::<_, Error>((
+                gemm_ready(&a2.to_dtype(compute)?)?,
+                gemm_ready(&b2.to_dtype(compute)?)?,
+            ))
+        })?;
         let full = |t: &Tensor, r: usize, c: usize| {
             let mut shape = batch.clone();
             shape.extend([r, c]);
@@ -364,5 +370,20 @@ impl Tensor {
             out = out.squeeze(if other.rank() == 1 { -1 } else { -2 })?;
         }
         Ok(out)
+    }
+}
+
+/// `t` as a GEMM operand: cuBLAS needs a unit stride in one of the two matrix dims (a broadcast
+/// or strided view gets a contiguous copy); the CPU's GEMM takes any strides.
+fn gemm_ready(t: &Tensor) -> Result<Tensor> {
+    let r = t.rank();
+    let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
+    let (rs, cs) = (t.layout().strides[r - 2], t.layout().strides[r - 1]);
+    let unit = (cs == 1 || cols <= 1) && (rs >= cols || rows <= 1)
+        || (rs == 1 || rows <= 1) && (cs >= rows || cols <= 1);
+    if t.storage().is_host() || unit {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
     }
 }

@@ -321,7 +321,7 @@ impl Tensor {
             let mut dst = out_layout.clone();
             dst.offset = at * dst.strides[d];
             dst.shape[d] = t.shape()[d];
-            out.write_view(&dst, t.storage(), t.layout());
+            out.write_view(&dst, t.storage(), t.layout())?;
             at += t.shape()[d];
         }
         let sizes = tensors.iter().map(|t| t.shape()[d]).collect();
@@ -403,7 +403,7 @@ impl Tensor {
             let mut src = self.layout().clone();
             src.offset += p * src.strides[d];
             src.shape[d] = 1;
-            out.write_view(&dst, self.storage(), &src);
+            out.write_view(&dst, self.storage(), &src)?;
         }
         let backward = grads::index_select(self.shape().to_vec(), d, positions);
         Ok(record(

@@ -1,0 +1,162 @@
+//! Copies between host memory and real GPUs, and between GPUs, each timed with CUDA events
+//! (created with timing enabled) on the device's stream, plus the host clock around the whole
+//! call: what the user waited for. Pinned host memory comes from `cuMemHostAlloc` (flags 0, not
+//! write-combined, so the CPU reads it at full speed).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaEvent, result, sys};
+
+use super::runtime::{Gpu, gpu};
+use crate::storage::Storage;
+use crate::{Device, Error, Result};
+
+/// How long a copy took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CopyTime {
+    /// Between CUDA events recorded before and after the copy on its stream.
+    pub events: Duration,
+    /// Host clock from the call to the copy's completion.
+    pub wall: Duration,
+}
+
+static PINNED_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes of page-locked host memory held by pinned tensors.
+pub fn pinned_bytes() -> usize {
+    PINNED_BYTES.load(Ordering::Relaxed)
+}
+
+/// Page-locked host memory for one pinned CPU storage.
+pub(crate) struct PinnedHost {
+    ptr: usize,
+    bytes: usize,
+    /// Keeps a context alive for `cuMemFreeHost`.
+    gpu: Arc<Gpu>,
+}
+
+impl PinnedHost {
+    pub(crate) fn alloc(bytes: usize) -> Result<PinnedHost> {
+        let g = gpu(0)?;
+        g.bind()?;
+        // PORTABLE: every context may use it as pinned memory, not only cuda:0's.
+        let ptr = unsafe { result::malloc_host(bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map_err(|_| Error::OutOfMemory {
+                device: Device::Cpu,
+                requested: bytes,
+                free: crate::memory::host::host_memory_info().0,
+                total: crate::memory::host::host_memory_info().1,
+                allocated: pinned_bytes(),
+                reserved: pinned_bytes(),
+            })?;
+        PINNED_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        Ok(PinnedHost {
+            ptr: ptr as usize,
+            bytes,
+            gpu: g,
+        })
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for PinnedHost {
+    fn drop(&mut self) {
+        // Copies run to completion before a transfer returns, so nothing reads this memory now.
+        if self.gpu.bind().is_ok() {
+            let _ = unsafe { result::free_host(self.ptr as *mut _) };
+        }
+        PINNED_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+fn timing_event(g: &Gpu) -> Result<CudaEvent> {
+    g.ctx
+        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(|e| g.err("create event", e))
+}
+
+/// Runs `enqueue` between two timing events on `g`'s stream and waits for it.
+fn timed(g: &Gpu, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -> Result<CopyTime> {
+    g.bind()?;
+    let (start, end) = (timing_event(g)?, timing_event(g)?);
+    let wall = Instant::now();
+    start.record(&g.stream).map_err(|e| g.err(op, e))?;
+    enqueue()?;
+    end.record(&g.stream).map_err(|e| g.err(op, e))?;
+    end.synchronize().map_err(|e| g.err(op, e))?;
+    let wall = wall.elapsed();
+    let ms = start.elapsed_ms(&end).map_err(|e| g.err(op, e))?;
+    Ok(CopyTime {
+        events: Duration::from_secs_f64(ms as f64 / 1e3),
+        wall,
+    })
+}
+
+/// A copy of the host storage `src` on `cuda:index`.
+pub(crate) fn host_to_device(src: &Storage, index: usize) -> Result<(Storage, CopyTime)> {
+    let g = gpu(index)?;
+    let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
+    let bytes = src.bytes();
+    let time = timed(&g, ".to()", || {
+        unsafe { result::memcpy_htod_async(out.device_ptr(), bytes, g.stream.cu_stream()) }
+            .map_err(|e| g.err(".to()", e))
+    })?;
+    Ok((out, time))
+}
+
+/// A CPU copy of the device storage `src` (pinned when `pinned`).
+pub(crate) fn device_to_host(src: &Storage, pinned: bool) -> Result<(Storage, CopyTime)> {
+    let g = super::ops::gpu_of(src)?;
+    let mut out = if pinned {
+        Storage::alloc_pinned(src.dtype(), src.numel())?
+    } else {
+        Storage::alloc(Device::Cpu, src.dtype(), src.numel())?
+    };
+    let ptr = src.device_ptr();
+    let dst = out.bytes_mut();
+    let time = timed(&g, ".to()", || {
+        unsafe { result::memcpy_dtoh_async(dst, ptr, g.stream.cu_stream()) }
+            .map_err(|e| g.err(".to()", e))
+    })?;
+    Ok((out, time))
+}
+
+/// A copy of the device storage `src` on another GPU, directly between the devices (peer to
+/// peer where the hardware allows it, else staged by the driver).
+pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, CopyTime)> {
+    let from = super::ops::gpu_of(src)?;
+    let to = gpu(index)?;
+    let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
+    // The new block may have been freed by a kernel still queued on the destination.
+    to.synchronize()?;
+    let bytes = src.numel() * src.dtype().size_in_bytes();
+    let time = timed(&from, ".to()", || {
+        unsafe {
+            result::memcpy_peer_async(
+                to.ctx.cu_ctx(),
+                out.device_ptr(),
+                from.ctx.cu_ctx(),
+                src.device_ptr(),
+                bytes,
+                from.stream.cu_stream(),
+            )
+        }
+        .map_err(|e| from.err(".to()", e))
+    })?;
+    Ok((out, time))
+}
+
+/// The values of a device storage as a host storage, for reading (previews, `to_vec`); not a
+/// user's transfer, so nothing is timed or logged.
+pub(crate) fn read_back(src: &Storage) -> Result<Storage> {
+    Ok(device_to_host(src, false)?.0)
+}

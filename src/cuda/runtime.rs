@@ -1,0 +1,199 @@
+//! One real GPU as the engine uses it: its primary context (created on first use, and timed,
+//! since that one-time cost must never be counted as a transfer), one stream that every kernel,
+//! copy and GEMM of the device runs on in order, the kernel modules loaded on it, its cuBLAS
+//! handle, and the raw `cuMemAlloc`/`cuMemFree` allocator under the caching allocator.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, result};
+use cudarc::nvrtc::Ptx;
+
+use super::nvrtc::{self, KernelSource, guarded};
+use crate::memory::Block;
+use crate::memory::caching::RawAllocator;
+use crate::{Device, Error, Result};
+
+pub(crate) struct Gpu {
+    pub index: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    /// Compute capability, e.g. (9, 0) for an H100.
+    pub cc: (i32, i32),
+    /// How long creating the context took (the first use of the device in this process).
+    pub context_setup: Duration,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// The cuBLAS handle and its workspace, made at the first GEMM.
+    pub(super) blas: Mutex<Option<(CudaBlas, Block)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn gpus() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+    GPUS.get_or_init(Default::default)
+}
+
+/// The context setup times not yet reported, taken by the first transfer that follows.
+fn unreported_setups() -> &'static Mutex<Vec<(usize, Duration)>> {
+    static S: OnceLock<Mutex<Vec<(usize, Duration)>>> = OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// `cuda:index` ready for work, its context created on first use.
+pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
+    let mut map = lock(gpus());
+    if let Some(g) = map.get(&index) {
+        return Ok(g.clone());
+    }
+    let device = Device::Cuda(index);
+    let start = Instant::now();
+    let ctx = guarded("creating the CUDA context", || CudaContext::new(index))
+        .map_err(|msg| Error::DeviceUnavailable {
+            device,
+            reason: msg,
+        })?
+        .map_err(|e| Error::DeviceUnavailable {
+            device,
+            reason: format!("the driver could not create its context: {e}"),
+        })?;
+    let context_setup = start.elapsed();
+    // One stream per device and no cudarc-managed slices: its per-slice event tracking would
+    // only cost time.
+    unsafe { ctx.disable_event_tracking() };
+    let cc = ctx
+        .compute_capability()
+        .map_err(|e| driver_error("compute_capability", index, e))?;
+    let stream = ctx.default_stream();
+    let g = Arc::new(Gpu {
+        index,
+        ctx,
+        stream,
+        cc,
+        context_setup,
+        modules: Mutex::default(),
+        functions: Mutex::default(),
+        blas: Mutex::default(),
+    });
+    lock(unreported_setups()).push((index, context_setup));
+    map.insert(index, g.clone());
+    Ok(g)
+}
+
+/// How long creating `cuda:index`'s context took, if it has been created.
+pub fn context_setup_time(index: usize) -> Option<Duration> {
+    lock(gpus()).get(&index).map(|g| g.context_setup)
+}
+
+/// Context setups of `devices` not reported yet (each is reported once).
+pub(crate) fn take_unreported_setup(devices: &[Device]) -> Option<Duration> {
+    let mut pending = lock(unreported_setups());
+    let mut total = None;
+    pending.retain(|(i, d)| {
+        let hit = devices.contains(&Device::Cuda(*i));
+        if hit {
+            *total.get_or_insert(Duration::ZERO) += *d;
+        }
+        !hit
+    });
+    total
+}
+
+pub(crate) fn driver_error(op: &'static str, index: usize, e: DriverError) -> Error {
+    Error::Cuda {
+        op,
+        device: Device::Cuda(index),
+        msg: e.to_string(),
+    }
+}
+
+impl Gpu {
+    pub(crate) fn err(&self, op: &'static str, e: DriverError) -> Error {
+        driver_error(op, self.index, e)
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        Device::Cuda(self.index)
+    }
+
+    /// Makes this device's context current on the calling thread (driver calls need it).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| self.err("bind context", e))
+    }
+
+    /// The kernel `name` of `source`, compiling and loading the file on first use.
+    pub(crate) fn function(&self, source: &KernelSource, name: &str) -> Result<CudaFunction> {
+        if let Some(f) = lock(&self.functions).get(name) {
+            return Ok(f.clone());
+        }
+        let module = {
+            let mut modules = lock(&self.modules);
+            match modules.get(source.name) {
+                Some(m) => m.clone(),
+                None => {
+                    let cubin = nvrtc::cubin(source, self.cc)?;
+                    let m = self
+                        .ctx
+                        .load_module(Ptx::from_binary(cubin))
+                        .map_err(|e| self.err("load kernels", e))?;
+                    modules.insert(source.name, m.clone());
+                    m
+                }
+            }
+        };
+        let f = module
+            .load_function(name)
+            .map_err(|e| self.err("load kernel", e))?;
+        lock(&self.functions).insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Waits for all work queued on the device.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| self.err("synchronize", e))
+    }
+}
+
+/// Device memory for the caching allocator, straight from the driver: `cuMemAlloc` for each new
+/// segment, `cuMemFree` when `empty_cache` releases one (after the device's queued work is done,
+/// since a kernel may still read a block freed on the host).
+pub(crate) struct CudaMemory {
+    gpu: Arc<Gpu>,
+}
+
+impl CudaMemory {
+    pub(crate) fn new(index: usize) -> Result<CudaMemory> {
+        Ok(CudaMemory { gpu: gpu(index)? })
+    }
+}
+
+impl RawAllocator for CudaMemory {
+    fn alloc(&mut self, size: usize) -> Option<usize> {
+        self.gpu.bind().ok()?;
+        // Any failure (out of memory, or a driver error) makes the caching allocator release its
+        // cache, retry once, then report out-of-memory with the driver's free/total.
+        unsafe { result::malloc_sync(size) }
+            .ok()
+            .map(|p| p as usize)
+    }
+
+    fn free(&mut self, addr: usize, _size: usize) {
+        if self.gpu.synchronize().is_ok() {
+            // A failure here leaves the segment with the driver until the process ends.
+            let _ = unsafe { result::free_sync(addr as u64) };
+        }
+    }
+
+    fn mem_info(&self) -> (usize, usize) {
+        self.gpu.ctx.mem_get_info().unwrap_or((0, 0))
+    }
+}
