@@ -93,7 +93,7 @@ impl fmt::Display for Transfer {
         if let Some(setup) = self.context_setup {
             write!(
                 f,
-                "; first use of the GPU: +{} to create its CUDA context, once",
+                "; creating the GPU's CUDA context took {} more, once per process, not in this time",
                 crate::display::human_duration(setup)
             )?;
         }
@@ -158,13 +158,31 @@ impl Tensor {
     /// is already on returns a handle to the same storage and records nothing, as in PyTorch.
     #[must_use = "`.to()` returns a new tensor and leaves the original where it was: write `let y = x.to(&device)?;`"]
     pub fn to(&self, device: &Device) -> Result<Tensor> {
+        self.transfer_to(device, false)
+    }
+
+    /// A copy of this GPU tensor in page-locked CPU memory: the GPU's copy engine writes it
+    /// directly, about twice as fast as into pageable memory (PyTorch:
+    /// `torch.empty(..., pin_memory=True).copy_(x)`). On the CPU already: `pin_memory()`.
+    #[must_use = "`.cpu_pinned()` returns a new tensor and leaves the original where it was"]
+    pub fn cpu_pinned(&self) -> Result<Tensor> {
+        if self.is_cpu() {
+            return self.pin_memory();
+        }
+        if !crate::cuda::is_real(self.device()) {
+            return self.cpu()?.pin_memory();
+        }
+        self.transfer_to(&Device::Cpu, true)
+    }
+
+    fn transfer_to(&self, device: &Device, pinned_dst: bool) -> Result<Tensor> {
         if *device == self.device() {
             return Ok(self.clone());
         }
         device.check_available()?;
         let src = crate::autograd::no_grad(|| self.contiguous())?;
         let from = self.device();
-        let memory = if src.is_pinned() {
+        let memory = if src.is_pinned() || pinned_dst {
             HostMemoryKind::Pinned
         } else {
             HostMemoryKind::Pageable
@@ -179,7 +197,7 @@ impl Tensor {
         }
         let context_setup = crate::cuda::runtime::take_unreported_setup(&[from, *device]);
         let start = Instant::now();
-        let (storage, gpu_time) = src.storage().transfer(*device, false)?;
+        let (storage, gpu_time) = src.storage().transfer(*device, pinned_dst)?;
         let wall = start.elapsed();
         let simulated = device.is_simulated() || from.is_simulated();
         let t = record(Transfer {

@@ -86,7 +86,7 @@ fn blas_error(g: &Gpu, e: impl std::fmt::Display) -> Error {
 fn with_handle<R>(g: &Gpu, f: impl FnOnce(sys::cublasHandle_t) -> Result<R>) -> Result<R> {
     let mut slot = g.blas.lock().unwrap_or_else(|e| e.into_inner());
     if slot.is_none() {
-        let blas = super::nvrtc::guarded("loading cuBLAS", || CudaBlas::new(g.stream.clone()))
+        let blas = super::guarded("loading cuBLAS", || CudaBlas::new(g.stream.clone()))
             .map_err(|m| blas_error(g, m))?
             .map_err(|e| blas_error(g, e))?;
         let bytes = workspace_bytes(g.cc.0);

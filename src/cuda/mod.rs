@@ -10,7 +10,7 @@ pub mod runtime;
 
 pub use blas::{allow_tf32, set_allow_tf32};
 pub use copy::pinned_bytes;
-pub use runtime::context_setup_time;
+pub use runtime::{context_setup_time, synchronize};
 
 use std::sync::{OnceLock, RwLock};
 
@@ -150,6 +150,23 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
     Ok(())
 }
 
+/// Runs `f`, turning a panic of cudarc's loader (a library that is missing or lacks a symbol)
+/// into an error instead of unwinding through the caller.
+pub(crate) fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        format!("{what}: {msg}")
+    })
+}
+
 /// The number of real CUDA devices, probed once. Never panics: cudarc panics when libcuda is
 /// missing, so the library is looked for first and the rest runs under `catch_unwind`.
 fn probe_real() -> &'static std::result::Result<usize, String> {
@@ -161,11 +178,7 @@ fn probe_real() -> &'static std::result::Result<usize, String> {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err("no NVIDIA driver found (libcuda is not installed)".into());
         }
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let r = std::panic::catch_unwind(cudarc::driver::CudaContext::device_count);
-        std::panic::set_hook(hook);
-        match r {
+        match guarded("probing CUDA", cudarc::driver::CudaContext::device_count) {
             Ok(Ok(n)) if n > 0 => Ok(n as usize),
             Ok(Ok(_)) => Err("the NVIDIA driver reports no CUDA device".into()),
             Ok(Err(e)) => Err(format!("the CUDA driver failed to start: {e}")),
@@ -262,12 +275,9 @@ pub fn device_name(index: usize) -> Result<String> {
             format!("on host memory, {}", crate::display::human_bytes(capacity))
         }
         Backend::Real => {
-            let hook = std::panic::take_hook();
-            std::panic::set_hook(Box::new(|_| {}));
-            let name = std::panic::catch_unwind(|| {
-                cudarc::driver::CudaContext::new(index).and_then(|c| c.name())
+            let name = guarded("naming the GPU", || {
+                runtime::gpu(index).and_then(|g| g.ctx.name().map_err(|e| g.err("name", e)))
             });
-            std::panic::set_hook(hook);
             match name {
                 Ok(Ok(n)) => n,
                 _ => "NVIDIA GPU".into(),

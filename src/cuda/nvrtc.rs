@@ -6,6 +6,7 @@ use std::ffi::{CString, c_char};
 
 use cudarc::nvrtc::{result, sys};
 
+use super::guarded;
 use crate::{Error, Result};
 
 /// Text placed before every kernel file: element types, conversions and strided indexing.
@@ -43,23 +44,6 @@ impl KernelSource {
             self.name, self.text
         )
     }
-}
-
-/// Runs `f`, turning a panic of cudarc's loader (a library that is missing or lacks a symbol)
-/// into an error instead of unwinding through the caller.
-pub(crate) fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> std::result::Result<R, String> {
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    std::panic::set_hook(hook);
-    r.map_err(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("{what}: {msg}")
-    })
 }
 
 /// NVRTC's version, e.g. `(13, 0)`, or why NVRTC cannot be used.

@@ -11,7 +11,8 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, result};
 use cudarc::nvrtc::Ptx;
 
-use super::nvrtc::{self, KernelSource, guarded};
+use super::guarded;
+use super::nvrtc::{self, KernelSource};
 use crate::memory::Block;
 use crate::memory::caching::RawAllocator;
 use crate::{Device, Error, Result};
@@ -83,6 +84,17 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     lock(unreported_setups()).push((index, context_setup));
     map.insert(index, g.clone());
     Ok(g)
+}
+
+/// Waits until every kernel and copy queued on `cuda:index` has finished
+/// (`torch.cuda.synchronize`): what a benchmark must do before reading a clock.
+pub fn synchronize(index: usize) -> Result<()> {
+    if crate::cuda::is_real(Device::Cuda(index)) {
+        gpu(index)?.synchronize()
+    } else {
+        // Host-backed devices run their kernels to completion before returning.
+        crate::cuda::backend(index).map(|_| ())
+    }
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# GPU verification in two steps, because the GPU machine has the NVIDIA driver, CUDA 13 and
+# PyTorch but no Rust toolchain:
+#
+#   benches/gpu-check.sh build     # here: release-build the GPU tests and benchmark into
+#                                  # target/gpu-check/ (carry that folder to the GPU machine)
+#   benches/gpu-check.sh run [OUT] # there, from the repository root: run them, compare with
+#                                  # PyTorch, write OUT/gpu-results.md (OUT defaults to $OUT or
+#                                  # target/gpu-check/out)
+#
+# `run` checks every op against the CPU backend and PyTorch's reference cases, the allocator's
+# numbers against PyTorch's for the same allocations, and measures host↔device bandwidth
+# (pageable and pinned) and a few kernels against PyTorch on the same GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=target/gpu-check
+
+build() {
+    mkdir -p "$BIN"
+    local list
+    list=$(cargo test --release --no-run --message-format=json \
+        --test cuda_gpu --test cuda_gpu_memory 2>/dev/null; \
+        cargo bench --no-run --message-format=json --bench gpu 2>/dev/null)
+    for name in cuda_gpu cuda_gpu_memory gpu; do
+        local exe
+        exe=$(printf '%s\n' "$list" | python3 -c "
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] == '$name':
+        print(m['executable'])" | tail -1)
+        [ -n "$exe" ] || { echo "gpu-check: no executable for $name" >&2; exit 1; }
+        cp "$exe" "$BIN/$name"
+        strip "$BIN/$name" 2>/dev/null || true
+    done
+    du -sh "$BIN"/cuda_gpu "$BIN"/cuda_gpu_memory "$BIN"/gpu
+    echo "built; carry $BIN and run: benches/gpu-check.sh run"
+}
+
+# CUDA 13's NVRTC and cuBLAS from PyTorch's wheels when they are not on the loader path.
+cuda_lib_dirs() {
+    python3 - <<'PY'
+import glob, os, site
+dirs = []
+for sp in site.getsitepackages() + [site.getusersitepackages()]:
+    dirs += sorted(glob.glob(os.path.join(sp, "nvidia", "*", "lib")))
+print(":".join(d for d in dirs if os.path.isdir(d)))
+PY
+}
+
+run() {
+    local out=${1:-${OUT:-$BIN/out}}
+    mkdir -p "$out"
+    export PLACELAB_GPU_TESTS=1 PLACELAB_GPU_OUT="$out"
+    export PLACELAB_CUDA_LIB_DIRS="${PLACELAB_CUDA_LIB_DIRS:-$(cuda_lib_dirs)}"
+    export PLACELAB_CACHE="$out/cache"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    local status=0
+    "$BIN/cuda_gpu" --test-threads=1 2>&1 | tee "$out/cuda_gpu.log" || status=1
+    "$BIN/cuda_gpu_memory" --test-threads=1 2>&1 | tee "$out/cuda_gpu_memory.log" || status=1
+    python3 benches/torch_cuda_memory.py "$out/alloc_torch.json"
+    python3 - "$out" <<'PY' || status=1
+import json, sys
+out = sys.argv[1]
+ours = json.load(open(f"{out}/alloc_placelab.json"))
+torch = json.load(open(f"{out}/alloc_torch.json"))
+bad = 0
+lines = ["| step | placelab allocated / reserved | PyTorch allocated / reserved |", "|---|---|---|"]
+for a, b in zip(ours, torch):
+    same = all(a[k] == b[k] for k in ("allocated", "reserved", "max_allocated"))
+    bad += not same
+    lines.append(f"| {a['step']} | {a['allocated']:,} / {a['reserved']:,} | {b['allocated']:,} / {b['reserved']:,}{'' if same else ' ✗'} |")
+open(f"{out}/alloc.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+sys.exit(1 if bad else 0)
+PY
+    "$BIN/gpu" > "$out/bench_placelab.jsonl"
+    python3 benches/torch_gpu.py > "$out/bench_torch.jsonl"
+    python3 - "$out" <<'PY'
+import json, sys
+out = sys.argv[1]
+load = lambda f: [json.loads(l) for l in open(f"{out}/{f}") if l.strip()]
+ours, torch = load("bench_placelab.jsonl"), load("bench_torch.jsonl")
+key = lambda r: (r["bench"], r.get("kind", r.get("name")), r.get("bytes", 0))
+t = {key(r): r for r in torch}
+rows = ["| transfer | bytes | placelab GB/s (event / wall) | PyTorch GB/s (event / wall) |", "|---|---|---|---|"]
+for r in ours:
+    if r["bench"] == "transfer":
+        p = t[key(r)]
+        rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['event_gbps']:.1f} / {r['wall_gbps']:.1f} | {p['event_gbps']:.1f} / {p['wall_gbps']:.1f} |")
+rows += ["", "| op | placelab ms | PyTorch ms | ratio |", "|---|---|---|---|"]
+for r in ours:
+    if r["bench"] == "op":
+        p = t[key(r)]
+        rows.append(f"| {r['name']} | {r['ms']:.3f} | {p['ms']:.3f} | {r['ms'] / p['ms']:.2f} |")
+open(f"{out}/bench.md", "w").write("\n".join(rows) + "\n")
+print("\n".join(rows))
+PY
+    cat "$out/gpu.txt" "$out/alloc.md" "$out/bench.md" > "$out/gpu-results.md"
+    [ "$status" = 0 ] && echo "gpu-check: all GPU tests passed" || echo "gpu-check: FAILURES (see $out)"
+    return "$status"
+}
+
+case "${1:-}" in
+    build) build ;;
+    run) shift; run "$@" ;;
+    *) echo "usage: benches/gpu-check.sh build | run [OUT]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,127 @@
+//! GPU benchmark (needs a real NVIDIA GPU; `benches/gpu-check.sh` runs it beside
+//! `torch_gpu.py`, which measures the same workloads with PyTorch). Prints one JSON object per
+//! line: host↔device bandwidth, pageable and pinned, from 4 KiB to 1 GiB (CUDA-event time and
+//! the wall time the caller waited), and a few kernels and GEMMs timed with a synchronize.
+
+use std::time::Instant;
+
+use placelab::prelude::*;
+
+const GPU: Device = Device::Cuda(0);
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn reps(bytes: usize) -> usize {
+    if bytes >= 256 << 20 {
+        5
+    } else if bytes >= 16 << 20 {
+        15
+    } else {
+        50
+    }
+}
+
+fn transfers() -> Result<()> {
+    for shift in [12, 16, 20, 24, 28, 30] {
+        let bytes = 1usize << shift;
+        let x = Tensor::zeros([bytes / 4], Device::Cpu)?;
+        let pinned = x.pin_memory()?;
+        let on_gpu = x.to(&GPU)?;
+        let cases: [(&str, &dyn Fn() -> Result<Tensor>); 4] = [
+            ("h2d_pageable", &|| x.to(&GPU)),
+            ("h2d_pinned", &|| pinned.to(&GPU)),
+            ("d2h_pageable", &|| on_gpu.cpu()),
+            ("d2h_pinned", &|| on_gpu.cpu_pinned()),
+        ];
+        for (kind, run) in cases {
+            run()?; // warm-up: first-touch of the cache's blocks
+            let (mut event, mut wall) = (Vec::new(), Vec::new());
+            for _ in 0..reps(bytes) {
+                let t = run()?;
+                let tr = t.last_transfer().expect("a transfer");
+                event.push(tr.duration.as_secs_f64() * 1e3);
+                wall.push(tr.wall.as_secs_f64() * 1e3);
+            }
+            let (e, w) = (median(event), median(wall));
+            println!(
+                "{{\"bench\":\"transfer\",\"kind\":\"{kind}\",\"bytes\":{bytes},\"event_ms\":{e:.5},\"wall_ms\":{w:.5},\"event_gbps\":{:.3},\"wall_gbps\":{:.3}}}",
+                bytes as f64 / e / 1e6,
+                bytes as f64 / w / 1e6
+            );
+        }
+    }
+    Ok(())
+}
+
+fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()> {
+    for _ in 0..3 {
+        run()?;
+    }
+    cuda::synchronize(0)?;
+    let mut ms = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let out = run()?;
+        cuda::synchronize(0)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(out);
+    }
+    let m = median(ms);
+    println!(
+        "{{\"bench\":\"op\",\"name\":\"{name}\",\"ms\":{m:.5},\"tflops\":{:.3}}}",
+        flops / m / 1e9
+    );
+    Ok(())
+}
+
+fn ops() -> Result<()> {
+    let a = Tensor::randn([10_000_000], GPU)?;
+    let b = Tensor::randn([10_000_000], GPU)?;
+    timed("add 10M f32", 0.0, || &a + &b)?;
+    timed("exp 10M f32", 0.0, || a.exp())?;
+    timed("sum 10M f32", 0.0, || a.sum_all())?;
+    let s = Tensor::randn([4096, 4096], GPU)?;
+    timed("softmax 4096x4096 f32", 0.0, || s.softmax(1))?;
+    timed("transpose contiguous 4096x4096 f32", 0.0, || {
+        s.t()?.contiguous()
+    })?;
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let n = 4096usize;
+        let m = Tensor::randn([n, n], GPU)?.to_dtype(dtype)?;
+        timed(
+            &format!("matmul {n}^3 {dtype}"),
+            2.0 * (n as f64).powi(3),
+            || m.matmul(&m),
+        )?;
+    }
+    cuda::set_allow_tf32(true);
+    let m = Tensor::randn([4096, 4096], GPU)?;
+    timed("matmul 4096^3 f32 tf32", 2.0 * 4096f64.powi(3), || {
+        m.matmul(&m)
+    })?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    if !cuda::is_available() || Device::Cuda(0).is_simulated() {
+        eprintln!(
+            "no real CUDA device ({:?}): nothing to measure",
+            cuda::unavailable_reason()
+        );
+        return Ok(());
+    }
+    let t = Instant::now();
+    let first = Tensor::zeros([1], Device::Cpu)?.to(&GPU)?;
+    eprintln!(
+        "{}: context {:?}, first transfer {} (call {:?})",
+        cuda::device_name(0)?,
+        cuda::context_setup_time(0),
+        first.last_transfer().expect("a transfer"),
+        t.elapsed()
+    );
+    transfers()?;
+    ops()
+}

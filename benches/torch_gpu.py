@@ -1,0 +1,84 @@
+"""The workloads of benches/gpu.rs through PyTorch on the same GPU, printed the same way."""
+import json
+import statistics
+import time
+
+import torch
+
+dev = torch.device("cuda:0")
+
+
+def reps(nbytes):
+    return 5 if nbytes >= 256 << 20 else 15 if nbytes >= 16 << 20 else 50
+
+
+def timed_copy(fn):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    out = fn()
+    end.record()
+    end.synchronize()
+    wall = (time.perf_counter() - t0) * 1e3
+    return out, start.elapsed_time(end), wall
+
+
+def transfers():
+    for shift in [12, 16, 20, 24, 28, 30]:
+        nbytes = 1 << shift
+        x = torch.zeros(nbytes // 4)
+        pinned = x.pin_memory()
+        on_gpu = x.to(dev)
+        pinned_out = torch.empty(nbytes // 4, pin_memory=True)
+        cases = [
+            ("h2d_pageable", lambda: x.to(dev)),
+            ("h2d_pinned", lambda: pinned.to(dev)),
+            ("d2h_pageable", lambda: on_gpu.cpu()),
+            ("d2h_pinned", lambda: pinned_out.copy_(on_gpu)),
+        ]
+        for kind, fn in cases:
+            timed_copy(fn)
+            ev, wall = [], []
+            for _ in range(reps(nbytes)):
+                _, e, w = timed_copy(fn)
+                ev.append(e)
+                wall.append(w)
+            e, w = statistics.median(ev), statistics.median(wall)
+            print(json.dumps({"bench": "transfer", "kind": kind, "bytes": nbytes, "event_ms": e,
+                              "wall_ms": w, "event_gbps": nbytes / e / 1e6, "wall_gbps": nbytes / w / 1e6}))
+
+
+def timed(name, flops, fn):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ms = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ms.append((time.perf_counter() - t0) * 1e3)
+    m = statistics.median(ms)
+    print(json.dumps({"bench": "op", "name": name, "ms": m, "tflops": flops / m / 1e9}))
+
+
+def ops():
+    a, b = torch.randn(10_000_000, device=dev), torch.randn(10_000_000, device=dev)
+    timed("add 10M f32", 0, lambda: a + b)
+    timed("exp 10M f32", 0, lambda: a.exp())
+    timed("sum 10M f32", 0, lambda: a.sum())
+    s = torch.randn(4096, 4096, device=dev)
+    timed("softmax 4096x4096 f32", 0, lambda: s.softmax(1))
+    timed("transpose contiguous 4096x4096 f32", 0, lambda: s.t().contiguous())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16")]:
+        m = torch.randn(4096, 4096, device=dev).to(dtype)
+        timed(f"matmul 4096^3 {name}", 2 * 4096.0 ** 3, lambda: m @ m)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    m = torch.randn(4096, 4096, device=dev)
+    timed("matmul 4096^3 f32 tf32", 2 * 4096.0 ** 3, lambda: m @ m)
+
+
+if __name__ == "__main__":
+    transfers()
+    ops()

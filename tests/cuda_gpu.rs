@@ -1,0 +1,276 @@
+//! On a real GPU: every PyTorch reference case, the kernels against the CPU backend on large
+//! random inputs (multi-block reductions, strided views, every cast), cuBLAS in each dtype, and
+//! timed transfers. Runs with `PLACELAB_GPU_TESTS=1` (see `support/gpu.rs`).
+
+#[path = "support/gpu.rs"]
+mod gpu;
+#[path = "support/torch_cases.rs"]
+mod torch_cases;
+
+use placelab::prelude::*;
+use placelab::{Clock, HostMemoryKind};
+
+const GPU: Device = Device::Cuda(0);
+
+/// ‖got − want‖ / ‖want‖ over all elements, in f64; NaN anywhere fails.
+fn rel_err(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.shape(), want.shape());
+    let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+    assert!(g.iter().all(|v| !v.is_nan()), "NaN in the GPU result");
+    let num: f64 = g.iter().zip(&w).map(|(a, b)| (a - b) * (a - b)).sum();
+    let den: f64 = w.iter().map(|b| b * b).sum();
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Runs `f` on the CPU and on the GPU with the same inputs and checks the relative error.
+fn check(name: &str, tol: f64, inputs: &[&Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) {
+    let cpu: Vec<Tensor> = inputs.iter().map(|t| t.to(&Device::Cpu).unwrap()).collect();
+    let gpu: Vec<Tensor> = inputs.iter().map(|t| t.to(&GPU).unwrap()).collect();
+    let want = f(&cpu).unwrap_or_else(|e| panic!("{name} on cpu: {e}"));
+    let got = f(&gpu).unwrap_or_else(|e| panic!("{name} on {GPU}: {e}"));
+    assert_eq!(got.device(), GPU, "{name}");
+    assert_eq!(got.dtype(), want.dtype(), "{name}");
+    let err = rel_err(&got, &want);
+    assert!(err <= tol, "{name}: relative error {err:.3e} > {tol:.0e}");
+    // Run twice: a result that changes between runs is a race.
+    let again = f(&gpu).unwrap();
+    assert_eq!(
+        again.to_f64_vec().unwrap(),
+        got.to_f64_vec().unwrap(),
+        "{name} is not deterministic"
+    );
+}
+
+#[test]
+fn every_pytorch_reference_case_matches_on_the_gpu() {
+    if gpu::gpu_required() {
+        torch_cases::replay(&GPU);
+    }
+}
+
+#[test]
+fn kernels_match_the_cpu_on_large_random_inputs() {
+    if !gpu::gpu_required() {
+        return;
+    }
+    manual_seed(7);
+    let x = Tensor::randn([1000, 1000], Device::Cpu).unwrap();
+    let y = Tensor::randn([1000, 1000], Device::Cpu).unwrap();
+    let row = Tensor::randn([1000], Device::Cpu).unwrap();
+    let long = Tensor::randn([10_000_000], Device::Cpu).unwrap();
+    for (dtype, tol) in [
+        (DType::F32, 1e-6),
+        (DType::F64, 1e-12),
+        (DType::F16, 1e-3),
+        (DType::BF16, 8e-3),
+    ] {
+        let (x, y, row) = (
+            x.to_dtype(dtype).unwrap(),
+            y.to_dtype(dtype).unwrap(),
+            row.to_dtype(dtype).unwrap(),
+        );
+        let name = |op: &str| format!("{op} {dtype}");
+        check(&name("add broadcast"), tol, &[&x, &row], |t| &t[0] + &t[1]);
+        check(&name("mul transposed"), tol, &[&x, &y], |t| {
+            &t[0] * &t[1].t()?
+        });
+        check(&name("div"), tol, &[&x, &y], |t| {
+            t[0].div(&t[1].abs()?.add(1.0)?)
+        });
+        check(&name("pow"), 1e2 * tol, &[&x], |t| t[0].abs()?.pow(1.5));
+        check(&name("maximum"), tol, &[&x, &y], |t| t[0].maximum(&t[1]));
+        check(&name("exp"), 1e2 * tol, &[&x], |t| t[0].exp());
+        check(&name("log"), 1e2 * tol, &[&x], |t| {
+            t[0].abs()?.add(0.5)?.log()
+        });
+        check(&name("sqrt"), tol, &[&x], |t| t[0].abs()?.sqrt());
+        check(&name("sigmoid"), 1e2 * tol, &[&x], |t| t[0].sigmoid());
+        check(&name("tanh"), 1e2 * tol, &[&x], |t| t[0].tanh());
+        check(&name("gelu"), 1e2 * tol, &[&x], |t| t[0].gelu());
+        check(&name("relu"), tol, &[&x], |t| t[0].relu());
+        check(&name("clamp"), tol, &[&x], |t| {
+            t[0].clamp(Some(-0.5), Some(0.5))
+        });
+        check(&name("where"), tol, &[&x, &y], |t| {
+            Tensor::where_cond(&t[0].gt(&t[1])?, &t[0], &t[1])
+        });
+        check(&name("lt"), 0.0, &[&x, &y], |t| t[0].lt(&t[1]));
+        check(&name("sum rows"), 1e2 * tol, &[&x], |t| t[0].sum(1, false));
+        check(&name("sum cols"), 1e2 * tol, &[&x], |t| t[0].sum(0, true));
+        check(&name("mean"), 1e2 * tol, &[&x], |t| t[0].mean_all());
+        check(&name("max"), 0.0, &[&x], |t| t[0].max(1, false));
+        check(&name("argmin"), 0.0, &[&x], |t| t[0].argmin(0, false));
+        check(&name("softmax"), 1e2 * tol, &[&x], |t| t[0].softmax(1));
+        check(&name("log_softmax"), 1e2 * tol, &[&x], |t| {
+            t[0].log_softmax(0)
+        });
+        check(&name("cat"), 0.0, &[&x, &y], |t| {
+            Tensor::cat(&[&t[0], &t[1].t()?], 1)
+        });
+        check(&name("permute contiguous"), 0.0, &[&x], |t| {
+            t[0].reshape([10, 100, 1000])?
+                .permute([2, 0, 1])?
+                .contiguous()
+        });
+        check(&name("narrow"), 0.0, &[&x], |t| {
+            t[0].narrow(1, 3, 500)?.contiguous()
+        });
+        let idx = Tensor::from_vec(vec![5i64, 0, 999, 5], [4], &Device::Cpu).unwrap();
+        check(&name("index_select"), 0.0, &[&x, &idx], |t| {
+            t[0].index_select(0, &t[1])
+        });
+    }
+    // Every cast, from each dtype to each other, exactly as the CPU does it.
+    let src = (&x * 300.0).unwrap();
+    for from in DType::ALL {
+        let s = src.to_dtype(from).unwrap();
+        for to in DType::ALL {
+            check(&format!("cast {from}→{to}"), 0.0, &[&s], |t| {
+                t[0].to_dtype(to)
+            });
+        }
+    }
+    // One long row: the reduction is split across many blocks.
+    check("sum 10M", 1e-6, &[&long], |t| t[0].sum_all());
+    check("argmax 10M", 0.0, &[&long], |t| t[0].argmax_all());
+    check("integer arithmetic", 0.0, &[&x], |t| {
+        let i = (&t[0] * 1000.0)?.to_dtype(DType::I64)?;
+        (&(&i * &i)? - &i)?.sum(1, false)
+    });
+}
+
+#[test]
+fn cublas_matmul_in_every_float_dtype() {
+    if !gpu::gpu_required() {
+        return;
+    }
+    manual_seed(11);
+    let a = Tensor::randn([512, 384], Device::Cpu).unwrap();
+    let b = Tensor::randn([384, 256], Device::Cpu).unwrap();
+    let batch = Tensor::randn([4, 3, 64, 32], Device::Cpu).unwrap();
+    let w = Tensor::randn([32, 48], Device::Cpu).unwrap();
+    for (dtype, tol) in [
+        (DType::F32, 1e-5),
+        (DType::F64, 1e-12),
+        (DType::F16, 1e-2),
+        (DType::BF16, 1e-2),
+    ] {
+        let (a, b) = (a.to_dtype(dtype).unwrap(), b.to_dtype(dtype).unwrap());
+        check(&format!("matmul {dtype}"), tol, &[&a, &b], |t| {
+            t[0].matmul(&t[1])
+        });
+        check(&format!("matmul transposed {dtype}"), tol, &[&b, &a], |t| {
+            t[0].t()?.matmul(&t[1].t()?)
+        });
+        let (batch, w) = (batch.to_dtype(dtype).unwrap(), w.to_dtype(dtype).unwrap());
+        check(
+            &format!("batched broadcast matmul {dtype}"),
+            tol,
+            &[&batch, &w],
+            |t| t[0].matmul(&t[1]),
+        );
+        check(&format!("matrix · vector {dtype}"), tol, &[&a, &b], |t| {
+            t[0].matmul(&t[1].narrow(1, 0, 1)?.squeeze(1)?)
+        });
+    }
+    cuda::set_allow_tf32(true);
+    check("matmul tf32", 3e-3, &[&a, &b], |t| t[0].matmul(&t[1]));
+    cuda::set_allow_tf32(false);
+    let i = Tensor::ones([2, 2], (DType::I64, GPU)).unwrap();
+    let err = i.matmul(&i).unwrap_err().to_string();
+    assert!(
+        err.contains("matmul is not supported for dtype i64"),
+        "{err}"
+    );
+}
+
+#[test]
+fn transfers_are_exact_and_timed_with_cuda_events() {
+    if !gpu::gpu_required() {
+        return;
+    }
+    for dtype in DType::ALL {
+        let x = Tensor::arange(0.0, 1000.0, Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let back = x.to(&GPU).unwrap().cpu().unwrap();
+        assert_eq!(
+            back.to_f64_vec().unwrap(),
+            x.to_f64_vec().unwrap(),
+            "{dtype}"
+        );
+    }
+    let x = Tensor::randn([1024, 1024], Device::Cpu).unwrap();
+    let y = x.to(&GPU).unwrap();
+    let t = y.last_transfer().unwrap();
+    assert_eq!(
+        (t.clock, t.memory, t.bytes),
+        (Clock::CudaEvents, HostMemoryKind::Pageable, 4 << 20)
+    );
+    assert!(
+        t.duration > std::time::Duration::ZERO && t.wall >= t.duration / 2,
+        "{t:?}"
+    );
+    let pinned = x.pin_memory().unwrap();
+    assert!(pinned.is_pinned() && cuda::pinned_bytes() >= 4 << 20);
+    let z = pinned.to(&GPU).unwrap();
+    assert_eq!(z.last_transfer().unwrap().memory, HostMemoryKind::Pinned);
+    assert_eq!(
+        z.cpu().unwrap().to_vec::<f32>().unwrap(),
+        x.to_vec::<f32>().unwrap()
+    );
+    // The context was created before the first copy and reported apart from it, once.
+    assert!(cuda::context_setup_time(0).is_some());
+    let later = x.to(&GPU).unwrap();
+    assert!(later.last_transfer().unwrap().context_setup.is_none());
+    if cuda::device_count() > 1 {
+        let other = y.to(&Device::Cuda(1)).unwrap();
+        assert_eq!(other.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    }
+    let err = (&x + &y).unwrap_err().to_string();
+    assert!(err.contains("device mismatch in add"), "{err}");
+}
+
+#[test]
+fn a_training_step_on_the_gpu_matches_the_cpu() {
+    if !gpu::gpu_required() {
+        return;
+    }
+    let step = |device: &Device| -> Vec<f64> {
+        manual_seed(3);
+        let mut model = nn::Sequential::new()
+            .add(nn::Linear::new(64, 32, Device::Cpu).unwrap())
+            .add(nn::ReLU)
+            .add(nn::Linear::new(32, 10, Device::Cpu).unwrap());
+        model.to(device).unwrap();
+        let x = Tensor::randn([16, 64], Device::Cpu)
+            .unwrap()
+            .to(device)
+            .unwrap();
+        let target = Tensor::randint(0, 10, [16], Device::Cpu)
+            .unwrap()
+            .to(device)
+            .unwrap();
+        let mut opt = Sgd::new(model.parameters(), 0.1).unwrap();
+        let criterion = nn::CrossEntropyLoss::new();
+        let mut losses = Vec::new();
+        for _ in 0..5 {
+            let loss = criterion
+                .forward(&model.forward(&x).unwrap(), &target)
+                .unwrap();
+            opt.zero_grad();
+            loss.backward().unwrap();
+            opt.step().unwrap();
+            losses.push(loss.item_f64().unwrap());
+        }
+        losses
+    };
+    let (cpu, gpu) = (step(&Device::Cpu), step(&GPU));
+    for (c, g) in cpu.iter().zip(&gpu) {
+        assert!(
+            (c - g).abs() <= 1e-4 * c.abs(),
+            "cpu {cpu:?} vs gpu {gpu:?}"
+        );
+    }
+}
