@@ -35,6 +35,12 @@ pub fn workspace_bytes(cc_major: i32) -> usize {
     }
 }
 
+/// Whether cuBLAS can read a row-major `rows × cols` matrix with strides `(rs, cs)` in place
+/// (else the caller makes it contiguous first).
+pub(crate) fn reads_in_place(rows: usize, cols: usize, rs: usize, cs: usize) -> bool {
+    operand(rows, cols, rs, cs).is_some()
+}
+
 /// One operand of a GEMM as cuBLAS (column-major) sees a row-major `rows × cols` matrix with
 /// strides `(rs, cs)`: its transpose is what cuBLAS reads, with no copy when either stride is 1.
 fn operand(
@@ -162,12 +168,16 @@ pub(crate) fn matmul(
     let (pa, pb, pc) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B comes first.
     with_handle(&g, |h| {
-        let evenly = |o: &[usize]| {
-            o.windows(2)
-                .all(|w| w[1] as i64 - w[0] as i64 == o[1] as i64 - o[0] as i64)
+        // Evenly spaced batches (the usual case) are one strided-batched call; others one call
+        // per batch.
+        let step = |o: &[usize]| o.get(1).map_or(0, |&x| x as i64 - o[0] as i64);
+        let evenly = |o: &[usize]| o.windows(2).all(|w| w[1] as i64 - w[0] as i64 == step(o));
+        let calls: Vec<(usize, usize, usize, usize)> = if evenly(a_off) && evenly(b_off) {
+            vec![(0, a_off[0], b_off[0], batches)]
+        } else {
+            (0..batches).map(|i| (i, a_off[i], b_off[i], 1)).collect()
         };
-        if batches > 1 && evenly(a_off) && evenly(b_off) {
-            let step = |o: &[usize]| o[1] as i64 - o[0] as i64;
+        for (i, ao, bo, count) in calls {
             unsafe {
                 result::gemm_strided_batched_ex(
                     h,
@@ -177,52 +187,25 @@ pub(crate) fn matmul(
                     m as i32,
                     k as i32,
                     alpha,
-                    (pb + b_off[0] as u64 * esize) as *const _,
+                    (pb + bo as u64 * esize) as *const _,
                     data_type,
                     ldb as i32,
                     step(b_off),
-                    (pa + a_off[0] as u64 * esize) as *const _,
+                    (pa + ao as u64 * esize) as *const _,
                     data_type,
                     lda as i32,
                     step(a_off),
                     beta,
-                    pc as *mut _,
+                    (pc + (i * m * n) as u64 * esize) as *mut _,
                     data_type,
                     n as i32,
                     (m * n) as i64,
-                    batches as i32,
+                    count as i32,
                     compute,
                     sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                 )
             }
             .map_err(|e| blas_error(&g, e))?;
-        } else {
-            for (i, (&ao, &bo)) in a_off.iter().zip(b_off).enumerate() {
-                unsafe {
-                    result::gemm_ex(
-                        h,
-                        op_b,
-                        op_a,
-                        n as i32,
-                        m as i32,
-                        k as i32,
-                        alpha,
-                        (pb + bo as u64 * esize) as *const _,
-                        data_type,
-                        ldb as i32,
-                        (pa + ao as u64 * esize) as *const _,
-                        data_type,
-                        lda as i32,
-                        beta,
-                        (pc + (i * m * n) as u64 * esize) as *mut _,
-                        data_type,
-                        n as i32,
-                        compute,
-                        sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                }
-                .map_err(|e| blas_error(&g, e))?;
-            }
         }
         Ok(())
     })?;

@@ -173,24 +173,14 @@ pub(crate) fn binary(
     b: &Storage,
     lb: &Layout,
 ) -> Result<Storage> {
-    let g = gpu_of(a)?;
-    let n = la.numel();
-    let out = Storage::alloc(a.device(), a.dtype(), n)?;
-    if n > 0 {
-        let v = views(op.name(), &[la, lb])?;
-        let name = format!("binary_{}", tag(a.dtype()));
-        let (oc, nn) = (binary_code(op), n as u64);
-        let (po, pa, pb) = (out.device_ptr(), a.device_ptr(), b.device_ptr());
-        launch!(
-            g,
-            nvrtc::ELEMENTWISE,
-            name,
-            elementwise_grid(n),
-            op.name(),
-            [oc, nn, po, pa, v[0], pb, v[1]]
-        );
-    }
-    Ok(out)
+    pairwise(
+        "binary",
+        binary_code(op),
+        op.name(),
+        a.dtype(),
+        (a, la),
+        (b, lb),
+    )
 }
 
 pub(crate) fn compare(
@@ -200,28 +190,40 @@ pub(crate) fn compare(
     b: &Storage,
     lb: &Layout,
 ) -> Result<Storage> {
+    let code = match op {
+        CmpOp::Eq => 0,
+        CmpOp::Ne => 1,
+        CmpOp::Lt => 2,
+        CmpOp::Le => 3,
+        CmpOp::Gt => 4,
+        CmpOp::Ge => 5,
+    };
+    pairwise("compare", code, op.name(), DType::Bool, (a, la), (b, lb))
+}
+
+/// `{kernel}_{dtype}(op, n, out, a, la, b, lb)`: the shape of the binary and compare kernels.
+fn pairwise(
+    kernel: &str,
+    code: i32,
+    op: &'static str,
+    out_dtype: DType,
+    (a, la): (&Storage, &Layout),
+    (b, lb): (&Storage, &Layout),
+) -> Result<Storage> {
     let g = gpu_of(a)?;
     let n = la.numel();
-    let out = Storage::alloc(a.device(), DType::Bool, n)?;
+    let out = Storage::alloc(a.device(), out_dtype, n)?;
     if n > 0 {
-        let v = views(op.name(), &[la, lb])?;
-        let name = format!("compare_{}", tag(a.dtype()));
-        let oc: i32 = match op {
-            CmpOp::Eq => 0,
-            CmpOp::Ne => 1,
-            CmpOp::Lt => 2,
-            CmpOp::Le => 3,
-            CmpOp::Gt => 4,
-            CmpOp::Ge => 5,
-        };
+        let v = views(op, &[la, lb])?;
+        let name = format!("{kernel}_{}", tag(a.dtype()));
         let (nn, po, pa, pb) = (n as u64, out.device_ptr(), a.device_ptr(), b.device_ptr());
         launch!(
             g,
             nvrtc::ELEMENTWISE,
             name,
             elementwise_grid(n),
-            op.name(),
-            [oc, nn, po, pa, v[0], pb, v[1]]
+            op,
+            [code, nn, po, pa, v[0], pb, v[1]]
         );
     }
     Ok(out)
@@ -381,10 +383,6 @@ fn parts_per_row(rows: usize, len: usize) -> usize {
         .max(1)
 }
 
-fn rows_grid(rows: usize) -> LaunchConfig {
-    elementwise_grid(rows)
-}
-
 /// Sums (or means) of `rows` contiguous rows of `len` elements.
 pub(crate) fn sum_rows(s: &Storage, rows: usize, len: usize, mean: bool) -> Result<Storage> {
     let g = gpu_of(s)?;
@@ -419,7 +417,7 @@ pub(crate) fn sum_rows(s: &Storage, rows: usize, len: usize, mean: bool) -> Resu
         g,
         nvrtc::REDUCE,
         format!("sum_finish_{t}"),
-        rows_grid(rows),
+        elementwise_grid(rows),
         "sum",
         [rn, pn, m, ln, pp, po]
     );
@@ -458,7 +456,7 @@ pub(crate) fn extreme_rows(
         g,
         nvrtc::REDUCE,
         format!("extreme_finish_{t}"),
-        rows_grid(rows),
+        elementwise_grid(rows),
         "max",
         [rn, pn, gr, ppv, ppi, pvals, pidx]
     );

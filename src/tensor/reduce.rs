@@ -379,9 +379,7 @@ fn gemm_ready(t: &Tensor) -> Result<Tensor> {
     let r = t.rank();
     let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
     let (rs, cs) = (t.layout().strides[r - 2], t.layout().strides[r - 1]);
-    let unit = (cs == 1 || cols <= 1) && (rs >= cols || rows <= 1)
-        || (rs == 1 || rows <= 1) && (cs >= rows || cols <= 1);
-    if t.storage().is_host() || unit {
+    if t.storage().is_host() || crate::cuda::blas::reads_in_place(rows, cols, rs, cs) {
         Ok(t.clone())
     } else {
         t.contiguous()
