@@ -14,10 +14,17 @@ if pid == 0:
     os.environ["PLACELAB_SIMULATE_CUDA"] = "1"
     os.execv(exe, [exe])
 seen = b""
+# Output is searched from the last input or the last match on: text printed before (the banner
+# says "devices") must not answer a wait for what the next input prints.
+mark = 0
 def wait_for(text, timeout):
-    global seen
+    global seen, mark
     end = time.time() + timeout
     while time.time() < end:
+        at = seen.find(text.encode(), mark)
+        if at >= 0:
+            mark = at + len(text)
+            return True
         r, _, _ = select.select([fd], [], [], 0.2)
         if r:
             try:
@@ -27,11 +34,11 @@ def wait_for(text, timeout):
             if not chunk:
                 break
             seen += chunk
-            if text.encode() in seen:
-                return True
     sys.stdout.write(seen.decode(errors="replace"))
     sys.exit("timed out waiting for %r" % text)
 def send(s):
+    global mark
+    mark = len(seen)
     os.write(fd, s.encode())
 t0 = time.time()
 wait_for(">> ", 10)
@@ -52,8 +59,22 @@ send("x\r")
 wait_for("cannot find value `x`", 120)
 send(":mem\r")
 wait_for("device", 30)
+wait_for(">> ", 30)
 send("\x04")
-_, status = os.waitpid(pid, 0)
+end = time.time() + 60
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.time() > end:
+        os.kill(pid, 9)
+        sys.stdout.write(seen.decode(errors="replace"))
+        sys.exit("Ctrl-D did not end the REPL within 60 s")
+    try:
+        if select.select([fd], [], [], 0.2)[0]:
+            seen += os.read(fd, 65536)
+    except OSError:
+        time.sleep(0.2)
 sys.stdout.write(seen.decode(errors="replace"))
 print("\nEXIT %d" % os.waitstatus_to_exitcode(status))
 "#;
