@@ -89,6 +89,11 @@ for r in ours:
     if r["bench"] == "transfer":
         p = t[key(r)]
         rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['event_gbps']:.1f} / {r['wall_gbps']:.1f} | {p['event_gbps']:.1f} / {p['wall_gbps']:.1f} |")
+rows += ["", "| non-blocking | bytes | placelab call / copy ms | PyTorch call / copy ms |", "|---|---|---|---|"]
+for r in ours:
+    if r["bench"] == "non_blocking":
+        p = t[key(r)]
+        rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['call_ms']:.3f} / {r['event_ms']:.3f} | {p['call_ms']:.3f} / {p['event_ms']:.3f} |")
 rows += ["", "| op | placelab ms | PyTorch ms | ratio |", "|---|---|---|---|"]
 for r in ours:
     if r["bench"] == "op":

@@ -1,7 +1,8 @@
 //! GPU benchmark (needs a real NVIDIA GPU; `benches/gpu-check.sh` runs it beside
 //! `torch_gpu.py`, which measures the same workloads with PyTorch). Prints one JSON object per
 //! line: host↔device bandwidth, pageable and pinned, from 4 KiB to 1 GiB (CUDA-event time and
-//! the wall time the caller waited), and a few kernels and GEMMs timed with a synchronize.
+//! the wall time the caller waited), a non-blocking upload (the call's time against the copy's),
+//! and a few kernels and GEMMs timed with a synchronize.
 
 use std::time::Instant;
 
@@ -52,6 +53,31 @@ fn transfers() -> Result<()> {
                 bytes as f64 / w / 1e6
             );
         }
+    }
+    Ok(())
+}
+
+/// A non-blocking upload from pinned memory: how long the call took to return, against how long
+/// the copy ran (events), after an explicit synchronize.
+fn non_blocking() -> Result<()> {
+    for shift in [20, 26, 28] {
+        let bytes = 1usize << shift;
+        let pinned = Tensor::zeros([bytes / 4], Device::Cpu)?.pin_memory()?;
+        let (mut call, mut event) = (Vec::new(), Vec::new());
+        for i in 0..reps(bytes) + 1 {
+            let y = pinned.to_non_blocking(&GPU)?;
+            cuda::synchronize(0)?;
+            let tr = y.last_transfer().expect("a transfer");
+            if i > 0 {
+                call.push(tr.wall.as_secs_f64() * 1e3);
+                event.push(tr.duration.as_secs_f64() * 1e3);
+            }
+        }
+        println!(
+            "{{\"bench\":\"non_blocking\",\"kind\":\"h2d_pinned\",\"bytes\":{bytes},\"call_ms\":{:.5},\"event_ms\":{:.5}}}",
+            median(call),
+            median(event)
+        );
     }
     Ok(())
 }
@@ -123,5 +149,6 @@ fn main() -> Result<()> {
         t.elapsed()
     );
     transfers()?;
+    non_blocking()?;
     ops()
 }

@@ -48,6 +48,26 @@ def transfers():
                               "wall_ms": w, "event_gbps": nbytes / e / 1e6, "wall_gbps": nbytes / w / 1e6}))
 
 
+def non_blocking():
+    for shift in [20, 26, 28]:
+        nbytes = 1 << shift
+        pinned = torch.zeros(nbytes // 4).pin_memory()
+        call, ev = [], []
+        for i in range(reps(nbytes) + 1):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            start.record()
+            pinned.to(dev, non_blocking=True)
+            end.record()
+            c = (time.perf_counter() - t0) * 1e3
+            torch.cuda.synchronize()
+            if i > 0:
+                call.append(c)
+                ev.append(start.elapsed_time(end))
+        print(json.dumps({"bench": "non_blocking", "kind": "h2d_pinned", "bytes": nbytes,
+                          "call_ms": statistics.median(call), "event_ms": statistics.median(ev)}))
+
+
 def timed(name, flops, fn):
     for _ in range(3):
         fn()
@@ -81,4 +101,5 @@ def ops():
 
 if __name__ == "__main__":
     transfers()
+    non_blocking()
     ops()

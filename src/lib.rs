@@ -22,6 +22,7 @@ pub mod dtype;
 pub mod error;
 #[cfg(feature = "frontend")]
 pub mod frontend;
+mod inflight;
 pub mod layout;
 pub mod memory;
 pub mod nn;
@@ -37,7 +38,7 @@ pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, Result};
 pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorOptions, manual_seed};
-pub use transfer::{Clock, HostMemoryKind, Transfer};
+pub use transfer::{Clock, CopyMode, HostMemoryKind, Transfer};
 
 /// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compiled CUDA kernels, and the front end's
 /// compile directories and evcxr config.

@@ -47,6 +47,8 @@ pub fn answer(request: &str) -> String {
     match words.next() {
         Some("stats") => {
             let after: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+            // Non-blocking copies that have finished since are timed and logged now.
+            crate::inflight::poll();
             for d in memory::used_devices() {
                 out.push_str(&device_line(d));
             }

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use crate::inflight::pending;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Tensor};
 
@@ -29,6 +30,20 @@ pub enum Clock {
     SimulatedHostCopy,
 }
 
+/// Whether `.to()` waited for its copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyMode {
+    /// `.to()`: returned once the copy had finished.
+    Blocking,
+    /// `.to_non_blocking()`: returned as soon as the copy was queued; the host went on while
+    /// the copy ran.
+    NonBlocking,
+    /// `.to_non_blocking()` from pageable memory: the copy had finished by the time it
+    /// returned, because pageable memory is staged through the driver's own pinned buffer
+    /// first (as in PyTorch). `pin_memory()` the source to overlap.
+    NonBlockingFromPageable,
+}
+
 /// One completed `.to()`: where from, where to, how much, how long, and how it was measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transfer {
@@ -47,6 +62,9 @@ pub struct Transfer {
     pub context_setup: Option<Duration>,
     pub memory: HostMemoryKind,
     pub clock: Clock,
+    /// Whether the call waited for the copy. For a non-blocking copy `wall` is how long the
+    /// call took to queue it.
+    pub mode: CopyMode,
     pub dtype: DType,
     pub shape: Vec<usize>,
 }
@@ -78,10 +96,22 @@ impl fmt::Display for Transfer {
         let clock = match self.clock {
             Clock::SimulatedHostCopy => ", simulated: host copy time".to_string(),
             // Waiting noticeably longer than the copy ran: pageable staging or launch latency.
-            Clock::CudaEvents if self.wall > self.duration.mul_f64(1.2) => {
+            Clock::CudaEvents
+                if self.mode == CopyMode::Blocking && self.wall > self.duration.mul_f64(1.2) =>
+            {
                 format!(", waited {}", crate::display::human_duration(self.wall))
             }
             _ => String::new(),
+        };
+        let clock = match self.mode {
+            CopyMode::Blocking => clock,
+            CopyMode::NonBlocking => format!(
+                "{clock}, non-blocking: .to() returned after {}",
+                crate::display::human_duration(self.wall)
+            ),
+            CopyMode::NonBlockingFromPageable => format!(
+                "{clock}, non-blocking had no effect from pageable memory: pin_memory() first"
+            ),
         };
         write!(
             f,
@@ -108,7 +138,7 @@ fn log_store() -> &'static Mutex<(u64, Vec<Transfer>)> {
     LOG.get_or_init(Default::default)
 }
 
-fn record(mut t: Transfer) -> Transfer {
+pub(crate) fn record(mut t: Transfer) -> Transfer {
     let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
     log.0 += 1;
     t.seq = log.0;
@@ -158,7 +188,18 @@ impl Tensor {
     /// is already on returns a handle to the same storage and records nothing, as in PyTorch.
     #[must_use = "`.to()` returns a new tensor and leaves the original where it was: write `let y = x.to(&device)?;`"]
     pub fn to(&self, device: &Device) -> Result<Tensor> {
-        self.transfer_to(device, false)
+        self.transfer_to(device, false, false)
+    }
+
+    /// `.to(device, non_blocking=True)`: queues the copy and returns at once, so the host can
+    /// go on while the copy engine works. The copy overlaps only from pinned memory
+    /// (`pin_memory()`); from pageable memory it finishes before this returns, as in PyTorch.
+    /// To a CPU the copy lands in pinned memory. `cuda::synchronize(i)` is the explicit point
+    /// that waits for the copies of `cuda:i` and times them; `last_transfer()` waits for this
+    /// one. Reading the values waits too, so nothing is read half-copied.
+    #[must_use = "`.to_non_blocking()` returns a new tensor and leaves the original where it was"]
+    pub fn to_non_blocking(&self, device: &Device) -> Result<Tensor> {
+        self.transfer_to(device, device.is_cpu(), true)
     }
 
     /// A copy of this GPU tensor in page-locked CPU memory: the GPU's copy engine writes it
@@ -172,10 +213,10 @@ impl Tensor {
         if !crate::cuda::is_real(self.device()) {
             return self.cpu()?.pin_memory();
         }
-        self.transfer_to(&Device::Cpu, true)
+        self.transfer_to(&Device::Cpu, true, false)
     }
 
-    fn transfer_to(&self, device: &Device, pinned_dst: bool) -> Result<Tensor> {
+    fn transfer_to(&self, device: &Device, pinned_dst: bool, non_blocking: bool) -> Result<Tensor> {
         if *device == self.device() {
             return Ok(self.clone());
         }
@@ -196,28 +237,46 @@ impl Tensor {
             }
         }
         let context_setup = crate::cuda::runtime::take_unreported_setup(&[from, *device]);
-        let start = Instant::now();
-        let (storage, gpu_time) = src.storage().transfer(*device, pinned_dst)?;
-        let wall = start.elapsed();
         let simulated = device.is_simulated() || from.is_simulated();
-        let t = record(Transfer {
+        let mut t = Transfer {
             seq: 0,
             from,
             to: *device,
             bytes: src.nbytes(),
-            duration: gpu_time.map_or(wall, |g| g.events),
-            wall: gpu_time.map_or(wall, |g| g.wall),
+            duration: Duration::ZERO,
+            wall: Duration::ZERO,
             context_setup,
             memory,
-            clock: match (gpu_time, simulated) {
-                (Some(_), _) => Clock::CudaEvents,
-                (None, true) => Clock::SimulatedHostCopy,
-                (None, false) => Clock::Host,
+            clock: if simulated {
+                Clock::SimulatedHostCopy
+            } else {
+                Clock::Host
             },
+            mode: CopyMode::Blocking,
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
-        });
-        let out = Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t);
+        };
+        crate::inflight::poll();
+        let out = if non_blocking && from.is_cpu() && memory == HostMemoryKind::Pageable {
+            t.mode = CopyMode::NonBlockingFromPageable;
+            self.blocking_copy(&src, t, pinned_dst)?
+        } else if non_blocking {
+            let start = Instant::now();
+            let (storage, completion) = src.storage().transfer_non_blocking(*device, pinned_dst)?;
+            t.wall = start.elapsed();
+            t.mode = CopyMode::NonBlocking;
+            if let crate::inflight::Completion::Events(_) = completion {
+                t.clock = Clock::CudaEvents;
+            }
+            // The copy reads a temporary when the source was strided: keep it until done.
+            let keep_alive = (!src.shares_storage_with(self)).then(|| src.0.storage.clone());
+            let f = crate::inflight::InFlight::track(t, completion, keep_alive);
+            src.storage().mark_in_flight(&f);
+            storage.mark_in_flight(&f);
+            Tensor::from_storage(storage, self.shape().to_vec()).in_flight(f)
+        } else {
+            self.blocking_copy(&src, t, pinned_dst)?
+        };
         // Differentiable: the gradient flows back to the source device.
         Ok(crate::autograd::record(
             out,
@@ -225,6 +284,19 @@ impl Tensor {
             &[self],
             crate::autograd::grads::identity(),
         ))
+    }
+
+    /// Copies the contiguous `src` (this tensor's values) and records `t`, timed.
+    fn blocking_copy(&self, src: &Tensor, mut t: Transfer, pinned_dst: bool) -> Result<Tensor> {
+        let start = Instant::now();
+        let (storage, gpu_time) = src.storage().transfer(t.to, pinned_dst)?;
+        let wall = start.elapsed();
+        t.duration = gpu_time.map_or(wall, |g| g.events);
+        t.wall = gpu_time.map_or(wall, |g| g.wall);
+        if gpu_time.is_some() {
+            t.clock = Clock::CudaEvents;
+        }
+        Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(record(t)))
     }
 
     /// `to(&Device::Cuda(0))`.

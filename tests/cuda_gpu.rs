@@ -8,7 +8,7 @@ mod gpu;
 mod torch_cases;
 
 use placelab::prelude::*;
-use placelab::{Clock, HostMemoryKind};
+use placelab::{Clock, CopyMode, HostMemoryKind};
 
 const GPU: Device = Device::Cuda(0);
 
@@ -230,6 +230,52 @@ fn transfers_are_exact_and_timed_with_cuda_events() {
     }
     let err = (&x + &y).unwrap_err().to_string();
     assert!(err.contains("device mismatch in add"), "{err}");
+}
+
+#[test]
+fn non_blocking_copies_overlap_on_the_gpu() {
+    if !gpu::gpu_required() {
+        return;
+    }
+    // 256 MiB: tens of milliseconds over PCIe, so returning early is plain to see.
+    let x = Tensor::randn([64 << 20], Device::Cpu).unwrap();
+    let pinned = x.pin_memory().unwrap();
+    let y = pinned.to_non_blocking(&GPU).unwrap();
+    // Queued behind the copy on the same stream: a kernel reads the copied values.
+    let doubled = (&y * 2.0).unwrap();
+    drop(pinned); // waits for the copy engine to finish reading it
+    cuda::synchronize(0).unwrap();
+    let t = y.last_transfer().unwrap();
+    assert_eq!(
+        (t.mode, t.memory, t.clock),
+        (
+            CopyMode::NonBlocking,
+            HostMemoryKind::Pinned,
+            Clock::CudaEvents
+        )
+    );
+    assert!(
+        t.wall < t.duration / 4,
+        "the call returned in {:?}, the copy ran {:?}",
+        t.wall,
+        t.duration
+    );
+    let back = doubled.to_non_blocking(&Device::Cpu).unwrap();
+    assert!(back.is_pinned());
+    // Read at once: the engine waits for the copy rather than showing a half-filled buffer.
+    let want: Vec<f32> = x.to_vec::<f32>().unwrap().iter().map(|v| v * 2.0).collect();
+    assert_eq!(back.to_vec::<f32>().unwrap(), want);
+    let pageable = x.to_non_blocking(&GPU).unwrap();
+    assert_eq!(
+        pageable.last_transfer().unwrap().mode,
+        CopyMode::NonBlockingFromPageable
+    );
+    if cuda::device_count() > 1 {
+        let other = y.to_non_blocking(&Device::Cuda(1)).unwrap();
+        let sum = other.sum_all().unwrap().item::<f32>().unwrap();
+        let want = y.sum_all().unwrap().item::<f32>().unwrap();
+        assert_eq!(sum, want, "cuda:1's stream waited for the peer copy");
+    }
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! On a real GPU: the caching allocator over `cuMemAlloc` gives PyTorch's numbers for the same
 //! sequence of allocations. The sequence is `benches/torch_cuda_memory.py`'s; with
-//! `PLACELAB_GPU_OUT` set, the numbers are written there for `scripts/gpu-check.sh` to compare
+//! `PLACELAB_GPU_OUT` set, the numbers are written there for `benches/gpu-check.sh` to compare
 //! with PyTorch's, line by line. Runs with `PLACELAB_GPU_TESTS=1` (see `support/gpu.rs`).
 
 #[path = "support/gpu.rs"]

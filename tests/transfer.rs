@@ -1,7 +1,7 @@
 //! `.to()` and friends: copies that leave the original alone, measured and logged.
 
 use placelab::prelude::*;
-use placelab::transfer::{Clock, HostMemoryKind};
+use placelab::transfer::{Clock, CopyMode, HostMemoryKind};
 
 static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -147,4 +147,105 @@ fn same_seed_same_values_on_every_device() {
         .to_vec::<f32>()
         .unwrap();
     assert_eq!(a, b);
+}
+
+/// The one test that makes copies in flight, so `transfer::pending()` counts only its own.
+#[test]
+fn non_blocking_copies_overlap_and_synchronize_completes_them() {
+    cuda::simulate(2, None).unwrap();
+    let n = 16 << 20; // 64 MiB of f32: a copy that runs for milliseconds, not microseconds.
+    let x = Tensor::arange(0.0, n as f64, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let seq = transfer::last_seq();
+    let y = x.to_non_blocking(&Device::Cuda(0)).unwrap();
+    if let Some(q) = y.transfer_in_flight() {
+        // Still copying: the card says so instead of a time nobody knows yet.
+        assert_eq!(q.route(), "cpu → cuda:0");
+        let header = placelab::display::header(&y, false);
+        assert!(
+            header.contains("non-blocking, still copying (cuda::synchronize(0) waits for it)"),
+            "{header}"
+        );
+    }
+    // The source may be dropped at once: its memory outlives the copy.
+    drop(x);
+    cuda::synchronize(0).unwrap();
+    assert!(y.transfer_in_flight().is_none());
+    assert_eq!(transfer::pending(), 0);
+    let t = y.last_transfer().unwrap().clone();
+    assert_eq!(
+        (t.mode, t.memory, t.clock, t.bytes),
+        (
+            CopyMode::NonBlocking,
+            HostMemoryKind::Pinned,
+            Clock::SimulatedHostCopy,
+            n * 4
+        )
+    );
+    assert!(
+        t.wall < t.duration,
+        "the call returned ({:?}) before the copy ended ({:?})",
+        t.wall,
+        t.duration
+    );
+    assert!(
+        t.to_string().contains("non-blocking: .to() returned after"),
+        "{t}"
+    );
+    assert!(
+        transfer::log_since(seq).iter().any(|l| l.seq == t.seq),
+        "synchronize logs the completed copy"
+    );
+    let last = y.narrow(0, n - 2, 2).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(last, vec![(n - 2) as f32, (n - 1) as f32]);
+
+    // Back to the CPU: the copy lands in pinned memory, and reading it right away waits for
+    // the copy instead of showing whatever the buffer held.
+    let z = (&y * 2.0).unwrap().to_non_blocking(&Device::Cpu).unwrap();
+    assert!(z.is_pinned() && z.is_cpu());
+    let v = z.to_vec::<f32>().unwrap();
+    assert_eq!((v[1], v[n - 1]), (2.0, 2.0 * (n - 1) as f32));
+    assert!(z.transfer_in_flight().is_none());
+
+    // A strided source is copied from a contiguous temporary, kept until the copy is done.
+    let m = Tensor::arange(0.0, 6.0, Device::Cuda(0))
+        .unwrap()
+        .reshape([2, 3])
+        .unwrap();
+    let mt = m.t().unwrap().to_non_blocking(&Device::Cpu).unwrap();
+    cuda::synchronize(0).unwrap();
+    assert_eq!(
+        mt.to_vec2::<f32>().unwrap(),
+        vec![vec![0.0, 3.0], vec![1.0, 4.0], vec![2.0, 5.0]]
+    );
+
+    // GPU to GPU, then synchronize on the destination; dropping an in-flight tensor waits
+    // for its copy before its memory goes back to the cache.
+    let w = y.to_non_blocking(&Device::Cuda(1)).unwrap();
+    let dropped = y.to_non_blocking(&Device::Cuda(1)).unwrap();
+    drop(dropped);
+    cuda::synchronize(1).unwrap();
+    assert_eq!(w.last_transfer().unwrap().route(), "cuda:0 → cuda:1");
+    assert_eq!(
+        w.narrow(0, 5, 1).unwrap().to_vec::<f32>().unwrap(),
+        vec![5.0]
+    );
+    assert_eq!(transfer::pending(), 0);
+}
+
+#[test]
+fn non_blocking_from_pageable_memory_copies_before_returning() {
+    cuda::simulate(2, None).unwrap();
+    let x = Tensor::ones([1000], Device::Cpu).unwrap();
+    let y = x.to_non_blocking(&Device::Cuda(0)).unwrap();
+    assert!(y.transfer_in_flight().is_none(), "nothing left to wait for");
+    let t = y.last_transfer().unwrap();
+    assert_eq!(
+        (t.mode, t.memory),
+        (CopyMode::NonBlockingFromPageable, HostMemoryKind::Pageable)
+    );
+    assert!(t.to_string().contains("pin_memory() first"), "{t}");
+    assert_eq!(y.sum_all().unwrap().item::<f32>().unwrap(), 1000.0);
 }

@@ -70,7 +70,8 @@ impl PinnedHost {
 
 impl Drop for PinnedHost {
     fn drop(&mut self) {
-        // Copies run to completion before a transfer returns, so nothing reads this memory now.
+        // A storage waits for its in-flight copies before dropping its memory, so no copy
+        // engine reads or writes this memory now.
         if self.gpu.bind().is_ok() {
             let _ = unsafe { result::free_host(self.ptr as *mut _) };
         }
@@ -84,25 +85,57 @@ fn timing_event(g: &Gpu) -> Result<CudaEvent> {
         .map_err(|e| g.err("create event", e))
 }
 
-/// Runs `enqueue` between two timing events on `g`'s stream and waits for it.
-fn timed(g: &Gpu, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -> Result<CopyTime> {
+/// A copy queued on a GPU's stream between two timing events.
+pub(crate) struct Timing {
+    gpu: Arc<Gpu>,
+    start: CudaEvent,
+    end: CudaEvent,
+    issued: Instant,
+}
+
+impl Timing {
+    /// Waits for the copy and reads its time.
+    pub(crate) fn wait(self) -> Result<CopyTime> {
+        let g = &self.gpu;
+        g.bind()?;
+        self.end.synchronize().map_err(|e| g.err(".to()", e))?;
+        let wall = self.issued.elapsed();
+        let ms = self
+            .start
+            .elapsed_ms(&self.end)
+            .map_err(|e| g.err(".to()", e))?;
+        Ok(CopyTime {
+            events: Duration::from_secs_f64(ms as f64 / 1e3),
+            wall,
+        })
+    }
+
+    /// Whether the copy has finished (never waits).
+    pub(crate) fn is_done(&self) -> bool {
+        self.end.is_complete()
+    }
+}
+
+/// Queues `enqueue` between two timing events on `g`'s stream, without waiting for it.
+fn timed(g: &Arc<Gpu>, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -> Result<Timing> {
     g.bind()?;
     let (start, end) = (timing_event(g)?, timing_event(g)?);
-    let wall = Instant::now();
+    let issued = Instant::now();
     start.record(&g.stream).map_err(|e| g.err(op, e))?;
     enqueue()?;
     end.record(&g.stream).map_err(|e| g.err(op, e))?;
-    end.synchronize().map_err(|e| g.err(op, e))?;
-    let wall = wall.elapsed();
-    let ms = start.elapsed_ms(&end).map_err(|e| g.err(op, e))?;
-    Ok(CopyTime {
-        events: Duration::from_secs_f64(ms as f64 / 1e3),
-        wall,
+    Ok(Timing {
+        gpu: g.clone(),
+        start,
+        end,
+        issued,
     })
 }
 
-/// A copy of the host storage `src` on `cuda:index`.
-pub(crate) fn host_to_device(src: &Storage, index: usize) -> Result<(Storage, CopyTime)> {
+/// Queues a copy of the host storage `src` onto `cuda:index`. From pageable memory the driver
+/// stages the bytes through its own pinned buffer before the call returns; from pinned memory
+/// the copy engine reads `src` while the host goes on, so `src` must outlive the copy.
+pub(crate) fn host_to_device(src: &Storage, index: usize) -> Result<(Storage, Timing)> {
     let g = gpu(index)?;
     let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
     let bytes = src.bytes();
@@ -113,8 +146,9 @@ pub(crate) fn host_to_device(src: &Storage, index: usize) -> Result<(Storage, Co
     Ok((out, time))
 }
 
-/// A CPU copy of the device storage `src` (pinned when `pinned`).
-pub(crate) fn device_to_host(src: &Storage, pinned: bool) -> Result<(Storage, CopyTime)> {
+/// Queues a CPU copy of the device storage `src` (pinned when `pinned`; into pageable memory
+/// the driver finishes the copy before returning).
+pub(crate) fn device_to_host(src: &Storage, pinned: bool) -> Result<(Storage, Timing)> {
     let g = super::ops::gpu_of(src)?;
     let mut out = if pinned {
         Storage::alloc_pinned(src.dtype(), src.numel())?
@@ -130,9 +164,10 @@ pub(crate) fn device_to_host(src: &Storage, pinned: bool) -> Result<(Storage, Co
     Ok((out, time))
 }
 
-/// A copy of the device storage `src` on another GPU, directly between the devices (peer to
-/// peer where the hardware allows it, else staged by the driver).
-pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, CopyTime)> {
+/// Queues a copy of the device storage `src` on another GPU, directly between the devices (peer
+/// to peer where the hardware allows it, else staged by the driver). The destination's stream
+/// waits for the copy, so its later kernels read the copied values.
+pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, Timing)> {
     let from = super::ops::gpu_of(src)?;
     let to = gpu(index)?;
     let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
@@ -152,11 +187,14 @@ pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, 
         }
         .map_err(|e| from.err(".to()", e))
     })?;
+    to.stream.wait(&time.end).map_err(|e| to.err(".to()", e))?;
     Ok((out, time))
 }
 
 /// The values of a device storage as a host storage, for reading (previews, `to_vec`); not a
 /// user's transfer, so nothing is timed or logged.
 pub(crate) fn read_back(src: &Storage) -> Result<Storage> {
-    Ok(device_to_host(src, false)?.0)
+    let (out, time) = device_to_host(src, false)?;
+    time.wait()?;
+    Ok(out)
 }

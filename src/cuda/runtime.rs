@@ -87,14 +87,17 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
 }
 
 /// Waits until every kernel and copy queued on `cuda:index` has finished
-/// (`torch.cuda.synchronize`): what a benchmark must do before reading a clock.
+/// (`torch.cuda.synchronize`): what a benchmark must do before reading a clock, and the point
+/// where the non-blocking `.to()` copies from or to the device complete and are timed.
 pub fn synchronize(index: usize) -> Result<()> {
     if crate::cuda::is_real(Device::Cuda(index)) {
-        gpu(index)?.synchronize()
+        gpu(index)?.synchronize()?;
     } else {
-        // Host-backed devices run their kernels to completion before returning.
-        crate::cuda::backend(index).map(|_| ())
+        // Host-backed devices run their kernels to completion before returning; only their
+        // non-blocking copies can still be running.
+        crate::cuda::backend(index)?;
     }
+    crate::inflight::wait_device(Device::Cuda(index))
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.

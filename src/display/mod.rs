@@ -69,10 +69,25 @@ fn bytes_text(t: &Tensor) -> String {
 }
 
 fn transfer_text(t: &Tensor) -> String {
+    if let Some(q) = t.transfer_in_flight() {
+        return in_flight_text(q);
+    }
     match t.last_transfer() {
         Some(tr) => format!("last .to(): {tr}"),
         None => "no .to() yet".into(),
     }
+}
+
+/// A non-blocking copy still running: its route and the call that waits for it.
+fn in_flight_text(q: &crate::Transfer) -> String {
+    let gpu = [q.to, q.from]
+        .into_iter()
+        .find_map(|d| d.index())
+        .unwrap_or(0);
+    format!(
+        "last .to(): {}, non-blocking, still copying (cuda::synchronize({gpu}) waits for it)",
+        q.route()
+    )
 }
 
 /// ANSI colour of a device badge: blue CPU, green GPU, yellow simulated GPU.
@@ -103,7 +118,9 @@ pub fn header(t: &Tensor, colour: bool) -> String {
 
 /// The whole text card: the header, then the values.
 pub fn card_text(t: &Tensor, colour: bool) -> String {
-    format!("{}\n{}", header(t, colour), preview(t, 0))
+    // Values first: reading them waits for a copy still landing, and the header then has its time.
+    let values = preview(t, 0);
+    format!("{}\n{values}", header(t, colour))
 }
 
 fn escape(s: &str) -> String {
@@ -120,14 +137,16 @@ pub fn card_html(t: &Tensor) -> String {
         d if d.is_simulated() => ("#b7791f", format!("{d} · simulated")),
         d => ("#5a8f00", d.to_string()),
     };
-    let transfer = match t.last_transfer() {
-        Some(tr) => format!(
+    let values = preview(t, 0);
+    let transfer = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
+        Ok(q) => escape(&in_flight_text(q)),
+        Err(Some(tr)) => format!(
             "<span title=\"{} bytes, timed by {:?}\">last <code>.to()</code>: {}</span>",
             tr.bytes,
             tr.clock,
             escape(&tr.to_string())
         ),
-        None => "<span style=\"color:#888\">no <code>.to()</code> yet</span>".into(),
+        Err(None) => "<span style=\"color:#888\">no <code>.to()</code> yet</span>".into(),
     };
     let pinned = if t.is_pinned() { " · pinned" } else { "" };
     format!(
@@ -137,7 +156,7 @@ pub fn card_html(t: &Tensor) -> String {
          <pre style=\"margin:6px 0 0 0\">{}</pre></div>",
         escape(&shape_text(t)),
         escape(&bytes_text(t)),
-        escape(&preview(t, 0))
+        escape(&values)
     )
 }
 

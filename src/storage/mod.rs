@@ -1,13 +1,20 @@
 //! The bytes of a tensor, on some backend. This is the only place that matches on the backend:
 //! every op the tensor layer needs is one function here that sends host-backed storages (the CPU
 //! and simulated CUDA devices) to the `cpu` kernels and GPU storages to the `cuda` kernels.
+//! Copies to other devices are in `transfer.rs`.
+
+mod transfer;
+
+use std::sync::{Arc, Mutex};
 
 use half::f16;
 
 use crate::cpu::elementwise::{self as ew, BinaryOp, CmpOp, UnaryOp};
 use crate::cpu::{self, matmul::Matmul, reduce};
-use crate::cuda::copy::{CopyTime, PinnedHost};
-use crate::cuda::{blas, copy, ops};
+
+use crate::cuda::copy::PinnedHost;
+use crate::cuda::{blas, ops};
+use crate::inflight::InFlight;
 use crate::layout::Layout;
 use crate::memory::Block;
 use crate::{DType, Device, Element, Result, Scalar};
@@ -27,6 +34,22 @@ pub(crate) struct Storage {
     /// Page-locked host memory (`pin_memory()`): transfers from it are recorded as pinned.
     pub(crate) pinned: bool,
     backing: Backing,
+    /// Non-blocking copies that read or write these bytes and may still be running.
+    in_flight: Mutex<Vec<Arc<InFlight>>>,
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        // A copy engine or a copy thread may still be using the memory.
+        for f in self
+            .in_flight
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = f.wait();
+        }
+    }
 }
 
 /// Binds `$t` to the Rust type of `$dtype` for the dtypes with native arithmetic kernels;
@@ -84,24 +107,24 @@ fn gpu_index(device: Device) -> usize {
 }
 
 impl Storage {
+    fn new(dtype: DType, numel: usize, pinned: bool, backing: Backing) -> Storage {
+        Storage {
+            dtype,
+            numel,
+            pinned,
+            backing,
+            in_flight: Mutex::default(),
+        }
+    }
+
     /// A storage of `numel` elements whose contents are unspecified (bool storages are zeroed,
     /// since not every byte is a valid `bool`).
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Storage> {
         let block = Block::alloc(device, dtype, numel)?;
         if crate::cuda::is_real(device) {
-            return Ok(Storage {
-                dtype,
-                numel,
-                pinned: false,
-                backing: Backing::Cuda(block),
-            });
+            return Ok(Storage::new(dtype, numel, false, Backing::Cuda(block)));
         }
-        let mut s = Storage {
-            dtype,
-            numel,
-            pinned: false,
-            backing: Backing::Host(block),
-        };
+        let mut s = Storage::new(dtype, numel, false, Backing::Host(block));
         if dtype == DType::Bool {
             cpu::fill(s.bytes_mut(), 0u8);
         }
@@ -111,12 +134,12 @@ impl Storage {
     /// A CPU storage in page-locked memory from the CUDA driver (a real GPU must exist).
     pub(crate) fn alloc_pinned(dtype: DType, numel: usize) -> Result<Storage> {
         let bytes = numel * dtype.size_in_bytes();
-        let mut s = Storage {
+        let mut s = Storage::new(
             dtype,
             numel,
-            pinned: true,
-            backing: Backing::Pinned(PinnedHost::alloc(bytes)?),
-        };
+            true,
+            Backing::Pinned(PinnedHost::alloc(bytes)?),
+        );
         if dtype == DType::Bool {
             cpu::fill(s.bytes_mut(), 0u8);
         }
@@ -143,8 +166,13 @@ impl Storage {
         }
     }
 
-    /// The start of a host-backed storage's bytes.
+    /// The start of a host-backed storage's bytes, once no copy is using them.
     fn host_ptr(&self) -> *mut u8 {
+        let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        for f in in_flight.drain(..) {
+            let _ = f.wait();
+        }
+        drop(in_flight);
         match &self.backing {
             Backing::Host(b) => b.ptr(),
             Backing::Pinned(p) => p.ptr(),
@@ -210,15 +238,6 @@ impl Storage {
         s.moved_to(device)
     }
 
-    /// This host storage on `device`: itself when that is where it is, else an upload.
-    pub(crate) fn moved_to(self, device: Device) -> Result<Storage> {
-        if self.device() == device {
-            Ok(self)
-        } else {
-            Ok(self.transfer(device, false)?.0)
-        }
-    }
-
     /// `numel` copies of `value`, converted to `dtype`.
     pub(crate) fn full(
         device: Device,
@@ -250,36 +269,6 @@ impl Storage {
             crate::with_dtype!(dtype, D, cpu::cast::<S, D>(src, l, out.slice_mut::<D>()))
         });
         Ok(out)
-    }
-
-    /// A copy of the whole storage on `device`, and how long the copy took on a GPU's clock
-    /// (`None`: a host-to-host copy, a parallel memcpy, timed by the caller). `pinned_dst` asks
-    /// for page-locked memory when the copy lands on the CPU.
-    pub(crate) fn transfer(
-        &self,
-        device: Device,
-        pinned_dst: bool,
-    ) -> Result<(Storage, Option<CopyTime>)> {
-        let to_gpu = crate::cuda::is_real(device);
-        let (storage, time) = match (self.is_host(), to_gpu) {
-            (true, false) => {
-                let mut out = Storage::alloc(device, self.dtype, self.numel)?;
-                cpu::copy_bytes(self.bytes(), out.bytes_mut());
-                return Ok((out, None));
-            }
-            (true, true) => copy::host_to_device(self, gpu_index(device))?,
-            (false, false) => copy::device_to_host(self, pinned_dst)?,
-            (false, true) => copy::device_to_device(self, gpu_index(device))?,
-        };
-        Ok((storage, Some(time)))
-    }
-
-    /// A host copy of the view `l` of a GPU storage, contiguous, for reading values.
-    pub(crate) fn read_back(&self, l: &Layout) -> Result<Storage> {
-        if l.is_contiguous() && l.offset == 0 && l.numel() == self.numel {
-            return copy::read_back(self);
-        }
-        copy::read_back(&ops::cast(self, l, self.dtype)?)
     }
 
     /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).

@@ -9,6 +9,7 @@ mod shape_ops;
 use std::sync::Arc;
 
 use crate::autograd::GradMeta;
+use crate::inflight::InFlight;
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::transfer::Transfer;
@@ -24,8 +25,15 @@ pub struct Tensor(pub(crate) Arc<TensorInner>);
 pub(crate) struct TensorInner {
     pub(crate) storage: Arc<Storage>,
     pub(crate) layout: Layout,
-    pub(crate) last_transfer: Option<Transfer>,
+    pub(crate) last_transfer: Option<TransferRecord>,
     pub(crate) grad_meta: GradMeta,
+}
+
+/// The `.to()` that made a tensor: finished, or a non-blocking copy that may still run.
+#[derive(Clone)]
+pub(crate) enum TransferRecord {
+    Done(Transfer),
+    InFlight(Arc<InFlight>),
 }
 
 /// Where and as what a new tensor is made: `&device`, `(DType::F16, &device)` or
@@ -136,7 +144,15 @@ impl Tensor {
 
     pub(crate) fn with_transfer(self, t: Transfer) -> Tensor {
         Tensor(Arc::new(TensorInner {
-            last_transfer: Some(t),
+            last_transfer: Some(TransferRecord::Done(t)),
+            ..self.into_parts()
+        }))
+    }
+
+    /// This tensor as the destination of the non-blocking copy `f`.
+    pub(crate) fn in_flight(self, f: Arc<InFlight>) -> Tensor {
+        Tensor(Arc::new(TensorInner {
+            last_transfer: Some(TransferRecord::InFlight(f)),
             ..self.into_parts()
         }))
     }
@@ -227,9 +243,23 @@ impl Tensor {
         self.0.storage.pinned
     }
 
-    /// The `.to()` that produced this tensor: route, bytes, time, bandwidth.
+    /// The `.to()` that produced this tensor: route, bytes, time, bandwidth. After a
+    /// non-blocking `.to()` this waits for the copy, since its time is known only then (`None`
+    /// if the copy failed; `cuda::synchronize` returns the error).
     pub fn last_transfer(&self) -> Option<&Transfer> {
-        self.0.last_transfer.as_ref()
+        match self.0.last_transfer.as_ref()? {
+            TransferRecord::Done(t) => Some(t),
+            TransferRecord::InFlight(f) => f.wait().ok(),
+        }
+    }
+
+    /// The non-blocking `.to()` that made this tensor, as it was queued, while its copy may
+    /// still be running (`None` once it has completed, or for any other tensor). Never waits.
+    pub fn transfer_in_flight(&self) -> Option<&Transfer> {
+        match self.0.last_transfer.as_ref()? {
+            TransferRecord::InFlight(f) if !f.check() => Some(f.queued()),
+            _ => None,
+        }
     }
 
     /// Whether two tensors share a storage (one is a view of the other).

@@ -1,4 +1,4 @@
-//! Gate for tests that need a real NVIDIA GPU. `scripts/gpu-check.sh` runs them with
+//! Gate for tests that need a real NVIDIA GPU. `benches/gpu-check.sh` runs them with
 //! `PLACELAB_GPU_TESTS=1`, where a missing GPU is a failure; elsewhere they say why they did not
 //! run and pass, since CI and most machines have no GPU (the simulated-device tests cover the
 //! same engine paths there).
@@ -9,7 +9,7 @@ pub fn gpu_required() -> bool {
     let asked = std::env::var_os("PLACELAB_GPU_TESTS").is_some();
     if !asked {
         eprintln!(
-            "PLACELAB_GPU_TESTS is not set: this GPU test does not run here (scripts/gpu-check.sh runs it on a GPU machine)"
+            "PLACELAB_GPU_TESTS is not set: this GPU test does not run here (benches/gpu-check.sh runs it on a GPU machine)"
         );
         return false;
     }
