@@ -238,6 +238,7 @@ impl Tensor {
         }
         let context_setup = crate::cuda::runtime::take_unreported_setup(&[from, *device]);
         let simulated = device.is_simulated() || from.is_simulated();
+        let on_real_gpu = crate::cuda::is_real(from) || crate::cuda::is_real(*device);
         let mut t = Transfer {
             seq: 0,
             from,
@@ -247,27 +248,29 @@ impl Tensor {
             wall: Duration::ZERO,
             context_setup,
             memory,
-            clock: if simulated {
+            clock: if on_real_gpu {
+                Clock::CudaEvents
+            } else if simulated {
                 Clock::SimulatedHostCopy
             } else {
                 Clock::Host
             },
-            mode: CopyMode::Blocking,
+            mode: match (
+                non_blocking,
+                from.is_cpu() && memory == HostMemoryKind::Pageable,
+            ) {
+                (false, _) => CopyMode::Blocking,
+                (true, true) => CopyMode::NonBlockingFromPageable,
+                (true, false) => CopyMode::NonBlocking,
+            },
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
         };
         crate::inflight::poll();
-        let out = if non_blocking && from.is_cpu() && memory == HostMemoryKind::Pageable {
-            t.mode = CopyMode::NonBlockingFromPageable;
-            self.blocking_copy(&src, t, pinned_dst)?
-        } else if non_blocking {
+        let out = if t.mode == CopyMode::NonBlocking {
             let start = Instant::now();
             let (storage, completion) = src.storage().transfer_non_blocking(*device, pinned_dst)?;
             t.wall = start.elapsed();
-            t.mode = CopyMode::NonBlocking;
-            if let crate::inflight::Completion::Events(_) = completion {
-                t.clock = Clock::CudaEvents;
-            }
             // The copy reads a temporary when the source was strided: keep it until done.
             let keep_alive = (!src.shares_storage_with(self)).then(|| src.0.storage.clone());
             let f = crate::inflight::InFlight::track(t, completion, keep_alive);
@@ -293,9 +296,6 @@ impl Tensor {
         let wall = start.elapsed();
         t.duration = gpu_time.map_or(wall, |g| g.events);
         t.wall = gpu_time.map_or(wall, |g| g.wall);
-        if gpu_time.is_some() {
-            t.clock = Clock::CudaEvents;
-        }
         Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(record(t)))
     }
 
