@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use placelab::Error;
 use placelab::cuda::{libs, nvrtc};
@@ -32,10 +33,20 @@ fn nvrtc_available() -> bool {
 }
 
 /// The wheel's lib folder, installing the wheel into `target/nvrtc-venv` on first use.
+///
+/// The tests of this binary run on parallel threads: one installs while the others wait, and
+/// none loads the library before the install is complete (loading a `.so` that pip is still
+/// writing ends the process with SIGBUS).
 fn wheel_lib_dir() -> PathBuf {
+    static INSTALLED: OnceLock<PathBuf> = OnceLock::new();
+    INSTALLED.get_or_init(install_wheel).clone()
+}
+
+fn install_wheel() -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let venv = root.join("target").join("nvrtc-venv");
-    let lib = venv.join("lib/python3.11/site-packages/nvidia/cu13/lib");
+    // Written last, so a venv left half-made by an interrupted run is never trusted.
+    let complete = venv.join("placelab-install-complete");
     let found = |venv: &Path| {
         std::fs::read_dir(venv.join("lib"))
             .ok()?
@@ -43,10 +54,12 @@ fn wheel_lib_dir() -> PathBuf {
             .map(|e| e.path().join("site-packages/nvidia/cu13/lib"))
             .find(|p| p.join("libnvrtc.so.13").exists())
     };
-    if let Some(p) = found(&venv) {
+    if complete.exists()
+        && let Some(p) = found(&venv)
+    {
         return p;
     }
-    // Tests run in parallel processes only across binaries; this one installs alone.
+    let _ = std::fs::remove_dir_all(&venv);
     let ok = Command::new("python3")
         .args(["-m", "venv"])
         .arg(&venv)
@@ -56,12 +69,14 @@ fn wheel_lib_dir() -> PathBuf {
             .args(["install", "--quiet", "--disable-pip-version-check", WHEEL])
             .status()
             .is_ok_and(|s| s.success());
+    let lib = found(&venv).filter(|_| ok);
     assert!(
-        ok,
+        lib.is_some(),
         "could not install {WHEEL} into {} (needs python3 and PyPI); set PLACELAB_SKIP_NVRTC_TEST=1 to skip this test offline",
         venv.display()
     );
-    found(&venv).unwrap_or(lib)
+    std::fs::write(&complete, WHEEL).expect("target/ is writable");
+    lib.unwrap()
 }
 
 /// Function names in a CUBIN's symbol table.
