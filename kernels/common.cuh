@@ -25,6 +25,8 @@ struct Strided {
 
 // The storage offset of the `i`-th element (row-major) of the view.
 __device__ __forceinline__ u64 offset_of(const Strided& l, u64 i) {
+    // Contiguous and sliced views merge to one dim: skip the 64-bit divisions (slow on a GPU).
+    if (l.rank == 1) return l.offset + i * l.strides[0];
     u64 off = l.offset;
     for (int d = (int)l.rank - 1; d >= 0; --d) {
         u64 s = l.shape[d];
@@ -69,16 +71,6 @@ __device__ __forceinline__ bf16 f32_to_bf16(float f) {
     return b;
 }
 
-// f64 → f32 rounded to odd: converting that to f16/bf16 (round to nearest) then rounds f64 once,
-// exactly as a direct f64 → f16 conversion would (f32 keeps more than two extra bits).
-__device__ __forceinline__ float f64_to_f32_odd(double d) {
-    float f = __double2float_rz(d);
-    if ((double)f != d && !isnan(d) && !isinf(f)) {
-        f = __uint_as_float(__float_as_uint(f) | 1u);
-    }
-    return f;
-}
-
 // Every element type to and from f64 (the engine's casts go through f64, as the CPU's do).
 __device__ __forceinline__ double to_f64(float x) { return (double)x; }
 __device__ __forceinline__ double to_f64(double x) { return x; }
@@ -108,12 +100,14 @@ template <> struct Cast<double> {
     static __device__ __forceinline__ double from_f64(double v) { return v; }
     static __device__ __forceinline__ double from_i64(i64 v) { return (double)v; }
 };
+// f64 → f16/bf16 rounds through f32, as PyTorch's `Half(float)`/`BFloat16(float)` and the CPU
+// backend do.
 template <> struct Cast<f16> {
-    static __device__ __forceinline__ f16 from_f64(double v) { return f32_to_f16(f64_to_f32_odd(v)); }
+    static __device__ __forceinline__ f16 from_f64(double v) { return f32_to_f16((float)v); }
     static __device__ __forceinline__ f16 from_i64(i64 v) { return from_f64((double)v); }
 };
 template <> struct Cast<bf16> {
-    static __device__ __forceinline__ bf16 from_f64(double v) { return f32_to_bf16(f64_to_f32_odd(v)); }
+    static __device__ __forceinline__ bf16 from_f64(double v) { return f32_to_bf16((float)v); }
     static __device__ __forceinline__ bf16 from_i64(i64 v) { return from_f64((double)v); }
 };
 // Float → integer saturates and maps NaN to 0 (PTX `cvt.rzi.sat`), as Rust's `as` does.

@@ -40,7 +40,8 @@ template <typename A, typename U> struct IntBinary {
             case 2: return (A)((U)a * (U)b);
             case 3:
                 if (b == 0) return 0;
-                if (b == (A)-1) return (A)((U)0 - (U)a);  // MIN / -1 wraps to MIN
+                // MIN / -1 wraps to MIN (signed types only: for u8, (A)-1 is 255)
+                if ((A)-1 < (A)0 && b == (A)-1) return (A)((U)0 - (U)a);
                 return a / b;
             case 4: return wrapping_pow(a, b);
             case 5: return a > b ? a : b;

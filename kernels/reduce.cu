@@ -1,9 +1,13 @@
 // Row reductions over contiguous rows of `len` elements: sums and means, max/min with their
 // index, and softmax. Long rows are split into `parts` chunks, one block each, whose partial
 // results a second kernel combines in a fixed order, so results never depend on timing.
-// Launched with blockDim.x == REDUCE_THREADS.
+// Launched with blockDim.x == REDUCE_THREADS and at most MAX_REDUCE_BLOCKS blocks: each block
+// walks the chunks (or rows) `blockIdx.x, blockIdx.x + gridDim.x, …`, so any count of rows fits
+// the grid. The walk is the same for every thread of a block, so `__syncthreads` stays uniform.
 
 #define REDUCE_THREADS 256
+
+#define BLOCK_STRIDE(b, n) for (u64 b = blockIdx.x; b < (n); b += gridDim.x)
 
 // A tree reduction over the block in shared memory; every thread gets the result.
 template <typename A, typename F> __device__ A block_reduce(A v, A* sh, F f) {
@@ -37,22 +41,26 @@ __device__ __forceinline__ void chunk_of(u64 b, u64 parts, u64 len, u64* row, u6
 }
 
 // ---- sums ----------------------------------------------------------------------------------------
-// f32 accumulates in f64 (as the CPU backend does), integers in i64 (wrapping).
+// f32 accumulates in f64 (as the CPU backend does), i64 in u64: unsigned overflow wraps (as the
+// CPU's `wrapping_add`), where signed overflow would be undefined behaviour.
 
 template <typename T> struct SumAcc { typedef double Acc; };
-template <> struct SumAcc<i64> { typedef i64 Acc; };
+template <> struct SumAcc<i64> { typedef u64 Acc; };
 
 template <typename T>
-__device__ void sum_partials(u64 len, u64 parts, const T* in, typename SumAcc<T>::Acc* partial) {
+__device__ void sum_partials(u64 chunks, u64 len, u64 parts, const T* in,
+                             typename SumAcc<T>::Acc* partial) {
     typedef typename SumAcc<T>::Acc A;
     __shared__ A sh[REDUCE_THREADS];
-    u64 row, start, end;
-    chunk_of(blockIdx.x, parts, len, &row, &start, &end);
-    const T* r = in + row * len;
-    A acc = 0;
-    for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) acc += (A)Math<T>::load(r[j]);
-    acc = block_reduce(acc, sh, Add());
-    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+    BLOCK_STRIDE(b, chunks) {
+        u64 row, start, end;
+        chunk_of(b, parts, len, &row, &start, &end);
+        const T* r = in + row * len;
+        A acc = 0;
+        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) acc += (A)Math<T>::load(r[j]);
+        acc = block_reduce(acc, sh, Add());
+        if (threadIdx.x == 0) partial[b] = acc;
+    }
 }
 
 template <typename T>
@@ -62,15 +70,15 @@ __device__ void sum_finish(u64 rows, u64 parts, int mean, u64 len,
     GRID_STRIDE(r, rows) {
         A acc = 0;
         for (u64 p = 0; p < parts; ++p) acc += partial[r * parts + p];
-        if (mean) acc = (A)((double)acc / (double)len);
+        if (mean) acc = (A)((double)acc / (double)len);  // float dtypes only
         out[r] = Math<T>::store((typename Math<T>::Acc)acc);
     }
 }
 
 #define SUM(T, S)                                                                              \
-    extern "C" __global__ void sum_partials_##S(u64 len, u64 parts, const T* in,               \
+    extern "C" __global__ void sum_partials_##S(u64 chunks, u64 len, u64 parts, const T* in,   \
                                                 SumAcc<T>::Acc* partial) {                     \
-        sum_partials<T>(len, parts, in, partial);                                              \
+        sum_partials<T>(chunks, len, parts, in, partial);                                      \
     }                                                                                          \
     extern "C" __global__ void sum_finish_##S(u64 rows, u64 parts, int mean, u64 len,          \
                                               const SumAcc<T>::Acc* partial, T* out) {         \
@@ -104,22 +112,25 @@ template <typename A> struct PickBest {
 };
 
 template <typename T>
-__device__ void extreme_partials(u64 len, u64 parts, int greater, const T* in, T* pv, i64* pi) {
+__device__ void extreme_partials(u64 chunks, u64 len, u64 parts, int greater, const T* in, T* pv,
+                                 i64* pi) {
     typedef typename Math<T>::Acc A;
     __shared__ Best<A> sh[REDUCE_THREADS];
-    u64 row, start, end;
-    chunk_of(blockIdx.x, parts, len, &row, &start, &end);
-    const T* r = in + row * len;
     PickBest<A> pick = {greater};
-    Best<A> best = {A(), -1};
-    for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) {
-        Best<A> c = {Math<T>::load(r[j]), (i64)j};
-        best = pick(best, c);
-    }
-    best = block_reduce(best, sh, pick);
-    if (threadIdx.x == 0) {
-        pv[blockIdx.x] = Math<T>::store(best.v);
-        pi[blockIdx.x] = best.i;
+    BLOCK_STRIDE(b, chunks) {
+        u64 row, start, end;
+        chunk_of(b, parts, len, &row, &start, &end);
+        const T* r = in + row * len;
+        Best<A> best = {A(), -1};
+        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) {
+            Best<A> c = {Math<T>::load(r[j]), (i64)j};
+            best = pick(best, c);
+        }
+        best = block_reduce(best, sh, pick);
+        if (threadIdx.x == 0) {
+            pv[b] = Math<T>::store(best.v);
+            pi[b] = best.i;
+        }
     }
 }
 
@@ -140,9 +151,9 @@ __device__ void extreme_finish(u64 rows, u64 parts, int greater, const T* pv, co
 }
 
 #define EXTREME(T, S)                                                                          \
-    extern "C" __global__ void extreme_partials_##S(u64 len, u64 parts, int greater,           \
-                                                    const T* in, T* pv, i64* pi) {             \
-        extreme_partials<T>(len, parts, greater, in, pv, pi);                                  \
+    extern "C" __global__ void extreme_partials_##S(u64 chunks, u64 len, u64 parts,            \
+                                                    int greater, const T* in, T* pv, i64* pi) {\
+        extreme_partials<T>(chunks, len, parts, greater, in, pv, pi);                          \
     }                                                                                          \
     extern "C" __global__ void extreme_finish_##S(u64 rows, u64 parts, int greater,            \
                                                   const T* pv, const i64* pi, T* values,       \
@@ -152,31 +163,34 @@ __device__ void extreme_finish(u64 rows, u64 parts, int greater, const T* pv, co
 FOR_ALL_DTYPES(EXTREME)
 
 // ---- softmax -------------------------------------------------------------------------------------
-// One block per row, stable around the row's max; the sum of exponentials accumulates in f64.
+// A block per row, stable around the row's max; the sum of exponentials accumulates in f64.
 
-template <typename T> __device__ void softmax_row(u64 len, int log_, const T* in, T* out) {
+template <typename T> __device__ void softmax_rows(u64 rows, u64 len, int log_, const T* in, T* out) {
     typedef typename Math<T>::Acc A;
     __shared__ A shm[REDUCE_THREADS];
     __shared__ double shs[REDUCE_THREADS];
-    const T* r = in + (u64)blockIdx.x * len;
-    T* o = out + (u64)blockIdx.x * len;
-    A m = -PL_INFINITY;
-    for (u64 j = threadIdx.x; j < len; j += blockDim.x) m = Max()(m, Math<T>::load(r[j]));
-    m = block_reduce(m, shm, Max());
-    double s = 0.0;
-    for (u64 j = threadIdx.x; j < len; j += blockDim.x) s += (double)exp(Math<T>::load(r[j]) - m);
-    s = block_reduce(s, shs, Add());
-    if (log_) {
-        A ls = (A)log(s);
-        for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(Math<T>::load(r[j]) - m - ls);
-    } else {
-        A inv = (A)(1.0 / s);
-        for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(exp(Math<T>::load(r[j]) - m) * inv);
+    BLOCK_STRIDE(row, rows) {
+        const T* r = in + row * len;
+        T* o = out + row * len;
+        A m = -PL_INFINITY;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) m = Max()(m, Math<T>::load(r[j]));
+        m = block_reduce(m, shm, Max());
+        double s = 0.0;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) s += (double)exp(Math<T>::load(r[j]) - m);
+        s = block_reduce(s, shs, Add());
+        if (log_) {
+            A ls = (A)log(s);
+            for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(Math<T>::load(r[j]) - m - ls);
+        } else {
+            A inv = (A)(1.0 / s);
+            for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(exp(Math<T>::load(r[j]) - m) * inv);
+        }
     }
 }
 
 #define SOFTMAX(T, S)                                                                          \
-    extern "C" __global__ void softmax_rows_##S(u64 len, int log_, const T* in, T* out) {      \
-        softmax_row<T>(len, log_, in, out);                                                    \
+    extern "C" __global__ void softmax_rows_##S(u64 rows, u64 len, int log_, const T* in,      \
+                                                T* out) {                                      \
+        softmax_rows<T>(rows, len, log_, in, out);                                             \
     }
 FOR_FLOAT_DTYPES(SOFTMAX)

@@ -202,8 +202,21 @@ macro_rules! element_float {
 }
 element_float!(f32, DType::F32, |v: f64| v as f32, |x: f32| x as f64);
 element_float!(f64, DType::F64, |v: f64| v, |x: f64| x);
-element_float!(f16, DType::F16, f16::from_f64, |x: f16| x.to_f64());
-element_float!(bf16, DType::BF16, bf16::from_f64, |x: bf16| x.to_f64());
+// f64 → f16/bf16 rounds through f32, as PyTorch's `Half(float)`/`BFloat16(float)` do on every
+// device (and as the CUDA kernels do), so casts agree bit for bit even on rare double-rounding
+// ties.
+element_float!(
+    f16,
+    DType::F16,
+    |v: f64| f16::from_f32(v as f32),
+    |x: f16| x.to_f64()
+);
+element_float!(
+    bf16,
+    DType::BF16,
+    |v: f64| bf16::from_f32(v as f32),
+    |x: bf16| x.to_f64()
+);
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;

@@ -126,9 +126,12 @@ fn elementwise_grid(n: usize) -> LaunchConfig {
     }
 }
 
+/// A reduction grid for `count` blocks' worth of work: the kernels walk their blocks
+/// `blockIdx.x, blockIdx.x + gridDim.x, …`, so the grid stays within the launch limits however
+/// many rows there are.
 fn blocks(count: usize) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (count as u32, 1, 1),
+        grid_dim: (count.clamp(1, 1 << 16) as u32, 1, 1),
         block_dim: (REDUCE_THREADS, 1, 1),
         shared_mem_bytes: 0,
     }
@@ -398,7 +401,8 @@ pub(crate) fn sum_rows(s: &Storage, rows: usize, len: usize, mean: bool) -> Resu
     };
     let partial = Storage::alloc(s.device(), acc, rows * parts)?;
     let t = tag(s.dtype());
-    let (ln, pn, ps, pp) = (
+    let (cn, ln, pn, ps, pp) = (
+        (rows * parts) as u64,
         len as u64,
         parts as u64,
         s.device_ptr(),
@@ -410,7 +414,7 @@ pub(crate) fn sum_rows(s: &Storage, rows: usize, len: usize, mean: bool) -> Resu
         format!("sum_partials_{t}"),
         blocks(rows * parts),
         "sum",
-        [ln, pn, ps, pp]
+        [cn, ln, pn, ps, pp]
     );
     let (rn, m, po) = (rows as u64, mean as i32, out.device_ptr());
     launch!(
@@ -441,7 +445,12 @@ pub(crate) fn extreme_rows(
     let pv = Storage::alloc(s.device(), s.dtype(), rows * parts)?;
     let pi = Storage::alloc(s.device(), DType::I64, rows * parts)?;
     let t = tag(s.dtype());
-    let (ln, pn, gr) = (len as u64, parts as u64, greater as i32);
+    let (cn, ln, pn, gr) = (
+        (rows * parts) as u64,
+        len as u64,
+        parts as u64,
+        greater as i32,
+    );
     let (ps, ppv, ppi) = (s.device_ptr(), pv.device_ptr(), pi.device_ptr());
     launch!(
         g,
@@ -449,7 +458,7 @@ pub(crate) fn extreme_rows(
         format!("extreme_partials_{t}"),
         blocks(rows * parts),
         "max",
-        [ln, pn, gr, ps, ppv, ppi]
+        [cn, ln, pn, gr, ps, ppv, ppi]
     );
     let (rn, pvals, pidx) = (rows as u64, values.device_ptr(), indices.device_ptr());
     launch!(
@@ -470,14 +479,15 @@ pub(crate) fn softmax_rows(s: &Storage, len: usize, log: bool) -> Result<Storage
     let rows = s.numel().checked_div(len).unwrap_or(0);
     if rows > 0 {
         let name = format!("softmax_rows_{}", tag(s.dtype()));
-        let (ln, lg, pi, po) = (len as u64, log as i32, s.device_ptr(), out.device_ptr());
+        let (rn, ln, lg) = (rows as u64, len as u64, log as i32);
+        let (pi, po) = (s.device_ptr(), out.device_ptr());
         launch!(
             g,
             nvrtc::REDUCE,
             name,
             blocks(rows),
             "softmax",
-            [ln, lg, pi, po]
+            [rn, ln, lg, pi, po]
         );
     }
     Ok(out)

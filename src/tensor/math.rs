@@ -119,31 +119,40 @@ impl Tensor {
         Tensor::scalar(s, (dtype, self.device()))
     }
 
-    /// Turns `other` into a tensor and the dtype of the result.
+    /// Turns `other` into a tensor; returns it with the dtype of the result and the dtype the
+    /// op computes in.
     fn rhs(
         &self,
         op: &'static str,
         other: impl Operand,
         true_div: bool,
-    ) -> Result<(Tensor, DType)> {
-        let (t, dtype) = match other.resolve() {
+    ) -> Result<(Tensor, DType, DType)> {
+        let (t, dtype, compute) = match other.resolve() {
             OperandKind::Tensor(t) => {
                 same_device(op, &[("self", self), ("other", &t)])?;
                 let d = result_type(self, &t);
-                (t, d)
+                let d = if true_div { d.to_float() } else { d };
+                (t, d, compute_dtype(d, self.device()))
             }
             OperandKind::Scalar(s) => {
                 let d = DType::promote_scalar(self.dtype(), s.is_float());
                 let d = if true_div { d.to_float() } else { d };
-                (self.scalar_like(s, compute_dtype(d, self.device()))?, d)
+                // A Rust number next to an f16/bf16 tensor stays f32, as PyTorch keeps it in
+                // its f32 "opmath" type on every device: `h + 0.0004884` must not round the
+                // number to f16 before adding.
+                let compute = match d {
+                    DType::F16 | DType::BF16 => DType::F32,
+                    _ => d,
+                };
+                (self.scalar_like(s, compute)?, d, compute)
             }
         };
-        Ok((t, if true_div { dtype.to_float() } else { dtype }))
+        Ok((t, dtype, compute))
     }
 
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
-        let (other, dtype) = self.rhs(name, other, op == BinaryOp::Div)?;
+        let (other, dtype, compute) = self.rhs(name, other, op == BinaryOp::Div)?;
         let (a, b) = if reverse {
             (&other, self)
         } else {
@@ -163,13 +172,9 @@ impl Tensor {
             ));
         }
         let out = no_grad(|| {
-            let (s, shape) = broadcast_pair(
-                name,
-                a,
-                b,
-                compute_dtype(dtype, a.device()),
-                |x, lx, y, ly| Storage::binary(op, x, lx, y, ly),
-            )?;
+            let (s, shape) = broadcast_pair(name, a, b, compute, |x, lx, y, ly| {
+                Storage::binary(op, x, lx, y, ly)
+            })?;
             Tensor::from_storage(s, shape).to_dtype(dtype)
         })?;
         let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
@@ -215,14 +220,10 @@ impl Tensor {
 
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
-        let (other, dtype) = self.rhs(name, other, false)?;
-        let (s, shape) = broadcast_pair(
-            name,
-            self,
-            &other,
-            compute_dtype(dtype, self.device()),
-            |x, lx, y, ly| Storage::compare(op, x, lx, y, ly),
-        )?;
+        let (other, _, compute) = self.rhs(name, other, false)?;
+        let (s, shape) = broadcast_pair(name, self, &other, compute, |x, lx, y, ly| {
+            Storage::compare(op, x, lx, y, ly)
+        })?;
         Ok(Tensor::from_storage(s, shape))
     }
 
