@@ -112,7 +112,8 @@ impl Timing {
 
     /// Whether the copy has finished (never waits).
     pub(crate) fn is_done(&self) -> bool {
-        self.end.is_complete()
+        // A context that cannot be bound reads as "not done": `wait` then reports the error.
+        self.gpu.bind().is_ok() && self.end.is_complete()
     }
 }
 
@@ -140,6 +141,9 @@ pub(crate) fn host_to_device(src: &Storage, index: usize) -> Result<(Storage, Ti
     let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
     let bytes = src.bytes();
     let time = timed(&g, ".to()", || {
+        if bytes.is_empty() {
+            return Ok(()); // an empty tensor's block has no device address to copy to
+        }
         unsafe { result::memcpy_htod_async(out.device_ptr(), bytes, g.stream.cu_stream()) }
             .map_err(|e| g.err(".to()", e))
     })?;
@@ -158,6 +162,9 @@ pub(crate) fn device_to_host(src: &Storage, pinned: bool) -> Result<(Storage, Ti
     let ptr = src.device_ptr();
     let dst = out.bytes_mut();
     let time = timed(&g, ".to()", || {
+        if dst.is_empty() {
+            return Ok(());
+        }
         unsafe { result::memcpy_dtoh_async(dst, ptr, g.stream.cu_stream()) }
             .map_err(|e| g.err(".to()", e))
     })?;
@@ -175,6 +182,9 @@ pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, 
     to.synchronize()?;
     let bytes = src.numel() * src.dtype().size_in_bytes();
     let time = timed(&from, ".to()", || {
+        if bytes == 0 {
+            return Ok(());
+        }
         unsafe {
             result::memcpy_peer_async(
                 to.ctx.cu_ctx(),

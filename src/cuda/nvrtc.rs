@@ -67,10 +67,26 @@ pub fn version() -> std::result::Result<(i32, i32), String> {
 /// `source` compiled to a CUBIN for `sm_{major}{minor}`, from the disk cache in
 /// `cache_dir()/kernels` when it has it (`PLACELAB_NO_KERNEL_CACHE` turns the cache off).
 pub fn cubin(source: &KernelSource, cc: (i32, i32)) -> Result<Vec<u8>> {
-    let dir = std::env::var_os("PLACELAB_NO_KERNEL_CACHE")
+    cubin_cached_in(source, cc, cache_dir().as_deref())
+}
+
+fn cache_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("PLACELAB_NO_KERNEL_CACHE")
         .is_none()
-        .then(|| crate::cache_dir().join("kernels"));
-    cubin_cached_in(source, cc, dir.as_deref())
+        .then(|| crate::cache_dir().join("kernels"))
+}
+
+/// Removes `source`'s cached CUBIN for `sm_{major}{minor}`, so that the next `cubin` compiles it.
+pub fn forget_cached(source: &KernelSource, (major, minor): (i32, i32)) {
+    if let (Some(dir), Ok(nvrtc)) = (cache_dir(), version()) {
+        let arch = format!("sm_{major}{minor}");
+        let _ = std::fs::remove_file(dir.join(cache_file(
+            source.name,
+            &source.program(),
+            &arch,
+            nvrtc,
+        )));
+    }
 }
 
 /// `cubin` with the disk cache in `dir` (none: always compile).

@@ -53,6 +53,9 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
         return Ok(g.clone());
     }
     let device = Device::Cuda(index);
+    // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks them up
+    // by name, whichever of them the device's first op needs.
+    super::libs::preload();
     let start = Instant::now();
     let ctx = guarded("creating the CUDA context", || CudaContext::new(index))
         .map_err(|msg| Error::DeviceUnavailable {
@@ -148,16 +151,13 @@ impl Gpu {
         if let Some(f) = lock(&self.functions).get(name) {
             return Ok(f.clone());
         }
+        self.bind()?;
         let module = {
             let mut modules = lock(&self.modules);
             match modules.get(source.name) {
                 Some(m) => m.clone(),
                 None => {
-                    let cubin = nvrtc::cubin(source, self.cc)?;
-                    let m = self
-                        .ctx
-                        .load_module(Ptx::from_binary(cubin))
-                        .map_err(|e| self.err("load kernels", e))?;
+                    let m = self.load_module(source)?;
                     modules.insert(source.name, m.clone());
                     m
                 }
@@ -168,6 +168,18 @@ impl Gpu {
             .map_err(|e| self.err("load kernel", e))?;
         lock(&self.functions).insert(name.to_string(), f.clone());
         Ok(f)
+    }
+
+    /// Loads `source`'s CUBIN; one the driver refuses (a damaged cache file) is compiled afresh.
+    fn load_module(&self, source: &KernelSource) -> Result<Arc<CudaModule>> {
+        let load = |cubin: Vec<u8>| self.ctx.load_module(Ptx::from_binary(cubin));
+        match load(nvrtc::cubin(source, self.cc)?) {
+            Ok(m) => Ok(m),
+            Err(_) => {
+                nvrtc::forget_cached(source, self.cc);
+                load(nvrtc::cubin(source, self.cc)?).map_err(|e| self.err("load kernels", e))
+            }
+        }
     }
 
     /// Waits for all work queued on the device.
@@ -183,22 +195,44 @@ impl Gpu {
 /// since a kernel may still read a block freed on the host).
 pub(crate) struct CudaMemory {
     gpu: Arc<Gpu>,
+    /// The last failure that was not out-of-memory (a fault left by an earlier kernel, say), so
+    /// that it is reported as what it is rather than as a full device.
+    failure: Option<String>,
 }
 
 impl CudaMemory {
     pub(crate) fn new(index: usize) -> Result<CudaMemory> {
-        Ok(CudaMemory { gpu: gpu(index)? })
+        Ok(CudaMemory {
+            gpu: gpu(index)?,
+            failure: None,
+        })
     }
 }
 
 impl RawAllocator for CudaMemory {
     fn alloc(&mut self, size: usize) -> Option<usize> {
-        self.gpu.bind().ok()?;
-        // Any failure (out of memory, or a driver error) makes the caching allocator release its
-        // cache, retry once, then report out-of-memory with the driver's free/total.
-        unsafe { result::malloc_sync(size) }
-            .ok()
-            .map(|p| p as usize)
+        // Any failure makes the caching allocator release its cache and retry once; then it
+        // reports out-of-memory with the driver's free/total, or the driver's own error.
+        let r = self.gpu.bind().map_err(|e| e.to_string()).and_then(|()| {
+            unsafe { result::malloc_sync(size) }.map_err(|e| {
+                if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                    String::new()
+                } else {
+                    e.to_string()
+                }
+            })
+        });
+        match r {
+            Ok(p) => Some(p as usize),
+            Err(msg) => {
+                self.failure = (!msg.is_empty()).then_some(msg);
+                None
+            }
+        }
+    }
+
+    fn take_failure(&mut self) -> Option<String> {
+        self.failure.take()
     }
 
     fn free(&mut self, addr: usize, _size: usize) {

@@ -23,6 +23,11 @@ pub trait RawAllocator: Send {
     fn free(&mut self, addr: usize, size: usize);
     /// (free, total) bytes as the device's driver sees them.
     fn mem_info(&self) -> (usize, usize);
+    /// Why the last failed `alloc` failed when it was not for lack of memory (a driver fault),
+    /// taken once.
+    fn take_failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,13 +74,15 @@ pub struct MemoryStats {
 }
 
 /// Why an allocation failed, with the numbers an out-of-memory message needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutOfMemory {
     pub requested: usize,
     pub free: usize,
     pub total: usize,
     pub allocated: usize,
     pub reserved: usize,
+    /// Set when the device did not run out of memory but its driver failed (`take_failure`).
+    pub driver_error: Option<String>,
 }
 
 pub struct CachingAllocator {
@@ -212,7 +219,10 @@ impl CachingAllocator {
                 match self.raw.alloc(seg_size) {
                     Some(a) => a,
                     None => {
-                        self.stats.num_ooms += 1;
+                        let driver_error = self.raw.take_failure();
+                        if driver_error.is_none() {
+                            self.stats.num_ooms += 1;
+                        }
                         let (free, total) = self.raw.mem_info();
                         return Err(OutOfMemory {
                             requested,
@@ -220,6 +230,7 @@ impl CachingAllocator {
                             total,
                             allocated: self.stats.allocated_bytes,
                             reserved: self.stats.reserved_bytes,
+                            driver_error,
                         });
                     }
                 }

@@ -98,13 +98,23 @@ impl Block {
         let (addr, size) = m
             .alloc
             .malloc(requested)
-            .map_err(|oom| Error::OutOfMemory {
-                device,
-                requested: oom.requested,
-                free: oom.free,
-                total: oom.total,
-                allocated: oom.allocated,
-                reserved: oom.reserved,
+            .map_err(|oom| match oom.driver_error {
+                Some(msg) => Error::Cuda {
+                    op: "allocate",
+                    device,
+                    msg: format!(
+                        "the driver failed to allocate {} ({msg})",
+                        crate::display::human_bytes(requested)
+                    ),
+                },
+                None => Error::OutOfMemory {
+                    device,
+                    requested: oom.requested,
+                    free: oom.free,
+                    total: oom.total,
+                    allocated: oom.allocated,
+                    reserved: oom.reserved,
+                },
             })?;
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         m.live.insert(
