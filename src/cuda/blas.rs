@@ -61,6 +61,11 @@ fn operand(
     }
 }
 
+/// Whether cuBLAS multiplies matrices of `dtype` (floats only; an error that says what to do).
+pub(crate) fn check_dtype(dtype: DType) -> Result<()> {
+    types(dtype).map(|_| ())
+}
+
 fn types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeType_t)> {
     use sys::cublasComputeType_t as C;
     use sys::cudaDataType as D;

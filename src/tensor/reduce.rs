@@ -286,6 +286,10 @@ impl Tensor {
                 hint: "Convert to a numeric dtype first.".into(),
             });
         }
+        if self.device().is_cuda() {
+            // Simulated GPUs refuse what cuBLAS refuses, so a lesson behaves the same on both.
+            crate::cuda::blas::check_dtype(dtype)?;
+        }
         if self.rank() == 0 || other.rank() == 0 {
             return Err(Error::ShapeMismatch {
                 op: "matmul",
