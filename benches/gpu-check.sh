@@ -52,14 +52,14 @@ PY
 run() {
     local out=${1:-${OUT:-$BIN/out}}
     mkdir -p "$out"
-    export PLACELAB_GPU_TESTS=1 PLACELAB_GPU_OUT="$out"
+    export PLACELAB_GPU_OUT="$out"
     export PLACELAB_CUDA_LIB_DIRS="${PLACELAB_CUDA_LIB_DIRS:-$(cuda_lib_dirs)}"
     export PLACELAB_CACHE="$out/cache"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     local status=0
-    "$BIN/cuda_gpu" --test-threads=1 2>&1 | tee "$out/cuda_gpu.log" || status=1
-    "$BIN/cuda_gpu_memory" --test-threads=1 2>&1 | tee "$out/cuda_gpu_memory.log" || status=1
-    python3 benches/torch_cuda_memory.py "$out/alloc_torch.json"
+    "$BIN/cuda_gpu" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu.log" || status=1
+    "$BIN/cuda_gpu_memory" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu_memory.log" || status=1
+    python3 benches/torch_cuda_memory.py "$out/alloc_torch.json" || status=1
     python3 - "$out" <<'PY' || status=1
 import json, sys
 out = sys.argv[1]
@@ -75,9 +75,10 @@ open(f"{out}/alloc.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 sys.exit(1 if bad else 0)
 PY
-    "$BIN/gpu" > "$out/bench_placelab.jsonl"
-    python3 benches/torch_gpu.py > "$out/bench_torch.jsonl"
-    python3 - "$out" <<'PY'
+    # A failure below is reported with the rest rather than ending the run before its summary.
+    "$BIN/gpu" > "$out/bench_placelab.jsonl" || status=1
+    python3 benches/torch_gpu.py > "$out/bench_torch.jsonl" || status=1
+    python3 - "$out" <<'PY' || status=1
 import json, sys
 out = sys.argv[1]
 load = lambda f: [json.loads(l) for l in open(f"{out}/{f}") if l.strip()]

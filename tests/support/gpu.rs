@@ -1,22 +1,15 @@
-//! Gate for tests that need a real NVIDIA GPU. `benches/gpu-check.sh` runs them with
-//! `PLACELAB_GPU_TESTS=1`, where a missing GPU is a failure; elsewhere they say why they did not
-//! run and pass, since CI and most machines have no GPU (the simulated-device tests cover the
-//! same engine paths there).
+//! For the tests that need a real NVIDIA GPU. They are `#[ignore]`d, so a plain `cargo test`
+//! (CI, most machines: no GPU) lists them as ignored; `benches/gpu-check.sh` runs them with
+//! `--include-ignored` on a GPU machine, where a missing GPU is a failure. The simulated-device
+//! tests cover the same engine paths everywhere.
 
 use placelab::prelude::*;
 
-pub fn gpu_required() -> bool {
-    let asked = std::env::var_os("PLACELAB_GPU_TESTS").is_some();
-    if !asked {
-        eprintln!(
-            "PLACELAB_GPU_TESTS is not set: this GPU test does not run here (benches/gpu-check.sh runs it on a GPU machine)"
-        );
-        return false;
-    }
+/// Fails the test, saying why, unless `cuda:0` is a real GPU.
+pub fn require_gpu() {
     assert!(
         cuda::is_available() && !Device::Cuda(0).is_simulated(),
-        "PLACELAB_GPU_TESTS is set but there is no real CUDA device: {:?}",
+        "this test needs a real CUDA device: {:?}",
         cuda::unavailable_reason()
     );
-    true
 }
