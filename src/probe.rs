@@ -82,7 +82,9 @@ pub fn answer(request: &str) -> String {
 fn device_line(d: Device) -> String {
     let s = memory::stats(&d).unwrap_or_default();
     let (free, total) = memory::mem_get_info(&d).unwrap_or((0, 0));
-    let tensors = memory::live_storages(&d).map(|l| l.len()).unwrap_or(0);
+    let tensors = memory::live_storages(&d)
+        .map(|l| l.iter().filter(|s| s.is_tensor()).count())
+        .unwrap_or(0);
     format!(
         "device name={d} simulated={} allocated={} reserved={} peak={} tensors={tensors} free={free} total={total}\n",
         d.is_simulated() as u8,

@@ -101,7 +101,7 @@ fn with_handle<R>(g: &Gpu, f: impl FnOnce(sys::cublasHandle_t) -> Result<R>) -> 
             .map_err(|m| blas_error(g, m))?
             .map_err(|e| blas_error(g, e))?;
         let bytes = workspace_bytes(g.cc.0);
-        let ws = Block::alloc(g.device(), DType::U8, bytes)?;
+        let ws = Block::alloc_engine_buffer(g.device(), bytes, "cuBLAS workspace")?;
         let status =
             unsafe { sys::cublasSetWorkspace_v2(*blas.handle(), ws.ptr() as *mut _, bytes) };
         if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {

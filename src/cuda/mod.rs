@@ -114,12 +114,21 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
     if guard.is_none() && new.is_some() {
         // Real GPUs in use: their tensors would be mistaken for a simulated device's.
         for d in memory::used_devices().into_iter().filter(|d| d.is_cuda()) {
-            let live = memory::live_storages(&d)?.len();
-            if live > 0 {
+            let live = memory::live_storages(&d)?;
+            let tensors = live.iter().filter(|l| l.is_tensor()).count();
+            if tensors > 0 {
                 return Err(Error::invalid(
                     "cuda::simulate",
                     format!(
-                        "{live} tensor storage(s) live on the real GPU {d}; a process never mixes real and simulated CUDA devices. Move them to the CPU (`.cpu()?`) and drop the GPU copies first"
+                        "{tensors} tensor storage(s) live on the real GPU {d}; a process never mixes real and simulated CUDA devices. Move them to the CPU (`.cpu()?`) and drop the GPU copies first"
+                    ),
+                ));
+            }
+            if let Some(what) = live.iter().find_map(|l| l.engine_buffer) {
+                return Err(Error::invalid(
+                    "cuda::simulate",
+                    format!(
+                        "this process has used the real GPU {d}, which still holds the engine's {what}; a process never mixes real and simulated CUDA devices. Start a new session with PLACELAB_SIMULATE_CUDA set to simulate devices"
                     ),
                 ));
             }

@@ -26,6 +26,15 @@ pub struct LiveStorage {
     pub requested: usize,
     /// Bytes of the block it holds (rounded up by the allocator).
     pub bytes: usize,
+    /// What holds the block when it is not a tensor: the engine's own buffers, such as the
+    /// cuBLAS workspace, which PyTorch also counts in `memory_allocated`.
+    pub engine_buffer: Option<&'static str>,
+}
+
+impl LiveStorage {
+    pub fn is_tensor(&self) -> bool {
+        self.engine_buffer.is_none()
+    }
 }
 
 pub(crate) struct DeviceMemory {
@@ -85,6 +94,24 @@ pub(crate) struct Block {
 
 impl Block {
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Block> {
+        Block::alloc_for(device, dtype, numel, None)
+    }
+
+    /// A block for one of the engine's own buffers (`what` names it in summaries), not a tensor.
+    pub(crate) fn alloc_engine_buffer(
+        device: Device,
+        bytes: usize,
+        what: &'static str,
+    ) -> Result<Block> {
+        Block::alloc_for(device, DType::U8, bytes, Some(what))
+    }
+
+    fn alloc_for(
+        device: Device,
+        dtype: DType,
+        numel: usize,
+        engine_buffer: Option<&'static str>,
+    ) -> Result<Block> {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let requested = numel
             .checked_mul(dtype.size_in_bytes())
@@ -125,6 +152,7 @@ impl Block {
                 numel,
                 requested,
                 bytes: size,
+                engine_buffer,
             },
         );
         drop(m);

@@ -99,15 +99,24 @@ pub fn memory_summary(device: &Device) -> Result<String> {
             "storage", "dtype", "elements", "bytes", "block"
         );
         for l in &live {
-            let _ = writeln!(
-                o,
-                "| #{:<7} {:<6} {:>16} {:>18} {:>18}  |",
-                l.id,
-                l.dtype.name(),
-                l.numel,
-                format_size(l.requested),
-                format_size(l.bytes)
-            );
+            let _ = match l.engine_buffer {
+                None => writeln!(
+                    o,
+                    "| #{:<7} {:<6} {:>16} {:>18} {:>18}  |",
+                    l.id,
+                    l.dtype.name(),
+                    l.numel,
+                    format_size(l.requested),
+                    format_size(l.bytes)
+                ),
+                Some(what) => writeln!(
+                    o,
+                    "| {:<32} {:>18} {:>18}  |",
+                    what,
+                    format_size(l.requested),
+                    format_size(l.bytes)
+                ),
+            };
         }
         let _ = writeln!(o, "{line}");
     }
