@@ -181,8 +181,8 @@ FOR_ALL_DTYPES(UNARY)
 FOR_ALL_DTYPES(CLAMP)
 
 #define WHERE(T, S)                                                                            \
-    extern "C" __global__ void where_##S(u64 n, T* out, const bool* c, Strided lc, const T* a, \
-                                         Strided la, const T* b, Strided lb) {                 \
+    extern "C" __global__ void where_cond_##S(u64 n, T* out, const bool* c, Strided lc,        \
+                                              const T* a, Strided la, const T* b, Strided lb) {\
         GRID_STRIDE(i, n) {                                                                    \
             out[i] = c[offset_of(lc, i)] ? a[offset_of(la, i)] : b[offset_of(lb, i)];          \
         }                                                                                      \

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use placelab::Error;
+use placelab::cuda::launch::{KERNELS, Param};
 use placelab::cuda::{libs, nvrtc};
 
 const WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
@@ -79,12 +80,6 @@ fn install_wheel() -> PathBuf {
     lib.unwrap()
 }
 
-/// Function names in a CUBIN's symbol table.
-fn has_symbol(cubin: &[u8], name: &str) -> bool {
-    let needle = format!("\0{name}\0");
-    cubin.windows(needle.len()).any(|w| w == needle.as_bytes())
-}
-
 #[test]
 fn every_kernel_file_compiles_for_every_target_architecture() {
     if !nvrtc_available() {
@@ -107,41 +102,66 @@ fn every_kernel_file_compiles_for_every_target_architecture() {
     }
 }
 
+/// Each `.entry` of a PTX text with its parameters.
+fn entries(ptx: &str) -> Vec<(String, Vec<Param>)> {
+    let mut out: Vec<(String, Vec<Param>)> = Vec::new();
+    let mut open = false;
+    for line in ptx.lines().map(str::trim) {
+        if let Some(rest) = line.split(".entry ").nth(1) {
+            out.push((rest.trim_end_matches('(').to_string(), Vec::new()));
+            open = true;
+        } else if open && line.starts_with(".param") {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let param = match words[1] {
+                ".u64" => Param::U64,
+                ".u32" => Param::U32,
+                ".align" => Param::Struct {
+                    align: words[2].parse().unwrap(),
+                    bytes: words[4]
+                        .rsplit_once('[')
+                        .and_then(|(_, n)| n.trim_end_matches([']', ',']).parse().ok())
+                        .unwrap(),
+                },
+                other => panic!("a kernel parameter of PTX type {other}: {line}"),
+            };
+            out.last_mut().unwrap().1.push(param);
+        } else if line.starts_with(')') {
+            open = false;
+        }
+    }
+    out
+}
+
+/// Every kernel the engine launches exists, for every dtype it is launched with, and takes the
+/// parameters its launcher passes (count, order, width, and the by-value `Strided` view's size
+/// and alignment); and every kernel in `kernels/` is one the engine launches.
 #[test]
-fn kernels_the_engine_launches_exist_for_every_dtype() {
+fn launchers_match_the_compiled_kernels_parameter_for_parameter() {
     if !nvrtc_available() {
         return;
     }
-    let cubins: Vec<Vec<u8>> = nvrtc::SOURCES
-        .iter()
-        .map(|s| nvrtc::compile(s.name, &s.program(), "sm_90").unwrap())
-        .collect();
-    let find = |name: &str| cubins.iter().any(|c| has_symbol(c, name));
-    for dtype in ["f32", "f64", "f16", "bf16", "i64", "i32", "u8", "bool"] {
-        for kernel in [
-            "binary",
-            "compare",
-            "unary",
-            "clamp",
-            "where",
-            "cast",
-            "extreme_partials",
-            "extreme_finish",
-        ] {
-            let name = format!("{kernel}_{dtype}");
-            assert!(find(&name), "no kernel {name}");
+    let mut compiled: Vec<(String, Vec<Param>)> = Vec::new();
+    for src in nvrtc::SOURCES {
+        let ptx = nvrtc::compile_ptx(src.name, &src.program(), "sm_90").unwrap();
+        compiled.extend(entries(&ptx));
+    }
+    assert!(compiled.len() > 50, "found only {} kernels", compiled.len());
+    let mut launched = Vec::new();
+    for k in KERNELS {
+        for suffix in k.suffixes {
+            let name = format!("{}_{suffix}", k.family);
+            let Some((_, params)) = compiled.iter().find(|(n, _)| *n == name) else {
+                panic!("no kernel {name} in {}", k.source.name);
+            };
+            assert_eq!(params, k.params, "{name}: the launcher's arguments differ");
+            launched.push(name);
         }
     }
-    for dtype in ["f32", "f64", "f16", "bf16"] {
-        for kernel in ["softmax_rows", "sum_partials", "sum_finish"] {
-            assert!(
-                find(&format!("{kernel}_{dtype}")),
-                "no kernel {kernel}_{dtype}"
-            );
-        }
-    }
-    for width in ["b1", "b2", "b4", "b8"] {
-        assert!(find(&format!("copy_{width}")) && find(&format!("fill_{width}")));
+    for (name, _) in &compiled {
+        assert!(
+            launched.contains(name),
+            "{name} is compiled but never launched"
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod blas;
 pub mod copy;
+pub mod launch;
 pub mod libs;
 pub mod nvrtc;
 pub(crate) mod ops;

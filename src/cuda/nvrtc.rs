@@ -121,6 +121,25 @@ pub fn cubin_cached_in(
 /// Compiles `program` (named `name` in messages) for `arch` (`sm_90`) to a CUBIN: NVRTC runs the
 /// whole pipeline down to machine code, so errors surface here rather than at module load.
 pub fn compile(name: &str, program: &str, arch: &str) -> Result<Vec<u8>> {
+    compile_with(name, program, arch, read_cubin)
+}
+
+/// Compiles `program` for `arch` and returns the PTX NVRTC made on the way: readable text that
+/// declares each kernel's parameters (the tests check the launchers against it).
+pub fn compile_ptx(name: &str, program: &str, arch: &str) -> Result<String> {
+    let ptx = compile_with(name, program, arch, |prog| {
+        let text = unsafe { result::get_ptx(prog) }.map_err(|e| e.to_string())?;
+        Ok(c_chars_to_string(&text).into_bytes())
+    })?;
+    Ok(String::from_utf8_lossy(&ptx).into_owned())
+}
+
+fn compile_with(
+    name: &str,
+    program: &str,
+    arch: &str,
+    read: impl FnOnce(sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String>,
+) -> Result<Vec<u8>> {
     let fail = |log: String| Error::KernelCompile {
         kernel: name.into(),
         arch: arch.into(),
@@ -137,7 +156,7 @@ pub fn compile(name: &str, program: &str, arch: &str) -> Result<Vec<u8>> {
         let prog = result::create_program(&src, Some(&cname)).map_err(|e| e.to_string())?;
         let compiled = unsafe { result::compile_program(prog, &options) };
         let out = match compiled {
-            Ok(()) => read_cubin(prog),
+            Ok(()) => read(prog),
             Err(e) => Err(program_log(prog).unwrap_or_else(|| e.to_string())),
         };
         unsafe {
@@ -149,14 +168,19 @@ pub fn compile(name: &str, program: &str, arch: &str) -> Result<Vec<u8>> {
     .map_err(fail)
 }
 
-fn program_log(prog: sys::nvrtcProgram) -> Option<String> {
-    let log = unsafe { result::get_program_log(prog) }.ok()?;
-    let bytes: Vec<u8> = log
+/// A NUL-terminated C string from NVRTC as text.
+fn c_chars_to_string(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars
         .iter()
         .take_while(|&&c| c != 0)
-        .map(|&c: &c_char| c as u8)
+        .map(|&c| c as u8)
         .collect();
-    Some(String::from_utf8_lossy(&bytes).into_owned())
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn program_log(prog: sys::nvrtcProgram) -> Option<String> {
+    let log = unsafe { result::get_program_log(prog) }.ok()?;
+    Some(c_chars_to_string(&log))
 }
 
 fn read_cubin(prog: sys::nvrtcProgram) -> std::result::Result<Vec<u8>, String> {

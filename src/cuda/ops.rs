@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig};
 
-use super::nvrtc;
+use super::launch;
 use super::runtime::{Gpu, gpu};
 use crate::cpu::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::{Layout, coalesce};
@@ -145,18 +145,6 @@ pub(crate) fn gpu_of(s: &Storage) -> Result<Arc<Gpu>> {
     }
 }
 
-/// Launches `name` of `source` on `g`'s stream with the given arguments.
-macro_rules! launch {
-    ($g:expr, $source:expr, $name:expr, $cfg:expr, $op:expr, [$($arg:expr),* $(,)?]) => {{
-        let f = $g.function(&$source, &$name)?;
-        let mut b = $g.stream.launch_builder(&f);
-        $( b.arg(&$arg); )*
-        // SAFETY: the arguments match the kernel's parameters in `kernels/`, and every pointer
-        // is a live block of the device holding the elements the views address.
-        unsafe { b.launch($cfg) }.map_err(|e| $g.err($op, e))?;
-    }};
-}
-
 fn binary_code(op: BinaryOp) -> i32 {
     match op {
         BinaryOp::Add => 0,
@@ -177,7 +165,7 @@ pub(crate) fn binary(
     lb: &Layout,
 ) -> Result<Storage> {
     pairwise(
-        "binary",
+        launch::binary,
         binary_code(op),
         op.name(),
         a.dtype(),
@@ -201,12 +189,34 @@ pub(crate) fn compare(
         CmpOp::Gt => 4,
         CmpOp::Ge => 5,
     };
-    pairwise("compare", code, op.name(), DType::Bool, (a, la), (b, lb))
+    pairwise(
+        launch::compare,
+        code,
+        op.name(),
+        DType::Bool,
+        (a, la),
+        (b, lb),
+    )
 }
 
-/// `{kernel}_{dtype}(op, n, out, a, la, b, lb)`: the shape of the binary and compare kernels.
+/// The launcher of the binary or the compare kernels, which take the same parameters.
+type PairwiseKernel = fn(
+    &Gpu,
+    &str,
+    LaunchConfig,
+    &'static str,
+    i32,
+    u64,
+    u64,
+    u64,
+    Strided,
+    u64,
+    Strided,
+) -> Result<()>;
+
+/// `kernel(op, n, out, a, la, b, lb)` for the binary and compare kernels.
 fn pairwise(
-    kernel: &str,
+    kernel: PairwiseKernel,
     code: i32,
     op: &'static str,
     out_dtype: DType,
@@ -218,16 +228,20 @@ fn pairwise(
     let out = Storage::alloc(a.device(), out_dtype, n)?;
     if n > 0 {
         let v = views(op, &[la, lb])?;
-        let name = format!("{kernel}_{}", tag(a.dtype()));
         let (nn, po, pa, pb) = (n as u64, out.device_ptr(), a.device_ptr(), b.device_ptr());
-        launch!(
-            g,
-            nvrtc::ELEMENTWISE,
-            name,
+        kernel(
+            &g,
+            tag(a.dtype()),
             elementwise_grid(n),
             op,
-            [code, nn, po, pa, v[0], pb, v[1]]
-        );
+            code,
+            nn,
+            po,
+            pa,
+            v[0],
+            pb,
+            v[1],
+        )?;
     }
     Ok(out)
 }
@@ -250,16 +264,18 @@ pub(crate) fn unary(op: UnaryOp, s: &Storage, l: &Layout) -> Result<Storage> {
             UnaryOp::Gelu => 8,
             UnaryOp::GeluDerivative => 9,
         };
-        let name = format!("unary_{}", tag(s.dtype()));
         let (nn, po, pa) = (n as u64, out.device_ptr(), s.device_ptr());
-        launch!(
-            g,
-            nvrtc::ELEMENTWISE,
-            name,
+        launch::unary(
+            &g,
+            tag(s.dtype()),
             elementwise_grid(n),
             op.name(),
-            [oc, nn, po, pa, v[0]]
-        );
+            oc,
+            nn,
+            po,
+            pa,
+            v[0],
+        )?;
     }
     Ok(out)
 }
@@ -278,16 +294,21 @@ pub(crate) fn clamp(
         let bits = |x: Option<Scalar>| x.map_or(0, |x| scalar_bits(s.dtype(), x));
         let (has_lo, lo_bits) = (lo.is_some() as i32, bits(lo));
         let (has_hi, hi_bits) = (hi.is_some() as i32, bits(hi));
-        let name = format!("clamp_{}", tag(s.dtype()));
         let (nn, po, pa) = (n as u64, out.device_ptr(), s.device_ptr());
-        launch!(
-            g,
-            nvrtc::ELEMENTWISE,
-            name,
+        launch::clamp(
+            &g,
+            tag(s.dtype()),
             elementwise_grid(n),
             "clamp",
-            [nn, po, pa, v[0], has_lo, lo_bits, has_hi, hi_bits]
-        );
+            nn,
+            po,
+            pa,
+            v[0],
+            has_lo,
+            lo_bits,
+            has_hi,
+            hi_bits,
+        )?;
     }
     Ok(out)
 }
@@ -302,17 +323,22 @@ pub(crate) fn where_(
     let out = Storage::alloc(a.0.device(), a.0.dtype(), n)?;
     if n > 0 {
         let v = views("where", &[c.1, a.1, b.1])?;
-        let name = format!("where_{}", tag(a.0.dtype()));
         let (nn, po) = (n as u64, out.device_ptr());
         let (pc, pa, pb) = (c.0.device_ptr(), a.0.device_ptr(), b.0.device_ptr());
-        launch!(
-            g,
-            nvrtc::ELEMENTWISE,
-            name,
+        launch::where_cond(
+            &g,
+            tag(a.0.dtype()),
             elementwise_grid(n),
             "where",
-            [nn, po, pc, v[0], pa, v[1], pb, v[2]]
-        );
+            nn,
+            po,
+            pc,
+            v[0],
+            pa,
+            v[1],
+            pb,
+            v[2],
+        )?;
     }
     Ok(out)
 }
@@ -324,16 +350,18 @@ pub(crate) fn cast(s: &Storage, l: &Layout, dtype: DType) -> Result<Storage> {
     let out = Storage::alloc(s.device(), dtype, n)?;
     if n > 0 {
         let v = views("to_dtype", &[l])?;
-        let name = format!("cast_{}", tag(s.dtype()));
         let (dc, nn, po, pa) = (code(dtype), n as u64, out.device_ptr(), s.device_ptr());
-        launch!(
-            g,
-            nvrtc::CAST,
-            name,
+        launch::cast(
+            &g,
+            tag(s.dtype()),
             elementwise_grid(n),
             "to_dtype",
-            [dc, nn, po, pa, v[0]]
-        );
+            dc,
+            nn,
+            po,
+            pa,
+            v[0],
+        )?;
     }
     Ok(out)
 }
@@ -345,16 +373,18 @@ pub(crate) fn write_view(dst: &Storage, ld: &Layout, src: &Storage, ls: &Layout)
     let n = ld.numel();
     if n > 0 {
         let v = views("copy", &[ld, ls])?;
-        let name = format!("copy_{}", width_tag(dst.dtype()));
         let (nn, pd, ps) = (n as u64, dst.device_ptr(), src.device_ptr());
-        launch!(
-            g,
-            nvrtc::CAST,
-            name,
+        launch::copy(
+            &g,
+            width_tag(dst.dtype()),
             elementwise_grid(n),
             "copy",
-            [nn, pd, v[0], ps, v[1]]
-        );
+            nn,
+            pd,
+            v[0],
+            ps,
+            v[1],
+        )?;
     }
     Ok(())
 }
@@ -364,16 +394,16 @@ pub(crate) fn fill(s: &Storage, value: Scalar) -> Result<()> {
     let g = gpu_of(s)?;
     let n = s.numel();
     if n > 0 {
-        let name = format!("fill_{}", width_tag(s.dtype()));
         let (nn, p, bits) = (n as u64, s.device_ptr(), scalar_bits(s.dtype(), value));
-        launch!(
-            g,
-            nvrtc::CAST,
-            name,
+        launch::fill(
+            &g,
+            width_tag(s.dtype()),
             elementwise_grid(n),
             "fill",
-            [nn, p, bits]
-        );
+            nn,
+            p,
+            bits,
+        )?;
     }
     Ok(())
 }
@@ -408,23 +438,9 @@ pub(crate) fn sum_rows(s: &Storage, rows: usize, len: usize, mean: bool) -> Resu
         s.device_ptr(),
         partial.device_ptr(),
     );
-    launch!(
-        g,
-        nvrtc::REDUCE,
-        format!("sum_partials_{t}"),
-        blocks(rows * parts),
-        "sum",
-        [cn, ln, pn, ps, pp]
-    );
+    launch::sum_partials(&g, t, blocks(rows * parts), "sum", cn, ln, pn, ps, pp)?;
     let (rn, m, po) = (rows as u64, mean as i32, out.device_ptr());
-    launch!(
-        g,
-        nvrtc::REDUCE,
-        format!("sum_finish_{t}"),
-        elementwise_grid(rows),
-        "sum",
-        [rn, pn, m, ln, pp, po]
-    );
+    launch::sum_finish(&g, t, elementwise_grid(rows), "sum", rn, pn, m, ln, pp, po)?;
     Ok(out)
 }
 
@@ -452,23 +468,33 @@ pub(crate) fn extreme_rows(
         greater as i32,
     );
     let (ps, ppv, ppi) = (s.device_ptr(), pv.device_ptr(), pi.device_ptr());
-    launch!(
-        g,
-        nvrtc::REDUCE,
-        format!("extreme_partials_{t}"),
+    launch::extreme_partials(
+        &g,
+        t,
         blocks(rows * parts),
         "max",
-        [cn, ln, pn, gr, ps, ppv, ppi]
-    );
+        cn,
+        ln,
+        pn,
+        gr,
+        ps,
+        ppv,
+        ppi,
+    )?;
     let (rn, pvals, pidx) = (rows as u64, values.device_ptr(), indices.device_ptr());
-    launch!(
-        g,
-        nvrtc::REDUCE,
-        format!("extreme_finish_{t}"),
+    launch::extreme_finish(
+        &g,
+        t,
         elementwise_grid(rows),
         "max",
-        [rn, pn, gr, ppv, ppi, pvals, pidx]
-    );
+        rn,
+        pn,
+        gr,
+        ppv,
+        ppi,
+        pvals,
+        pidx,
+    )?;
     Ok((values, indices))
 }
 
@@ -478,17 +504,19 @@ pub(crate) fn softmax_rows(s: &Storage, len: usize, log: bool) -> Result<Storage
     let out = Storage::alloc(s.device(), s.dtype(), s.numel())?;
     let rows = s.numel().checked_div(len).unwrap_or(0);
     if rows > 0 {
-        let name = format!("softmax_rows_{}", tag(s.dtype()));
         let (rn, ln, lg) = (rows as u64, len as u64, log as i32);
         let (pi, po) = (s.device_ptr(), out.device_ptr());
-        launch!(
-            g,
-            nvrtc::REDUCE,
-            name,
+        launch::softmax_rows(
+            &g,
+            tag(s.dtype()),
             blocks(rows),
             "softmax",
-            [rn, ln, lg, pi, po]
-        );
+            rn,
+            ln,
+            lg,
+            pi,
+            po,
+        )?;
     }
     Ok(out)
 }

@@ -1,0 +1,104 @@
+//! Every kernel the engine launches, declared once with its parameter types. Each declaration
+//! gives a typed launch function (so a call site that passes the wrong count or kind of
+//! argument does not compile) and an entry in `KERNELS`, which `tests/kernels_nvrtc.rs` checks
+//! against the parameter lists NVRTC compiles from `kernels/*.cu`: a launch whose arguments do
+//! not match its kernel would read garbage on the GPU without any error.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use super::nvrtc::{self, KernelSource};
+use super::ops::Strided;
+use super::runtime::Gpu;
+use crate::Result;
+
+/// A kernel parameter as PTX declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// `.param .u64`: a count, a device pointer, or a scalar's bits.
+    U64,
+    /// `.param .u32`: an op code or a flag (`int`).
+    U32,
+    /// `.param .align A .b8 [N]`: a struct passed by value.
+    Struct { align: usize, bytes: usize },
+}
+
+/// The Rust type of a launch argument and its PTX parameter.
+pub trait KernelArg {
+    const PARAM: Param;
+}
+impl KernelArg for u64 {
+    const PARAM: Param = Param::U64;
+}
+impl KernelArg for i32 {
+    const PARAM: Param = Param::U32;
+}
+impl KernelArg for Strided {
+    const PARAM: Param = Param::Struct {
+        align: std::mem::align_of::<Strided>(),
+        bytes: std::mem::size_of::<Strided>(),
+    };
+}
+
+/// One family of kernels: `{family}_{suffix}` in `source`, all with the same parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Kernel {
+    pub family: &'static str,
+    pub source: KernelSource,
+    pub params: &'static [Param],
+    pub suffixes: &'static [&'static str],
+}
+
+const ALL: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "u8", "bool"];
+const FLOATS: &[&str] = &["f32", "f64", "f16", "bf16"];
+const SUMS: &[&str] = &["f32", "f64", "f16", "bf16", "i64"];
+const WIDTHS: &[&str] = &["b1", "b2", "b4", "b8"];
+
+macro_rules! kernels {
+    ($($family:ident in $source:ident for $suffixes:ident ($($arg:ident: $t:ty),* $(,)?);)*) => {
+        $(
+            /// Launches `{family}_{suffix}` on `g`'s stream; `op` names the user's op in errors.
+            #[allow(clippy::too_many_arguments)]
+            pub(crate) fn $family(
+                g: &Gpu,
+                suffix: &str,
+                cfg: LaunchConfig,
+                op: &'static str,
+                $($arg: $t),*
+            ) -> Result<()> {
+                let name = format!(concat!(stringify!($family), "_{}"), suffix);
+                let f = g.function(&nvrtc::$source, &name)?;
+                let mut b = g.stream.launch_builder(&f);
+                $(b.arg(&$arg);)*
+                // SAFETY: the arguments have the kernel's parameter types (checked against the
+                // compiled kernels by the tests), and every pointer is a live block of the device
+                // holding the elements its view addresses.
+                unsafe { b.launch(cfg) }.map_err(|e| g.err(op, e))?;
+                Ok(())
+            }
+        )*
+
+        /// Every kernel family the engine launches.
+        pub const KERNELS: &[Kernel] = &[$(Kernel {
+            family: stringify!($family),
+            source: nvrtc::$source,
+            params: &[$(<$t as KernelArg>::PARAM),*],
+            suffixes: $suffixes,
+        }),*];
+    };
+}
+
+kernels! {
+    binary in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided, b: u64, lb: Strided);
+    compare in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided, b: u64, lb: Strided);
+    unary in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided);
+    clamp in ELEMENTWISE for ALL (n: u64, out: u64, a: u64, la: Strided, has_lo: i32, lo_bits: u64, has_hi: i32, hi_bits: u64);
+    where_cond in ELEMENTWISE for ALL (n: u64, out: u64, cond: u64, lc: Strided, a: u64, la: Strided, b: u64, lb: Strided);
+    cast in CAST for ALL (to_code: i32, n: u64, out: u64, a: u64, la: Strided);
+    copy in CAST for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
+    fill in CAST for WIDTHS (n: u64, out: u64, bits: u64);
+    sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, input: u64, partial: u64);
+    sum_finish in REDUCE for SUMS (rows: u64, parts: u64, mean: i32, len: u64, partial: u64, out: u64);
+    extreme_partials in REDUCE for ALL (chunks: u64, len: u64, parts: u64, greater: i32, input: u64, partial_values: u64, partial_indices: u64);
+    extreme_finish in REDUCE for ALL (rows: u64, parts: u64, greater: i32, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
+    softmax_rows in REDUCE for FLOATS (rows: u64, len: u64, log: i32, input: u64, out: u64);
+}
