@@ -18,10 +18,11 @@ BIN=target/gpu-check
 build() {
     mkdir -p "$BIN"
     local list
-    list=$(cargo test --release --no-run --message-format=json \
-        --test cuda_gpu --test cuda_gpu_memory 2>/dev/null; \
-        cargo bench --no-run --message-format=json --bench gpu 2>/dev/null)
-    for name in cuda_gpu cuda_gpu_memory gpu; do
+    # The engine alone (--no-default-features): the GPU tests need none of the front end's crates.
+    list=$(cargo test --release --no-default-features --no-run --message-format=json \
+        --test cuda_gpu --test cuda_gpu_memory --test cuda_gpu_simulation 2>/dev/null; \
+        cargo bench --no-default-features --no-run --message-format=json --bench gpu 2>/dev/null)
+    for name in cuda_gpu cuda_gpu_memory cuda_gpu_simulation gpu; do
         local exe
         exe=$(printf '%s\n' "$list" | python3 -c "
 import json, sys
@@ -34,7 +35,7 @@ for line in sys.stdin:
         cp "$exe" "$BIN/$name"
         strip "$BIN/$name" 2>/dev/null || true
     done
-    du -sh "$BIN"/cuda_gpu "$BIN"/cuda_gpu_memory "$BIN"/gpu
+    du -sh "$BIN"/cuda_gpu "$BIN"/cuda_gpu_memory "$BIN"/cuda_gpu_simulation "$BIN"/gpu
     echo "built; carry $BIN and run: benches/gpu-check.sh run"
 }
 
@@ -59,6 +60,7 @@ run() {
     local status=0
     "$BIN/cuda_gpu" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu.log" || status=1
     "$BIN/cuda_gpu_memory" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu_memory.log" || status=1
+    "$BIN/cuda_gpu_simulation" --include-ignored 2>&1 | tee "$out/cuda_gpu_simulation.log" || status=1
     python3 benches/torch_cuda_memory.py "$out/alloc_torch.json" || status=1
     python3 - "$out" <<'PY' || status=1
 import json, sys

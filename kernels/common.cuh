@@ -160,4 +160,5 @@ template <typename T> __device__ __forceinline__ T from_bits(u64 bits) {
 #define FOR_ALL_DTYPES(M) \
     M(float, f32) M(double, f64) M(f16, f16) M(bf16, bf16) M(i64, i64) M(int, i32) M(u8, u8) M(bool, bool)
 #define FOR_FLOAT_DTYPES(M) M(float, f32) M(double, f64) M(f16, f16) M(bf16, bf16)
+#define FOR_HALF_DTYPES(M) M(f16, f16) M(bf16, bf16)
 #define FOR_INT_DTYPES(M) M(i64, i64) M(int, i32) M(u8, u8) M(bool, bool)

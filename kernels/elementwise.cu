@@ -109,6 +109,30 @@ template <typename A> __device__ __forceinline__ bool compare(int op, A a, A b) 
     }
 FOR_ALL_DTYPES(COMPARE)
 
+// ---- a half-precision tensor with a Rust number ------------------------------------------------
+// The number stays f32 (PyTorch's "opmath" type for f16/bf16) instead of being rounded to the
+// tensor's dtype first. `reverse` computes `number op a` (for `2.0 - h`).
+
+#define BINARY_NUMBER(T, S)                                                                    \
+    extern "C" __global__ void binary_number_##S(int op, u64 n, T* out, const T* a,            \
+                                                 Strided la, float number, int reverse) {      \
+        typedef Math<T> M;                                                                     \
+        GRID_STRIDE(i, n) {                                                                    \
+            float x = M::load(a[offset_of(la, i)]);                                            \
+            out[i] = M::store(reverse ? Binary<float>::apply(op, number, x)                    \
+                                      : Binary<float>::apply(op, x, number));                  \
+        }                                                                                      \
+    }
+FOR_HALF_DTYPES(BINARY_NUMBER)
+
+#define COMPARE_NUMBER(T, S)                                                                   \
+    extern "C" __global__ void compare_number_##S(int op, u64 n, bool* out, const T* a,        \
+                                                  Strided la, float number) {                  \
+        typedef Math<T> M;                                                                     \
+        GRID_STRIDE(i, n) { out[i] = compare(op, M::load(a[offset_of(la, i)]), number); }      \
+    }
+FOR_HALF_DTYPES(COMPARE_NUMBER)
+
 // ---- unary ---------------------------------------------------------------------------------------
 // 0 neg, 1 abs, 2 relu (every dtype); 3 exp, 4 log, 5 sqrt, 6 sigmoid, 7 tanh, 8 gelu,
 // 9 gelu_backward (float dtypes only; the host promotes integers first).

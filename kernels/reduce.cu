@@ -1,9 +1,11 @@
 // Row reductions over contiguous rows of `len` elements: sums and means, max/min with their
-// index, and softmax. Long rows are split into `parts` chunks, one block each, whose partial
-// results a second kernel combines in a fixed order, so results never depend on timing.
-// Launched with blockDim.x == REDUCE_THREADS and at most MAX_REDUCE_BLOCKS blocks: each block
-// walks the chunks (or rows) `blockIdx.x, blockIdx.x + gridDim.x, …`, so any count of rows fits
-// the grid. The walk is the same for every thread of a block, so `__syncthreads` stays uniform.
+// index, and softmax. Long rows are split into `parts` chunks whose partial results a second
+// kernel combines in a fixed order, so results never depend on timing.
+// Launched with blockDim.x == REDUCE_THREADS and at most 65536 blocks (`blocks()` in
+// `cuda/ops.rs`): each block walks the chunks (or rows) `blockIdx.x, blockIdx.x + gridDim.x, …`,
+// so any count of rows fits the grid. The walk is the same for every thread of a block, so
+// `__syncthreads` stays uniform, and `block_reduce` ends with a barrier, so the next chunk may
+// reuse its shared memory.
 
 #define REDUCE_THREADS 256
 

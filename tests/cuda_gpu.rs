@@ -135,9 +135,22 @@ fn kernels_match_the_cpu_on_large_random_inputs() {
         check(&format!("cast f64/3→{to}"), 0.0, &[&thirds], |t| {
             t[0].to_dtype(to)
         });
-        // A Rust number beside a half-precision tensor is not rounded to it first.
+        // A Rust number beside a half-precision tensor is not rounded to it first (the
+        // binary_number/compare_number kernels take it as f32), on either side of the op.
         check(&format!("{to} + small number"), 0.0, &[&x], |t| {
             t[0].to_dtype(to)?.add(0.000_488_4)
+        });
+        check(&format!("number - {to}"), 0.0, &[&x], |t| {
+            t[0].to_dtype(to)?.rsub(1.000_3)
+        });
+        check(&format!("number / {to} view"), 0.0, &[&x], |t| {
+            t[0].to_dtype(to)?.t()?.rdiv(0.3)
+        });
+        check(&format!("{to} ^ number"), 0.0, &[&x], |t| {
+            t[0].to_dtype(to)?.abs()?.pow(1.37)
+        });
+        check(&format!("{to} > number"), 0.0, &[&x], |t| {
+            t[0].to_dtype(to)?.gt(0.000_1)
         });
     }
     // More rows than a grid has blocks: each block walks several rows.

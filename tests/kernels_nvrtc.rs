@@ -115,6 +115,7 @@ fn entries(ptx: &str) -> Vec<(String, Vec<Param>)> {
             let param = match words[1] {
                 ".u64" => Param::U64,
                 ".u32" => Param::U32,
+                ".f32" => Param::F32,
                 ".align" => Param::Struct {
                     align: words[2].parse().unwrap(),
                     bytes: words[4]

@@ -20,6 +20,9 @@ fn every_case_matches_pytorch_on_a_simulated_gpu() {
 /// Two half-precision rules of PyTorch's that only show on rare values: f64 → f16/bf16 rounds
 /// through f32 (`c10::Half` and `c10::BFloat16` are built from a float), and a Rust number next
 /// to an f16/bf16 tensor stays f32 (PyTorch's "opmath" type) instead of being rounded first.
+/// Host devices compute half precision in f32 throughout, so the second rule holds there by
+/// construction; on a real GPU, where the kernels take f16/bf16, `tests/cuda_gpu.rs` checks it
+/// against the CPU.
 #[test]
 fn half_precision_rounds_as_pytorch_does_on_every_device() {
     // The same setting as the test beside it, which runs on another thread of this process.

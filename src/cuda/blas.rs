@@ -79,7 +79,7 @@ fn types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeType_t)> 
             return Err(Error::UnsupportedDType {
                 op: "matmul",
                 dtype: d,
-                hint: "cuBLAS multiplies float matrices only (PyTorch's CUDA matmul neither takes integers); convert first, e.g. `x.to_dtype(DType::F32)?`.".into(),
+                hint: "matmul on a CUDA device takes float dtypes only (cuBLAS has no integer GEMM, and PyTorch's CUDA matmul refuses integers too); convert first, e.g. `x.to_dtype(DType::F32)?`, or multiply on the CPU.".into(),
             });
         }
     })

@@ -18,6 +18,8 @@ pub enum Param {
     U64,
     /// `.param .u32`: an op code or a flag (`int`).
     U32,
+    /// `.param .f32`: a number kept in f32.
+    F32,
     /// `.param .align A .b8 [N]`: a struct passed by value.
     Struct { align: usize, bytes: usize },
 }
@@ -31,6 +33,9 @@ impl KernelArg for u64 {
 }
 impl KernelArg for i32 {
     const PARAM: Param = Param::U32;
+}
+impl KernelArg for f32 {
+    const PARAM: Param = Param::F32;
 }
 impl KernelArg for Strided {
     const PARAM: Param = Param::Struct {
@@ -50,6 +55,7 @@ pub struct Kernel {
 
 const ALL: &[&str] = &["f32", "f64", "f16", "bf16", "i64", "i32", "u8", "bool"];
 const FLOATS: &[&str] = &["f32", "f64", "f16", "bf16"];
+const HALVES: &[&str] = &["f16", "bf16"];
 const SUMS: &[&str] = &["f32", "f64", "f16", "bf16", "i64"];
 const WIDTHS: &[&str] = &["b1", "b2", "b4", "b8"];
 
@@ -90,6 +96,8 @@ macro_rules! kernels {
 kernels! {
     binary in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided, b: u64, lb: Strided);
     compare in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided, b: u64, lb: Strided);
+    binary_number in ELEMENTWISE for HALVES (op_code: i32, n: u64, out: u64, a: u64, la: Strided, number: f32, reverse: i32);
+    compare_number in ELEMENTWISE for HALVES (op_code: i32, n: u64, out: u64, a: u64, la: Strided, number: f32);
     unary in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided);
     clamp in ELEMENTWISE for ALL (n: u64, out: u64, a: u64, la: Strided, has_lo: i32, lo_bits: u64, has_hi: i32, hi_bits: u64);
     where_cond in ELEMENTWISE for ALL (n: u64, out: u64, cond: u64, lc: Strided, a: u64, la: Strided, b: u64, lb: Strided);

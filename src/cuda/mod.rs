@@ -115,7 +115,7 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
     if guard.is_none() && new.is_some() {
         // Real GPUs in use: their tensors would be mistaken for a simulated device's.
         for d in memory::used_devices().into_iter().filter(|d| d.is_cuda()) {
-            let live = memory::live_storages(&d)?;
+            let live = memory::live_storages_if_used(&d);
             let tensors = live.iter().filter(|l| l.is_tensor()).count();
             if tensors > 0 {
                 return Err(Error::invalid(
@@ -139,9 +139,8 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
         for i in 0..old.count {
             let keeps = new.is_some_and(|n| i < n.count && n.capacity == old.capacity);
             let d = Device::Cuda(i);
-            if !keeps && memory::used_devices().contains(&d) {
-                drop(guard);
-                let live = memory::live_storages(&d)?.len();
+            if !keeps {
+                let live = memory::live_storages_if_used(&d).len();
                 if live > 0 {
                     return Err(Error::invalid(
                         "cuda::simulate",
@@ -150,7 +149,6 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
                         ),
                     ));
                 }
-                guard = simulation().write().unwrap_or_else(|e| e.into_inner());
             }
         }
     }

@@ -174,6 +174,17 @@ pub(crate) fn binary(
     )
 }
 
+fn compare_code(op: CmpOp) -> i32 {
+    match op {
+        CmpOp::Eq => 0,
+        CmpOp::Ne => 1,
+        CmpOp::Lt => 2,
+        CmpOp::Le => 3,
+        CmpOp::Gt => 4,
+        CmpOp::Ge => 5,
+    }
+}
+
 pub(crate) fn compare(
     op: CmpOp,
     a: &Storage,
@@ -181,17 +192,9 @@ pub(crate) fn compare(
     b: &Storage,
     lb: &Layout,
 ) -> Result<Storage> {
-    let code = match op {
-        CmpOp::Eq => 0,
-        CmpOp::Ne => 1,
-        CmpOp::Lt => 2,
-        CmpOp::Le => 3,
-        CmpOp::Gt => 4,
-        CmpOp::Ge => 5,
-    };
     pairwise(
         launch::compare,
-        code,
+        compare_code(op),
         op.name(),
         DType::Bool,
         (a, la),
@@ -241,6 +244,61 @@ fn pairwise(
             v[0],
             pb,
             v[1],
+        )?;
+    }
+    Ok(out)
+}
+
+/// `a op number` (`number op a` when `reverse`) for an f16/bf16 storage, with the number in f32.
+pub(crate) fn binary_number(
+    op: BinaryOp,
+    a: &Storage,
+    la: &Layout,
+    number: f32,
+    reverse: bool,
+) -> Result<Storage> {
+    let g = gpu_of(a)?;
+    let n = la.numel();
+    let out = Storage::alloc(a.device(), a.dtype(), n)?;
+    if n > 0 {
+        let v = views(op.name(), &[la])?;
+        let (nn, po, pa) = (n as u64, out.device_ptr(), a.device_ptr());
+        launch::binary_number(
+            &g,
+            tag(a.dtype()),
+            elementwise_grid(n),
+            op.name(),
+            binary_code(op),
+            nn,
+            po,
+            pa,
+            v[0],
+            number,
+            reverse as i32,
+        )?;
+    }
+    Ok(out)
+}
+
+/// `a op number` for an f16/bf16 storage, compared in f32.
+pub(crate) fn compare_number(op: CmpOp, a: &Storage, la: &Layout, number: f32) -> Result<Storage> {
+    let g = gpu_of(a)?;
+    let n = la.numel();
+    let out = Storage::alloc(a.device(), DType::Bool, n)?;
+    if n > 0 {
+        let v = views(op.name(), &[la])?;
+        let (nn, po, pa) = (n as u64, out.device_ptr(), a.device_ptr());
+        launch::compare_number(
+            &g,
+            tag(a.dtype()),
+            elementwise_grid(n),
+            op.name(),
+            compare_code(op),
+            nn,
+            po,
+            pa,
+            v[0],
+            number,
         )?;
     }
     Ok(out)

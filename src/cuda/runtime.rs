@@ -170,15 +170,27 @@ impl Gpu {
         Ok(f)
     }
 
-    /// Loads `source`'s CUBIN; one the driver refuses (a damaged cache file) is compiled afresh.
+    /// Loads `source`'s CUBIN. One the driver refuses as an image (a damaged cache file) is
+    /// compiled afresh once; any other failure (a context left broken by an earlier fault, say)
+    /// is reported as it is.
     fn load_module(&self, source: &KernelSource) -> Result<Arc<CudaModule>> {
+        use cudarc::driver::sys::CUresult as R;
         let load = |cubin: Vec<u8>| self.ctx.load_module(Ptx::from_binary(cubin));
         match load(nvrtc::cubin(source, self.cc)?) {
             Ok(m) => Ok(m),
-            Err(_) => {
+            Err(e)
+                if matches!(
+                    e.0,
+                    R::CUDA_ERROR_INVALID_IMAGE
+                        | R::CUDA_ERROR_NO_BINARY_FOR_GPU
+                        | R::CUDA_ERROR_INVALID_PTX
+                        | R::CUDA_ERROR_INVALID_SOURCE
+                ) =>
+            {
                 nvrtc::forget_cached(source, self.cc);
                 load(nvrtc::cubin(source, self.cc)?).map_err(|e| self.err("load kernels", e))
             }
+            Err(e) => Err(self.err("load kernels", e)),
         }
     }
 

@@ -203,6 +203,18 @@ impl CachingAllocator {
         Ok((addr, size))
     }
 
+    fn failure(&self, requested: usize, driver_error: Option<String>) -> OutOfMemory {
+        let (free, total) = self.raw.mem_info();
+        OutOfMemory {
+            requested,
+            free,
+            total,
+            allocated: self.stats.allocated_bytes,
+            reserved: self.stats.reserved_bytes,
+            driver_error,
+        }
+    }
+
     /// Gets a segment from the raw allocator; on failure releases the cache and tries once more.
     fn new_segment(
         &mut self,
@@ -214,6 +226,10 @@ impl CachingAllocator {
         let addr = match self.raw.alloc(seg_size) {
             Some(a) => a,
             None => {
+                if let Some(e) = self.raw.take_failure() {
+                    // A driver fault, not a full device: releasing the cache would not help.
+                    return Err(self.failure(requested, Some(e)));
+                }
                 self.stats.num_alloc_retries += 1;
                 self.empty_cache();
                 match self.raw.alloc(seg_size) {
@@ -223,15 +239,7 @@ impl CachingAllocator {
                         if driver_error.is_none() {
                             self.stats.num_ooms += 1;
                         }
-                        let (free, total) = self.raw.mem_info();
-                        return Err(OutOfMemory {
-                            requested,
-                            free,
-                            total,
-                            allocated: self.stats.allocated_bytes,
-                            reserved: self.stats.reserved_bytes,
-                            driver_error,
-                        });
+                        return Err(self.failure(requested, driver_error));
                     }
                 }
             }

@@ -130,7 +130,7 @@ impl Block {
                     op: "allocate",
                     device,
                     msg: format!(
-                        "the driver failed to allocate {} ({msg})",
+                        "the driver failed to allocate {} ({msg}). This usually means an earlier GPU operation failed and left the device unusable in this process; restart the session (REPL or kernel) to get a fresh one",
                         crate::display::human_bytes(requested)
                     ),
                 },
@@ -193,6 +193,14 @@ impl Drop for Block {
         m.alloc.free(self.addr);
         m.live.remove(&self.id);
     }
+}
+
+/// The live storages of `device` if it has an allocator, without creating one (no device
+/// probing, so it is safe to call while the simulation setting is locked).
+pub(crate) fn live_storages_if_used(device: &Device) -> Vec<LiveStorage> {
+    let mem = lock(registry()).get(device).cloned();
+    mem.map(|m| lock(&m).live.values().cloned().collect())
+        .unwrap_or_default()
 }
 
 fn with_memory<R>(device: &Device, f: impl FnOnce(&mut DeviceMemory) -> R) -> Result<R> {

@@ -349,6 +349,30 @@ impl Storage {
         Ok(out)
     }
 
+    /// `a op number` (`number op a` when `reverse`) for an f16/bf16 storage of a real GPU, the
+    /// number kept in f32 (host storages compute half precision in f32 throughout).
+    pub(crate) fn binary_number(
+        op: BinaryOp,
+        a: &Storage,
+        la: &Layout,
+        number: f32,
+        reverse: bool,
+    ) -> Result<Storage> {
+        debug_assert!(!a.is_host(), "host storages take the f32 path");
+        ops::binary_number(op, a, la, number, reverse)
+    }
+
+    /// `a op number` for an f16/bf16 storage of a real GPU, compared in f32.
+    pub(crate) fn compare_number(
+        op: CmpOp,
+        a: &Storage,
+        la: &Layout,
+        number: f32,
+    ) -> Result<Storage> {
+        debug_assert!(!a.is_host(), "host storages take the f32 path");
+        ops::compare_number(op, a, la, number)
+    }
+
     pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
         if !self.is_host() {
             return ops::unary(op, self, l);

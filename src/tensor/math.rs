@@ -79,6 +79,17 @@ fn compute_dtype(dtype: DType, device: crate::Device) -> DType {
     }
 }
 
+/// The right-hand side of a binary op or comparison, made a tensor.
+struct Rhs {
+    tensor: Tensor,
+    /// The dtype of the result.
+    dtype: DType,
+    /// The dtype both operands are cast to for the kernel.
+    compute: DType,
+    /// A Rust number beside an f16/bf16 tensor of a real GPU: the kernel takes it as f32.
+    half_number: Option<f32>,
+}
+
 /// Casts `a` and `b` to `dtype`, broadcasts them to one shape and runs `kernel` on them.
 fn broadcast_pair(
     op: &'static str,
@@ -119,44 +130,48 @@ impl Tensor {
         Tensor::scalar(s, (dtype, self.device()))
     }
 
-    /// Turns `other` into a tensor; returns it with the dtype of the result and the dtype the
-    /// op computes in.
-    fn rhs(
-        &self,
-        op: &'static str,
-        other: impl Operand,
-        true_div: bool,
-    ) -> Result<(Tensor, DType, DType)> {
-        let (t, dtype, compute) = match other.resolve() {
+    /// Turns `other` into a tensor, with the dtypes of the op.
+    fn rhs(&self, op: &'static str, other: impl Operand, true_div: bool) -> Result<Rhs> {
+        match other.resolve() {
             OperandKind::Tensor(t) => {
                 same_device(op, &[("self", self), ("other", &t)])?;
                 let d = result_type(self, &t);
-                let d = if true_div { d.to_float() } else { d };
-                (t, d, compute_dtype(d, self.device()))
+                let dtype = if true_div { d.to_float() } else { d };
+                Ok(Rhs {
+                    tensor: t,
+                    dtype,
+                    compute: compute_dtype(dtype, self.device()),
+                    half_number: None,
+                })
             }
             OperandKind::Scalar(s) => {
                 let d = DType::promote_scalar(self.dtype(), s.is_float());
-                let d = if true_div { d.to_float() } else { d };
+                let dtype = if true_div { d.to_float() } else { d };
                 // A Rust number next to an f16/bf16 tensor stays f32, as PyTorch keeps it in
                 // its f32 "opmath" type on every device: `h + 0.0004884` must not round the
-                // number to f16 before adding.
-                let compute = match d {
-                    DType::F16 | DType::BF16 => DType::F32,
-                    _ => d,
-                };
-                (self.scalar_like(s, compute)?, d, compute)
+                // number to f16 before adding. Host devices compute half precision in f32
+                // throughout; a GPU's kernels take the f16/bf16 tensor and the f32 number.
+                let half = matches!(dtype, DType::F16 | DType::BF16);
+                let compute = if half { DType::F32 } else { dtype };
+                let on_gpu = half && self.dtype() == dtype && crate::cuda::is_real(self.device());
+                Ok(Rhs {
+                    tensor: self.scalar_like(s, compute)?,
+                    dtype,
+                    compute,
+                    half_number: on_gpu.then(|| s.to_f64() as f32),
+                })
             }
-        };
-        Ok((t, dtype, compute))
+        }
     }
 
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
-        let (other, dtype, compute) = self.rhs(name, other, op == BinaryOp::Div)?;
+        let rhs = self.rhs(name, other, op == BinaryOp::Div)?;
+        let (other, dtype) = (&rhs.tensor, rhs.dtype);
         let (a, b) = if reverse {
-            (&other, self)
+            (other, self)
         } else {
-            (self, &other)
+            (self, other)
         };
         if dtype == DType::Bool && op == BinaryOp::Sub {
             return Err(Error::UnsupportedDType {
@@ -171,11 +186,17 @@ impl Tensor {
                 "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`",
             ));
         }
-        let out = no_grad(|| {
-            let (s, shape) = broadcast_pair(name, a, b, compute, |x, lx, y, ly| {
-                Storage::binary(op, x, lx, y, ly)
-            })?;
-            Tensor::from_storage(s, shape).to_dtype(dtype)
+        let out = no_grad(|| match rhs.half_number {
+            Some(number) => {
+                let s = Storage::binary_number(op, self.storage(), self.layout(), number, reverse)?;
+                Ok(Tensor::from_storage(s, self.shape().to_vec()))
+            }
+            None => {
+                let (s, shape) = broadcast_pair(name, a, b, rhs.compute, |x, lx, y, ly| {
+                    Storage::binary(op, x, lx, y, ly)
+                })?;
+                Tensor::from_storage(s, shape).to_dtype(dtype)
+            }
         })?;
         let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
         Ok(record(out, name, &[a, b], backward))
@@ -220,8 +241,12 @@ impl Tensor {
 
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
-        let (other, _, compute) = self.rhs(name, other, false)?;
-        let (s, shape) = broadcast_pair(name, self, &other, compute, |x, lx, y, ly| {
+        let rhs = self.rhs(name, other, false)?;
+        if let Some(number) = rhs.half_number {
+            let s = Storage::compare_number(op, self.storage(), self.layout(), number)?;
+            return Ok(Tensor::from_storage(s, self.shape().to_vec()));
+        }
+        let (s, shape) = broadcast_pair(name, self, &rhs.tensor, rhs.compute, |x, lx, y, ly| {
             Storage::compare(op, x, lx, y, ly)
         })?;
         Ok(Tensor::from_storage(s, shape))
