@@ -257,85 +257,63 @@ pub(crate) fn binary_number(
     number: f32,
     reverse: bool,
 ) -> Result<Storage> {
-    let g = gpu_of(a)?;
-    let n = la.numel();
-    let out = Storage::alloc(a.device(), a.dtype(), n)?;
-    if n > 0 {
-        let v = views(op.name(), &[la])?;
-        let (nn, po, pa) = (n as u64, out.device_ptr(), a.device_ptr());
-        launch::binary_number(
-            &g,
-            tag(a.dtype()),
-            elementwise_grid(n),
-            op.name(),
-            binary_code(op),
-            nn,
-            po,
-            pa,
-            v[0],
-            number,
-            reverse as i32,
-        )?;
-    }
-    Ok(out)
+    let (oc, rev) = (binary_code(op), reverse as i32);
+    map_one(op.name(), a, la, a.dtype(), |g, t, cfg, [n, po, pa], v| {
+        launch::binary_number(g, t, cfg, op.name(), oc, n, po, pa, v, number, rev)
+    })
 }
 
 /// `a op number` for an f16/bf16 storage, compared in f32.
 pub(crate) fn compare_number(op: CmpOp, a: &Storage, la: &Layout, number: f32) -> Result<Storage> {
-    let g = gpu_of(a)?;
-    let n = la.numel();
-    let out = Storage::alloc(a.device(), DType::Bool, n)?;
+    let oc = compare_code(op);
+    map_one(
+        op.name(),
+        a,
+        la,
+        DType::Bool,
+        |g, t, cfg, [n, po, pa], v| {
+            launch::compare_number(g, t, cfg, op.name(), oc, n, po, pa, v, number)
+        },
+    )
+}
+
+/// The shape of every one-input element-wise op: a contiguous output of `l`'s shape in
+/// `out_dtype`, filled (unless empty) by `launch`, which gets the GPU, the input's dtype suffix,
+/// the grid, `[element count, output pointer, input pointer]` and the input's view.
+fn map_one(
+    op: &'static str,
+    s: &Storage,
+    l: &Layout,
+    out_dtype: DType,
+    launch: impl FnOnce(&Gpu, &str, LaunchConfig, [u64; 3], Strided) -> Result<()>,
+) -> Result<Storage> {
+    let g = gpu_of(s)?;
+    let n = l.numel();
+    let out = Storage::alloc(s.device(), out_dtype, n)?;
     if n > 0 {
-        let v = views(op.name(), &[la])?;
-        let (nn, po, pa) = (n as u64, out.device_ptr(), a.device_ptr());
-        launch::compare_number(
-            &g,
-            tag(a.dtype()),
-            elementwise_grid(n),
-            op.name(),
-            compare_code(op),
-            nn,
-            po,
-            pa,
-            v[0],
-            number,
-        )?;
+        let v = views(op, &[l])?;
+        let args = [n as u64, out.device_ptr(), s.device_ptr()];
+        launch(&g, tag(s.dtype()), elementwise_grid(n), args, v[0])?;
     }
     Ok(out)
 }
 
 pub(crate) fn unary(op: UnaryOp, s: &Storage, l: &Layout) -> Result<Storage> {
-    let g = gpu_of(s)?;
-    let n = l.numel();
-    let out = Storage::alloc(s.device(), s.dtype(), n)?;
-    if n > 0 {
-        let v = views(op.name(), &[l])?;
-        let oc: i32 = match op {
-            UnaryOp::Neg => 0,
-            UnaryOp::Abs => 1,
-            UnaryOp::Relu => 2,
-            UnaryOp::Exp => 3,
-            UnaryOp::Log => 4,
-            UnaryOp::Sqrt => 5,
-            UnaryOp::Sigmoid => 6,
-            UnaryOp::Tanh => 7,
-            UnaryOp::Gelu => 8,
-            UnaryOp::GeluDerivative => 9,
-        };
-        let (nn, po, pa) = (n as u64, out.device_ptr(), s.device_ptr());
-        launch::unary(
-            &g,
-            tag(s.dtype()),
-            elementwise_grid(n),
-            op.name(),
-            oc,
-            nn,
-            po,
-            pa,
-            v[0],
-        )?;
-    }
-    Ok(out)
+    let oc: i32 = match op {
+        UnaryOp::Neg => 0,
+        UnaryOp::Abs => 1,
+        UnaryOp::Relu => 2,
+        UnaryOp::Exp => 3,
+        UnaryOp::Log => 4,
+        UnaryOp::Sqrt => 5,
+        UnaryOp::Sigmoid => 6,
+        UnaryOp::Tanh => 7,
+        UnaryOp::Gelu => 8,
+        UnaryOp::GeluDerivative => 9,
+    };
+    map_one(op.name(), s, l, s.dtype(), |g, t, cfg, [n, po, pa], v| {
+        launch::unary(g, t, cfg, op.name(), oc, n, po, pa, v)
+    })
 }
 
 pub(crate) fn clamp(
@@ -344,31 +322,14 @@ pub(crate) fn clamp(
     lo: Option<Scalar>,
     hi: Option<Scalar>,
 ) -> Result<Storage> {
-    let g = gpu_of(s)?;
-    let n = l.numel();
-    let out = Storage::alloc(s.device(), s.dtype(), n)?;
-    if n > 0 {
-        let v = views("clamp", &[l])?;
-        let bits = |x: Option<Scalar>| x.map_or(0, |x| scalar_bits(s.dtype(), x));
-        let (has_lo, lo_bits) = (lo.is_some() as i32, bits(lo));
-        let (has_hi, hi_bits) = (hi.is_some() as i32, bits(hi));
-        let (nn, po, pa) = (n as u64, out.device_ptr(), s.device_ptr());
+    let bits = |x: Option<Scalar>| x.map_or(0, |x| scalar_bits(s.dtype(), x));
+    let (has_lo, lo_bits) = (lo.is_some() as i32, bits(lo));
+    let (has_hi, hi_bits) = (hi.is_some() as i32, bits(hi));
+    map_one("clamp", s, l, s.dtype(), |g, t, cfg, [n, po, pa], v| {
         launch::clamp(
-            &g,
-            tag(s.dtype()),
-            elementwise_grid(n),
-            "clamp",
-            nn,
-            po,
-            pa,
-            v[0],
-            has_lo,
-            lo_bits,
-            has_hi,
-            hi_bits,
-        )?;
-    }
-    Ok(out)
+            g, t, cfg, "clamp", n, po, pa, v, has_lo, lo_bits, has_hi, hi_bits,
+        )
+    })
 }
 
 pub(crate) fn where_(
@@ -403,25 +364,9 @@ pub(crate) fn where_(
 
 /// A contiguous copy of the view `l`, converted to `dtype`.
 pub(crate) fn cast(s: &Storage, l: &Layout, dtype: DType) -> Result<Storage> {
-    let g = gpu_of(s)?;
-    let n = l.numel();
-    let out = Storage::alloc(s.device(), dtype, n)?;
-    if n > 0 {
-        let v = views("to_dtype", &[l])?;
-        let (dc, nn, po, pa) = (code(dtype), n as u64, out.device_ptr(), s.device_ptr());
-        launch::cast(
-            &g,
-            tag(s.dtype()),
-            elementwise_grid(n),
-            "to_dtype",
-            dc,
-            nn,
-            po,
-            pa,
-            v[0],
-        )?;
-    }
-    Ok(out)
+    map_one("to_dtype", s, l, dtype, |g, t, cfg, [n, po, pa], v| {
+        launch::cast(g, t, cfg, "to_dtype", code(dtype), n, po, pa, v)
+    })
 }
 
 /// Writes the view `ls` of `src` into the view `ld` of `dst` (same shape and dtype). `dst` may be
