@@ -223,21 +223,22 @@ impl CudaMemory {
 
 impl RawAllocator for CudaMemory {
     fn alloc(&mut self, size: usize) -> Option<usize> {
-        // Any failure makes the caching allocator release its cache and retry once; then it
-        // reports out-of-memory with the driver's free/total, or the driver's own error.
-        let r = self.gpu.bind().map_err(|e| e.to_string()).and_then(|()| {
-            unsafe { result::malloc_sync(size) }.map_err(|e| {
-                if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-                    String::new()
-                } else {
-                    e.to_string()
-                }
-            })
-        });
+        // Out of memory makes the caching allocator release its cache and retry once, then
+        // report the driver's free/total; any other failure (`failure`) is reported at once as
+        // the driver's error.
+        use cudarc::driver::sys::CUresult;
+        let r = self
+            .gpu
+            .bind()
+            .map_err(|e| Some(e.to_string()))
+            .and_then(|()| {
+                unsafe { result::malloc_sync(size) }
+                    .map_err(|e| (e.0 != CUresult::CUDA_ERROR_OUT_OF_MEMORY).then(|| e.to_string()))
+            });
         match r {
             Ok(p) => Some(p as usize),
-            Err(msg) => {
-                self.failure = (!msg.is_empty()).then_some(msg);
+            Err(failure) => {
+                self.failure = failure;
                 None
             }
         }
