@@ -152,6 +152,17 @@ fn kernels_match_the_cpu_on_large_random_inputs() {
         check(&format!("{to} > number"), 0.0, &[&x], |t| {
             t[0].to_dtype(to)?.gt(0.000_1)
         });
+        // Autograd through the number kernel: the number becomes a tensor only for backward.
+        check(
+            &format!("grad of (number - {to}) * number"),
+            0.0,
+            &[&x],
+            |t| {
+                let leaf = t[0].to_dtype(to)?.requires_grad_(true)?;
+                leaf.rsub(0.7)?.mul(0.3)?.sum_all()?.backward()?;
+                Ok(leaf.grad().expect("the leaf has a gradient"))
+            },
+        );
     }
     // More rows than a grid has blocks: each block walks several rows.
     let many = Tensor::randn([200_000, 3], Device::Cpu).unwrap();

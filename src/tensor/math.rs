@@ -4,7 +4,7 @@
 use std::ops;
 
 use super::{Tensor, same_device};
-use crate::autograd::{grads, no_grad, record};
+use crate::autograd::{grads, is_grad_enabled, no_grad, record};
 use crate::cpu::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::storage::Storage;
@@ -79,15 +79,18 @@ fn compute_dtype(dtype: DType, device: crate::Device) -> DType {
     }
 }
 
-/// The right-hand side of a binary op or comparison, made a tensor.
-struct Rhs {
-    tensor: Tensor,
-    /// The dtype of the result.
-    dtype: DType,
-    /// The dtype both operands are cast to for the kernel.
-    compute: DType,
-    /// A Rust number beside an f16/bf16 tensor of a real GPU: the kernel takes it as f32.
-    half_number: Option<f32>,
+/// The right-hand side of a binary op or comparison.
+enum Rhs {
+    /// A tensor (a Rust number made one), with the dtype of the result and the dtype both
+    /// operands are cast to for the kernel.
+    Tensor {
+        tensor: Tensor,
+        dtype: DType,
+        compute: DType,
+    },
+    /// A Rust number beside an f16/bf16 tensor of a real GPU: the kernel takes it as f32, and
+    /// it becomes a tensor only if autograd needs one.
+    HalfNumber(Scalar),
 }
 
 /// Casts `a` and `b` to `dtype`, broadcasts them to one shape and runs `kernel` on them.
@@ -130,18 +133,18 @@ impl Tensor {
         Tensor::scalar(s, (dtype, self.device()))
     }
 
-    /// Turns `other` into a tensor, with the dtypes of the op.
+    /// Turns `other` into a tensor (or keeps a number for the half-precision GPU kernels), with
+    /// the dtypes of the op.
     fn rhs(&self, op: &'static str, other: impl Operand, true_div: bool) -> Result<Rhs> {
         match other.resolve() {
             OperandKind::Tensor(t) => {
                 same_device(op, &[("self", self), ("other", &t)])?;
                 let d = result_type(self, &t);
                 let dtype = if true_div { d.to_float() } else { d };
-                Ok(Rhs {
+                Ok(Rhs::Tensor {
                     tensor: t,
                     dtype,
                     compute: compute_dtype(dtype, self.device()),
-                    half_number: None,
                 })
             }
             OperandKind::Scalar(s) => {
@@ -152,13 +155,14 @@ impl Tensor {
                 // number to f16 before adding. Host devices compute half precision in f32
                 // throughout; a GPU's kernels take the f16/bf16 tensor and the f32 number.
                 let half = matches!(dtype, DType::F16 | DType::BF16);
+                if half && self.dtype() == dtype && crate::cuda::is_real(self.device()) {
+                    return Ok(Rhs::HalfNumber(s));
+                }
                 let compute = if half { DType::F32 } else { dtype };
-                let on_gpu = half && self.dtype() == dtype && crate::cuda::is_real(self.device());
-                Ok(Rhs {
+                Ok(Rhs::Tensor {
                     tensor: self.scalar_like(s, compute)?,
                     dtype,
                     compute,
-                    half_number: on_gpu.then(|| s.to_f64() as f32),
                 })
             }
         }
@@ -166,12 +170,33 @@ impl Tensor {
 
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
-        let rhs = self.rhs(name, other, op == BinaryOp::Div)?;
-        let (other, dtype) = (&rhs.tensor, rhs.dtype);
+        let (other, dtype, compute) = match self.rhs(name, other, op == BinaryOp::Div)? {
+            Rhs::Tensor {
+                tensor,
+                dtype,
+                compute,
+            } => (tensor, dtype, compute),
+            Rhs::HalfNumber(number) => {
+                let s = Storage::binary_number(
+                    op,
+                    self.storage(),
+                    self.layout(),
+                    number.to_f64() as f32,
+                    reverse,
+                )?;
+                let out = Tensor::from_storage(s, self.shape().to_vec());
+                if !is_grad_enabled() || !self.requires_grad() {
+                    return Ok(out);
+                }
+                // The backward formulas take the number as a tensor.
+                let number = self.scalar_like(number, DType::F32)?;
+                return Ok(self.record_binary(op, &number, reverse, out));
+            }
+        };
         let (a, b) = if reverse {
-            (other, self)
+            (&other, self)
         } else {
-            (self, other)
+            (self, &other)
         };
         if dtype == DType::Bool && op == BinaryOp::Sub {
             return Err(Error::UnsupportedDType {
@@ -186,20 +211,24 @@ impl Tensor {
                 "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`",
             ));
         }
-        let out = no_grad(|| match rhs.half_number {
-            Some(number) => {
-                let s = Storage::binary_number(op, self.storage(), self.layout(), number, reverse)?;
-                Ok(Tensor::from_storage(s, self.shape().to_vec()))
-            }
-            None => {
-                let (s, shape) = broadcast_pair(name, a, b, rhs.compute, |x, lx, y, ly| {
-                    Storage::binary(op, x, lx, y, ly)
-                })?;
-                Tensor::from_storage(s, shape).to_dtype(dtype)
-            }
+        let out = no_grad(|| {
+            let (s, shape) = broadcast_pair(name, a, b, compute, |x, lx, y, ly| {
+                Storage::binary(op, x, lx, y, ly)
+            })?;
+            Tensor::from_storage(s, shape).to_dtype(dtype)
         })?;
+        Ok(self.record_binary(op, &other, reverse, out))
+    }
+
+    /// Records `out = self op other` (`other op self` when `reverse`) for autograd.
+    fn record_binary(&self, op: BinaryOp, other: &Tensor, reverse: bool, out: Tensor) -> Tensor {
+        let (a, b) = if reverse {
+            (other, self)
+        } else {
+            (self, other)
+        };
         let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
-        Ok(record(out, name, &[a, b], backward))
+        record(out, op.name(), &[a, b], backward)
     }
 
     /// `self + other` with broadcasting; `other` is a tensor or a number.
@@ -241,12 +270,17 @@ impl Tensor {
 
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
-        let rhs = self.rhs(name, other, false)?;
-        if let Some(number) = rhs.half_number {
-            let s = Storage::compare_number(op, self.storage(), self.layout(), number)?;
-            return Ok(Tensor::from_storage(s, self.shape().to_vec()));
-        }
-        let (s, shape) = broadcast_pair(name, self, &rhs.tensor, rhs.compute, |x, lx, y, ly| {
+        let (other, compute) = match self.rhs(name, other, false)? {
+            Rhs::Tensor {
+                tensor, compute, ..
+            } => (tensor, compute),
+            Rhs::HalfNumber(number) => {
+                let n = number.to_f64() as f32;
+                let s = Storage::compare_number(op, self.storage(), self.layout(), n)?;
+                return Ok(Tensor::from_storage(s, self.shape().to_vec()));
+            }
+        };
+        let (s, shape) = broadcast_pair(name, self, &other, compute, |x, lx, y, ly| {
             Storage::compare(op, x, lx, y, ly)
         })?;
         Ok(Tensor::from_storage(s, shape))
