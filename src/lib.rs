@@ -14,6 +14,7 @@
 
 pub mod amp;
 pub mod autograd;
+pub mod cell_io;
 pub mod cpu;
 pub mod cuda;
 pub mod device;

@@ -1,88 +1,167 @@
-//! The `placelab` command: the REPL (default), `run-script FILE`, `devices`.
+//! The `placelab` command: the REPL (default), the Jupyter kernel and its installer,
+//! `run-script FILE`, `devices`.
 
-use placelab::frontend::{repl, script, session, setup};
-use placelab::{Device, cuda, display::human_bytes, memory};
+use std::path::PathBuf;
 
-const USAGE: &str = "usage: placelab [repl]            start the REPL (the default)
-       placelab run-script FILE  run the cells of FILE (separated by `// %%` lines) and print what they show
-       placelab devices          list the devices and exit
-environment: PLACELAB_SIMULATE_CUDA=N[,CAPACITY] gives N simulated CUDA devices (e.g. 2,8GiB)";
+use clap::{Args, Parser, Subcommand};
+use placelab::frontend::kernel::{self, install::Place};
+use placelab::frontend::{devices_banner, repl, script, session, setup};
+
+#[derive(Parser)]
+#[command(
+    name = "placelab",
+    version,
+    about = "Tensors on the CPU and CUDA devices, in a Rust REPL and a Jupyter kernel",
+    after_help = "Environment: PLACELAB_SIMULATE_CUDA=N[,CAPACITY] gives N simulated CUDA devices \
+                  (e.g. 2,8GiB); PLACELAB_CACHE moves the compile cache (default ~/.cache/placelab)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the REPL (the default)
+    Repl,
+    /// Run the cells of FILE (separated by `// %%` lines) and print what they show
+    RunScript { file: PathBuf },
+    /// List the devices and exit
+    Devices,
+    /// Run as a Jupyter kernel (Jupyter starts this; see install-kernel)
+    Kernel {
+        /// The connection file Jupyter wrote
+        #[arg(long, short = 'f')]
+        connection_file: PathBuf,
+    },
+    /// Install the kernelspec, so Jupyter lists "Rust (placelab)"
+    InstallKernel {
+        #[command(flatten)]
+        place: PlaceArgs,
+        /// The kernel's name (what notebooks' metadata refers to)
+        #[arg(long, default_value = "placelab")]
+        name: String,
+        /// The name Jupyter shows
+        #[arg(long, default_value = "Rust (placelab)")]
+        display_name: String,
+        /// KEY=VALUE set for the kernel (e.g. PLACELAB_SIMULATE_CUDA=2); repeatable
+        #[arg(long, value_parser = parse_env)]
+        env: Vec<(String, String)>,
+    },
+    /// Remove an installed kernelspec
+    UninstallKernel {
+        #[command(flatten)]
+        place: PlaceArgs,
+        #[arg(long, default_value = "placelab")]
+        name: String,
+    },
+}
+
+#[derive(Args)]
+#[group(multiple = false)]
+struct PlaceArgs {
+    /// Your Jupyter data directory (the default)
+    #[arg(long)]
+    user: bool,
+    /// The active Python environment (virtualenv or conda)
+    #[arg(long)]
+    sys_prefix: bool,
+    /// PREFIX/share/jupyter/kernels
+    #[arg(long, value_name = "PREFIX")]
+    prefix: Option<PathBuf>,
+}
+
+impl PlaceArgs {
+    fn place(&self) -> Place {
+        match (&self.prefix, self.sys_prefix) {
+            (Some(p), _) => Place::Prefix(p.clone()),
+            (None, true) => Place::SysPrefix,
+            _ => Place::User,
+        }
+    }
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not KEY=VALUE"))
+}
 
 fn main() {
     // First: this binary is also evcxr's cell runner and rustc wrapper.
     setup::hooks();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = match args
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        [] | ["repl"] => match session::prepare() {
-            Ok(p) => repl::run(banner(), p),
+    let cli = Cli::parse();
+    let code = match cli.command.unwrap_or(Command::Repl) {
+        Command::Repl => match session::prepare() {
+            Ok(p) => repl::run(devices_banner(), p),
             Err(e) => fail(&e),
         },
-        ["run-script", file] => match std::fs::read_to_string(file) {
-            Err(e) => fail(&format!("cannot read {file}: {e}")),
-            Ok(text) => match session::prepare() {
+        Command::RunScript { file } => run_script(&file),
+        Command::Devices => {
+            println!("{}", devices_banner());
+            0
+        }
+        Command::Kernel { connection_file } => {
+            // Read the connection file before anything starts: a bad one fails at once.
+            match kernel::read_connection_file(&connection_file) {
                 Err(e) => fail(&e),
-                Ok(p) => {
-                    let sink: session::Sink = std::sync::Arc::new(|is_err, line| {
-                        if is_err {
-                            eprintln!("{line}")
-                        } else {
-                            println!("{line}")
-                        }
-                    });
-                    match session::Session::start(p, sink) {
-                        Err(e) => fail(&e),
-                        Ok(mut s) => i32::from(!script::run(&mut s, &text)),
-                    }
-                }
-            },
+                Ok(info) => match session::prepare() {
+                    Err(e) => fail(&e),
+                    Ok(p) => kernel::run(info, p),
+                },
+            }
+        }
+        Command::InstallKernel {
+            place,
+            name,
+            display_name,
+            env,
+        } => match kernel::install::install(&place.place(), &name, &display_name, &env) {
+            Ok(dir) => {
+                println!(
+                    "installed the {name:?} kernel in {}\nopen a notebook with `jupyter lab` and pick \"{display_name}\"",
+                    dir.display()
+                );
+                0
+            }
+            Err(e) => fail(&e),
         },
-        ["devices"] => {
-            println!("{}", banner());
-            0
+        Command::UninstallKernel { place, name } => {
+            match kernel::install::uninstall(&place.place(), &name) {
+                Ok(dir) => {
+                    println!("removed {}", dir.display());
+                    0
+                }
+                Err(e) => fail(&e),
+            }
         }
-        ["-h" | "--help" | "help"] => {
-            println!("{USAGE}");
-            0
-        }
-        ["--version" | "-V"] => {
-            println!("placelab {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
-        _ => fail(&format!("unknown arguments {args:?}\n{USAGE}")),
     };
     std::process::exit(code);
+}
+
+fn run_script(file: &std::path::Path) -> i32 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return fail(&format!("cannot read {}: {e}", file.display())),
+    };
+    let prepared = match session::prepare() {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    let sink: session::Sink = std::sync::Arc::new(|is_err, line| {
+        if is_err {
+            eprintln!("{line}")
+        } else {
+            println!("{line}")
+        }
+    });
+    match session::Session::start(prepared, sink) {
+        Err(e) => fail(&e),
+        Ok(mut s) => i32::from(!script::run(&mut s, &text)),
+    }
 }
 
 fn fail(msg: &str) -> i32 {
     eprintln!("placelab: {msg}");
     2
-}
-
-/// `placelab 0.1 · devices: cpu (2 threads), cuda:0 NVIDIA H100 80GB HBM3 (79.1 GiB free)`.
-fn banner() -> String {
-    let mut parts = vec![format!("cpu ({} threads)", placelab::cpu_threads())];
-    for i in 0..cuda::device_count() {
-        let name = cuda::device_name(i).unwrap_or_else(|e| e.to_string());
-        // A simulated device's name already gives its capacity.
-        let free = match Device::Cuda(i).is_simulated() {
-            true => String::new(),
-            false => memory::mem_get_info(&Device::Cuda(i))
-                .map(|(f, _)| format!(" ({} free)", human_bytes(f)))
-                .unwrap_or_default(),
-        };
-        parts.push(format!("{} {name}{free}", Device::Cuda(i).label()));
-    }
-    if let Some(why) = cuda::unavailable_reason() {
-        parts.push(format!("no CUDA: {why}"));
-    }
-    format!(
-        "placelab {} · devices: {}",
-        env!("CARGO_PKG_VERSION"),
-        parts.join(", ")
-    )
 }

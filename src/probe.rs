@@ -4,7 +4,8 @@
 //!
 //! Protocol (text, one request per connection): `stats AFTER_SEQ` → one `device …` line per used
 //! device, one `transfer …` line per transfer with `seq > AFTER_SEQ`, then `end`;
-//! `empty_cache` → `released BYTES`, `end`. Values are `key=value`, separated by spaces.
+//! `empty_cache` → `released BYTES`, `end`; `sync TOKEN` → `end`, after writing a sync line to
+//! stderr (`cell_io::SYNC`). Values are `key=value`, separated by spaces.
 
 use std::io::{BufRead, BufReader, Write};
 use std::sync::OnceLock;
@@ -14,10 +15,12 @@ use crate::{Device, memory, transfer};
 /// The environment variable that names the socket; set by the front end.
 pub const ENV: &str = "PLACELAB_PROBE";
 
-/// Starts the answering thread if `PLACELAB_PROBE` names a socket path (once per process).
+/// Starts the answering thread if `PLACELAB_PROBE` names a socket path (once per process), and
+/// the pass-through that reports failed cells (`cell_io`).
 pub fn serve_from_env() {
     static STARTED: OnceLock<()> = OnceLock::new();
     let Ok(path) = std::env::var(ENV) else { return };
+    crate::cell_io::install();
     STARTED.get_or_init(|| {
         let _ = std::fs::remove_file(&path);
         let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
@@ -65,6 +68,10 @@ pub fn answer(request: &str) -> String {
                 ));
             }
             out.push_str(&format!("seq last={}\n", transfer::last_seq()));
+        }
+        Some("sync") => {
+            let token: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
+            crate::cell_io::sync(token);
         }
         Some("empty_cache") => {
             let released: usize = memory::used_devices()

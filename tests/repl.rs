@@ -60,7 +60,7 @@ fn first_steps_through_the_session() {
             // Compile errors with the user's line, panics and OOM keep the session going.
             "error[E0308]: mismatched types",
             " --> cell:1:16",
-            "panic in the cell (variables defined before it are kept):\nboom",
+            "error: panic in the cell (variables defined before it are kept):\n       boom",
             "[1000, 1000]",
             "out of memory on cuda:0: tried to allocate 20.00 GiB but only",
             // The log of transfers, and an unknown command.

@@ -170,6 +170,7 @@ impl fmt::Display for Tensor {
 /// its own, so a cell can show several (evcxr keeps only the last value of a cell).
 pub const CARD_BEGIN: &str = "PLACELAB_CARD_BEGIN";
 pub const CARD_PLAIN: &str = "PLACELAB_CARD_PLAIN";
+pub const CARD_HTML: &str = "PLACELAB_CARD_HTML";
 pub const CARD_END: &str = "PLACELAB_CARD_END";
 
 impl Tensor {
@@ -179,9 +180,10 @@ impl Tensor {
         use std::io::Write;
         let block = if std::env::var_os(crate::probe::ENV).is_some() {
             format!(
-                "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_END}\n",
+                "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_HTML}\n{}\n{CARD_END}\n",
                 card_text(self, true),
-                card_text(self, false)
+                card_text(self, false),
+                card_html(self)
             )
         } else {
             format!("{}\n", card_text(self, false))

@@ -156,30 +156,77 @@ fn mem(s: &mut Session, _: &str) -> CellReport {
     if snap.devices.is_empty() {
         return CellReport::info("no device memory used yet");
     }
-    let mut lines = vec![format!(
-        "{:<20} {:>12} {:>12} {:>12} {:>8} {:>22}",
-        "device", "allocated", "reserved", "peak", "tensors", "free / total"
-    )];
-    for d in snap.devices.values() {
-        let label = if d.simulated {
-            format!("{} (simulated)", d.name)
-        } else {
-            d.name.clone()
-        };
-        lines.push(format!(
-            "{label:<20} {:>12} {:>12} {:>12} {:>8} {:>22}",
-            human_bytes(d.allocated as usize),
-            human_bytes(d.reserved as usize),
-            human_bytes(d.peak as usize),
-            d.tensors,
-            format!(
-                "{} / {}",
-                human_bytes(d.free as usize),
-                human_bytes(d.total as usize)
-            )
-        ));
+    const HEAD: [&str; 6] = [
+        "device",
+        "allocated",
+        "reserved",
+        "peak",
+        "tensors",
+        "free / total",
+    ];
+    let rows: Vec<[String; 6]> = snap
+        .devices
+        .values()
+        .map(|d| {
+            [
+                super::strip::label(d),
+                human_bytes(d.allocated as usize),
+                human_bytes(d.reserved as usize),
+                human_bytes(d.peak as usize),
+                d.tensors.to_string(),
+                format!(
+                    "{} / {}",
+                    human_bytes(d.free as usize),
+                    human_bytes(d.total as usize)
+                ),
+            ]
+        })
+        .collect();
+    let line = |r: [&str; 6]| {
+        format!(
+            "{:<20} {:>12} {:>12} {:>12} {:>8} {:>22}",
+            r[0], r[1], r[2], r[3], r[4], r[5]
+        )
+    };
+    let mut plain = vec![line(HEAD)];
+    plain.extend(rows.iter().map(|r| line(r.each_ref().map(String::as_str))));
+    CellReport {
+        outputs: vec![Output::Table {
+            plain: plain.join("\n"),
+            html: html_table(&HEAD, &rows),
+        }],
+        ..Default::default()
     }
-    CellReport::info(lines.join("\n"))
+}
+
+/// A plain HTML table: a header row, then text cells (escaped), numbers right-aligned.
+fn html_table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
+    let cell = |tag: &str, i: usize, text: &str| {
+        let align = if i == 0 { "left" } else { "right" };
+        format!(
+            "<{tag} style=\"text-align:{align};padding:1px 10px\">{}</{tag}>",
+            super::strip::escape(text)
+        )
+    };
+    let head: String = head
+        .iter()
+        .enumerate()
+        .map(|(i, h)| cell("th", i, h))
+        .collect();
+    let body: String = rows
+        .iter()
+        .map(|r| {
+            let cells: String = r
+                .iter()
+                .enumerate()
+                .map(|(i, c)| cell("td", i, c))
+                .collect();
+            format!("<tr>{cells}</tr>")
+        })
+        .collect();
+    format!(
+        "<table class=\"placelab-table\" style=\"font-family:ui-monospace,monospace;font-size:12px;border-collapse:collapse\"><tr>{head}</tr>{body}</table>"
+    )
 }
 
 fn devices(s: &mut Session, _: &str) -> CellReport {
@@ -188,7 +235,7 @@ fn devices(s: &mut Session, _: &str) -> CellReport {
         "{ let mut v = vec![format!(\"cpu ({} threads)\", placelab::cpu_threads())]; for i in 0..cuda::device_count() { v.push(format!(\"{} {}\", Device::Cuda(i).label(), cuda::device_name(i).unwrap_or_default())); } if let Some(w) = cuda::unavailable_reason() { v.push(format!(\"no CUDA device: {w}\")); } v.join(\"\\n\") }",
     );
     CellReport {
-        memory: Vec::new(),
+        memory: None,
         ..unquote(r)
     }
 }
@@ -308,8 +355,15 @@ fn plot(s: &mut Session, what: &str) -> CellReport {
         "memory" => super::plot::memory(&dir, &s.history),
         _ => return CellReport::error("usage: :plot transfers  or  :plot memory"),
     };
-    match drawn {
-        Ok(path) => CellReport::info(format!("wrote {} (open it in a browser)", path.display())),
+    match drawn.and_then(|path| {
+        std::fs::read_to_string(&path)
+            .map(|svg| (svg, path.clone()))
+            .map_err(|e| format!("cannot read back {}: {e}", path.display()))
+    }) {
+        Ok((svg, path)) => CellReport {
+            outputs: vec![Output::Plot { svg, path }],
+            ..Default::default()
+        },
         Err(e) => CellReport::error(e),
     }
 }

@@ -1,6 +1,10 @@
 //! The front end: one evcxr `Session` with the engine preloaded, and the thin shells over it
 //! (the terminal REPL and the script runner).
 
+pub mod cell_check;
+pub mod cell_output;
+pub mod history;
+pub mod kernel;
 pub mod magics;
 pub mod plot;
 pub mod probe_client;
@@ -10,3 +14,30 @@ pub mod repl;
 pub mod script;
 pub mod session;
 pub mod setup;
+pub mod strip;
+
+use crate::{Device, cuda, display::human_bytes, memory};
+
+/// `placelab 0.1 · devices: cpu (2 threads), cuda:0 NVIDIA H100 80GB HBM3 (79.1 GiB free)`.
+pub fn devices_banner() -> String {
+    let mut parts = vec![format!("cpu ({} threads)", crate::cpu_threads())];
+    for i in 0..cuda::device_count() {
+        let name = cuda::device_name(i).unwrap_or_else(|e| e.to_string());
+        // A simulated device's name already gives its capacity.
+        let free = match Device::Cuda(i).is_simulated() {
+            true => String::new(),
+            false => memory::mem_get_info(&Device::Cuda(i))
+                .map(|(f, _)| format!(" ({} free)", human_bytes(f)))
+                .unwrap_or_default(),
+        };
+        parts.push(format!("{} {name}{free}", Device::Cuda(i).label()));
+    }
+    if let Some(why) = cuda::unavailable_reason() {
+        parts.push(format!("no CUDA: {why}"));
+    }
+    format!(
+        "placelab {} · devices: {}",
+        env!("CARGO_PKG_VERSION"),
+        parts.join(", ")
+    )
+}

@@ -1,12 +1,10 @@
 //! The front end's side of `placelab::probe`: asks the cell process for memory stats and
-//! transfers over its Unix socket, and turns them into the per-cell memory lines.
+//! transfers over its Unix socket (`strip.rs` turns two snapshots into a cell's memory strip).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
-
-use crate::display::{human_bytes, human_duration, human_rate};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceStats {
@@ -39,6 +37,7 @@ pub struct Snapshot {
     pub last_seq: u64,
 }
 
+#[derive(Debug, Clone)]
 pub struct ProbeClient {
     pub path: PathBuf,
 }
@@ -101,73 +100,4 @@ impl ProbeClient {
         }
         Some(snap)
     }
-}
-
-fn signed_bytes(delta: i128) -> String {
-    let sign = if delta < 0 { "-" } else { "+" };
-    format!("{sign}{}", human_bytes(delta.unsigned_abs() as usize))
-}
-
-fn label(d: &DeviceStats) -> String {
-    if d.simulated {
-        format!("{} (simulated)", d.name)
-    } else {
-        d.name.clone()
-    }
-}
-
-/// One line per device in use: `── cuda:0 allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB ·
-/// free 15.98 / 16.00 GiB · this cell +3.81 MiB`, then a line for the cell's transfers.
-pub fn memory_lines(before: &Snapshot, after: &Snapshot) -> Vec<String> {
-    let mut lines = Vec::new();
-    for (name, d) in &after.devices {
-        let prev = before.devices.get(name).cloned().unwrap_or_default();
-        if d.allocated == 0 && d.reserved == 0 && prev.reserved == 0 {
-            continue;
-        }
-        let delta = d.allocated as i128 - prev.allocated as i128;
-        let tensors = if d.tensors == 1 {
-            "1 tensor".to_string()
-        } else {
-            format!("{} tensors", d.tensors)
-        };
-        let free = if name == "cpu" {
-            String::new()
-        } else {
-            format!(
-                " · free {} / {}",
-                human_bytes(d.free as usize),
-                human_bytes(d.total as usize)
-            )
-        };
-        let cell = if delta == 0 {
-            String::new()
-        } else {
-            format!(" · this cell {}", signed_bytes(delta))
-        };
-        lines.push(format!(
-            "── {} allocated {} ({tensors}) · reserved {}{free}{cell}",
-            label(d),
-            human_bytes(d.allocated as usize),
-            human_bytes(d.reserved as usize)
-        ));
-    }
-    if !after.transfers.is_empty() {
-        let bytes: u64 = after.transfers.iter().map(|t| t.bytes).sum();
-        let nanos: u64 = after.transfers.iter().map(|t| t.nanos).sum();
-        let n = after.transfers.len();
-        let simulated = if after.transfers.iter().any(|t| t.simulated) {
-            ", simulated: host copy time"
-        } else {
-            ""
-        };
-        lines.push(format!(
-            "── {n} transfer{} this cell: {} in {} ({}{simulated})",
-            if n == 1 { "" } else { "s" },
-            human_bytes(bytes as usize),
-            human_duration(Duration::from_nanos(nanos)),
-            human_rate(bytes as f64 / (nanos.max(1) as f64 / 1e9))
-        ));
-    }
-    lines
 }

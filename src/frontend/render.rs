@@ -12,7 +12,13 @@ pub fn render(report: &CellReport, colour: bool) -> String {
             } else {
                 plain.clone()
             }),
-            Output::Info(t) => out.push(t.clone()),
+            Output::Card { plain, ansi, .. } => {
+                out.push(if colour { ansi.clone() } else { plain.clone() })
+            }
+            Output::Info(t) | Output::Table { plain: t, .. } => out.push(t.clone()),
+            Output::Plot { path, .. } => {
+                out.push(format!("wrote {} (open it in a browser)", path.display()))
+            }
             Output::Error(e) => {
                 // Compile errors already start with `error[E…]`.
                 let body = e.replace('\n', "\n       ");
@@ -29,11 +35,11 @@ pub fn render(report: &CellReport, colour: bool) -> String {
             }
         }
     }
-    for m in &report.memory {
+    for m in report.memory.iter().flat_map(|m| m.lines()) {
         out.push(if colour {
             format!("\x1b[2m{m}\x1b[0m")
         } else {
-            m.clone()
+            m
         });
     }
     out.join("\n")

@@ -2,8 +2,7 @@
 //! brackets, completion from evcxr, coloured cards, Ctrl-C to interrupt a running cell.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -12,50 +11,19 @@ use rustyline::hint::Hinter;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper};
 
+use super::cell_check::{Completeness, check};
 use super::render::render;
-use super::session::Session;
+use super::session::{Interrupter, Session};
 
 type Shared = Arc<Mutex<Option<Session>>>;
 
-/// The pid of the process running cells, for the Ctrl-C handler (0: none).
-static CHILD: AtomicI32 = AtomicI32::new(0);
+/// The running session's interrupter, for the Ctrl-C handler.
+static INTERRUPTER: OnceLock<Interrupter> = OnceLock::new();
 
 extern "C" fn on_sigint(_: libc::c_int) {
-    let pid = CHILD.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    if let Some(i) = INTERRUPTER.get() {
+        i.interrupt();
     }
-}
-
-/// Whether `src` is a complete cell: brackets balanced outside strings and comments.
-pub fn is_complete(src: &str) -> bool {
-    let (mut depth, mut in_str, mut escaped, mut chars) =
-        (0i32, false, false, src.chars().peekable());
-    while let Some(c) = chars.next() {
-        if in_str {
-            match c {
-                '\\' if !escaped => escaped = true,
-                '"' if !escaped => in_str = false,
-                _ => escaped = false,
-            }
-            continue;
-        }
-        match c {
-            '"' => in_str = true,
-            '/' if chars.peek() == Some(&'/') => {
-                for c in chars.by_ref() {
-                    if c == '\n' {
-                        break;
-                    }
-                }
-            }
-            '(' | '[' | '{' => depth += 1,
-            ')' | ']' | '}' => depth -= 1,
-            _ => {}
-        }
-    }
-    depth <= 0 && !in_str
 }
 
 struct CellHelper {
@@ -70,10 +38,10 @@ impl Hinter for CellHelper {
 
 impl Validator for CellHelper {
     fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
-        Ok(if is_complete(ctx.input()) {
-            ValidationResult::Valid(None)
-        } else {
-            ValidationResult::Incomplete
+        // An invalid cell runs anyway: the compiler's error says more than a refusal would.
+        Ok(match check(ctx.input()) {
+            Completeness::Incomplete(_) => ValidationResult::Incomplete,
+            Completeness::Complete | Completeness::Invalid => ValidationResult::Valid(None),
         })
     }
 }
@@ -171,17 +139,8 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
                 let Some(session) = guard.as_mut() else {
                     return 1;
                 };
-                CHILD.store(
-                    session
-                        .ctx
-                        .process_handle()
-                        .lock()
-                        .map(|c| c.id() as i32)
-                        .unwrap_or(0),
-                    Ordering::Relaxed,
-                );
+                let _ = INTERRUPTER.set(session.interrupter());
                 let report = session.execute(&line);
-                CHILD.store(0, Ordering::Relaxed);
                 let shown = render(&report, colour);
                 if !shown.is_empty() {
                     println!("{shown}");

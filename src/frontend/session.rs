@@ -3,13 +3,16 @@
 //! runner are thin shells over it.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
 
-use super::probe_client::{ProbeClient, Snapshot, memory_lines};
+use super::cell_output::CellOutput;
+use super::probe_client::{ProbeClient, Snapshot};
 use super::setup;
+use super::strip::MemoryChange;
 
 /// What a cell produced, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,8 +23,18 @@ pub enum Output {
         ansi: Option<String>,
         html: Option<String>,
     },
+    /// A tensor card the cell printed with `Tensor::show()` (several per cell are fine).
+    Card {
+        plain: String,
+        ansi: String,
+        html: Option<String>,
+    },
     /// A message from the session itself (a magic's answer).
     Info(String),
+    /// A magic's answer that reads better as a table: text, and the same as HTML.
+    Table { plain: String, html: String },
+    /// A plot (`:plot`): the SVG, and the file it was also written to.
+    Plot { svg: String, path: PathBuf },
     /// A compile error, an engine `Err`, a panic or a lost process.
     Error(String),
 }
@@ -29,8 +42,8 @@ pub enum Output {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CellReport {
     pub outputs: Vec<Output>,
-    /// The memory lines shown under the cell (one per device in use, then transfers).
-    pub memory: Vec<String>,
+    /// Device memory around the cell, for the strip under it (none for most commands).
+    pub memory: Option<MemoryChange>,
     pub duration: Duration,
 }
 
@@ -49,6 +62,25 @@ impl CellReport {
     }
     pub fn ok(&self) -> bool {
         !self.outputs.iter().any(|o| matches!(o, Output::Error(_)))
+    }
+}
+
+/// Stops the cell that is running, from any thread (or a signal handler: it only reads an atomic
+/// and calls `kill`). Today that ends the cell's process; the session says what was lost.
+#[derive(Debug, Clone, Default)]
+pub struct Interrupter {
+    pid: Arc<AtomicI32>,
+}
+
+impl Interrupter {
+    /// Returns whether a cell was running.
+    pub fn interrupt(&self) -> bool {
+        let pid = self.pid.load(Ordering::Acquire);
+        if pid > 0 {
+            // SAFETY: kill is async-signal-safe; the pid is that of the cell's process.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        pid > 0
     }
 }
 
@@ -93,10 +125,13 @@ pub struct Session {
     pub(super) ctx: CommandContext,
     pub(super) probe: ProbeClient,
     pub(super) last_seq: u64,
-    /// Cards the running cell showed with `Tensor::show()`, in order.
-    shown_cards: Arc<Mutex<Vec<Output>>>,
+    /// Cards and failures the running cell reported through its output streams.
+    cell_output: CellOutput,
+    /// The last token sent to the cell process to mark the end of a cell's output.
+    sync_token: u64,
     /// Device memory after each code cell, for `:plot memory`.
     pub(super) history: Vec<Snapshot>,
+    interrupter: Interrupter,
     prepared: Prepared,
 }
 
@@ -112,49 +147,9 @@ impl Session {
     /// Starts evcxr and compiles the engine into it (minutes the first time on a machine,
     /// seconds after), streaming the cell process's output to `sink`.
     pub fn start(prepared: Prepared, sink: Sink) -> Result<Session, String> {
-        let shown_cards: Arc<Mutex<Vec<Output>>> = Arc::default();
         let (ctx, outputs) = CommandContext::new()
             .map_err(|e| format!("could not start the Rust evaluator: {e}"))?;
-        for (is_err, rx) in [(false, outputs.stdout), (true, outputs.stderr)] {
-            let (sink, shown_cards) = (sink.clone(), shown_cards.clone());
-            std::thread::spawn(move || {
-                let mut in_backtrace = false;
-                // Lines between `show()`'s markers are a card, not output to stream.
-                let mut card: Option<Vec<String>> = None;
-                for line in rx {
-                    if !is_err {
-                        match (line.as_str(), card.as_mut()) {
-                            (crate::display::CARD_BEGIN, _) => card = Some(Vec::new()),
-                            (crate::display::CARD_END, Some(lines)) => {
-                                let text = lines.join("\n");
-                                let (ansi, plain) = match text
-                                    .split_once(crate::display::CARD_PLAIN)
-                                {
-                                    Some((a, p)) => {
-                                        (Some(a.trim_end().to_string()), p.trim_start().to_string())
-                                    }
-                                    None => (None, text),
-                                };
-                                shown_cards.lock().unwrap_or_else(|e| e.into_inner()).push(
-                                    Output::Value {
-                                        plain,
-                                        ansi,
-                                        html: None,
-                                    },
-                                );
-                                card = None;
-                            }
-                            (_, Some(lines)) => lines.push(line),
-                            _ => sink(false, &line),
-                        }
-                        continue;
-                    }
-                    if let Some(shown) = filter_stderr(is_err, &line, &mut in_backtrace) {
-                        sink(is_err, &shown);
-                    }
-                }
-            });
-        }
+        let cell_output = CellOutput::read(outputs, sink);
         let probe = ProbeClient {
             path: prepared.probe.clone(),
         };
@@ -162,14 +157,31 @@ impl Session {
             ctx,
             probe,
             last_seq: 0,
-            shown_cards,
+            cell_output,
+            sync_token: 0,
             history: Vec::new(),
+            interrupter: Interrupter::default(),
             prepared,
         };
         let cache = setup::cache_dir();
         super::progress::while_compiling(&cache, || s.ctx.execute(&preload_code()))
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
         Ok(s)
+    }
+
+    /// A handle that stops the running cell from another thread.
+    pub fn interrupter(&self) -> Interrupter {
+        self.interrupter.clone()
+    }
+
+    /// A client of the cell process's side channel, usable from another thread while a cell runs.
+    pub fn probe(&self) -> ProbeClient {
+        self.probe.clone()
+    }
+
+    /// The transfer sequence number the next memory strip starts after.
+    pub fn last_transfer_seq(&self) -> u64 {
+        self.last_seq
     }
 
     pub fn workdir(&self) -> &std::path::Path {
@@ -199,15 +211,103 @@ impl Session {
         report
     }
 
+    /// Runs a cell like `execute`, calling `on_progress` with the memory so far about every
+    /// `every` while it runs longer than `after` (read from the cell process's side channel, so
+    /// watching compiles nothing). The last call happens before this returns.
+    pub fn execute_watched(
+        &mut self,
+        cell: &str,
+        after: Duration,
+        every: Duration,
+        mut on_progress: impl FnMut(MemoryChange) + Send,
+    ) -> CellReport {
+        let probe = self.probe.clone();
+        let seq = self.last_seq;
+        let before = probe.snapshot(seq).unwrap_or_default();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let mut wait = after;
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(wait)
+                {
+                    if let Some(now) = probe.snapshot(seq) {
+                        on_progress(MemoryChange {
+                            before: before.clone(),
+                            after: now,
+                        });
+                    }
+                    wait = every;
+                }
+            });
+            let report = self.execute(cell);
+            drop(stop);
+            report
+        })
+    }
+
+    /// Completions for `code` at byte offset `pos`: the replaced range and the candidates.
+    pub fn completions(&mut self, code: &str, pos: usize) -> (usize, usize, Vec<String>) {
+        match self.ctx.completions(code, pos) {
+            Ok(c) => (
+                c.start_offset,
+                c.end_offset,
+                c.completions.into_iter().map(|c| c.code).collect(),
+            ),
+            Err(_) => (pos, pos, Vec::new()),
+        }
+    }
+
+    /// The session's variables and their types.
+    pub fn variables(&self) -> Vec<(String, String)> {
+        self.ctx
+            .variables_and_types()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect()
+    }
+
+    /// What rust-analyzer knows of the expression ending at byte offset `pos` (plain, HTML):
+    /// a method's signature and the first lines of its documentation.
+    pub fn hover(&mut self, code: &str, pos: usize) -> Option<(String, String)> {
+        let (plain, html) = self.ctx.hover_at(code, pos).ok()?;
+        (!plain.trim().is_empty()).then_some((plain, html))
+    }
+
+    /// The value of a variable as its card or text, without a memory strip.
+    pub fn show_variable(&mut self, name: &str) -> Option<Output> {
+        let out = self.ctx.execute(name).ok()?;
+        let get = |k: &str| out.content_by_mime_type.get(k).cloned();
+        Some(Output::Value {
+            plain: get("text/plain")?,
+            ansi: get("text/x-ansi"),
+            html: get("text/html"),
+        })
+    }
+
     /// Rust code (or an evcxr command), with the memory lines of what it did.
     pub(super) fn run_code(&mut self, code: &str) -> CellReport {
         let before = self.snapshot();
         let mut report = CellReport::default();
+        let pid = self
+            .ctx
+            .process_handle()
+            .lock()
+            .map(|c| c.id() as i32)
+            .unwrap_or(0);
+        self.interrupter.pid.store(pid, Ordering::Release);
         let result = self.ctx.execute(code);
-        // evcxr drains the cell's stdout before returning, so every shown card is in.
-        report
-            .outputs
-            .append(&mut self.shown_cards.lock().unwrap_or_else(|e| e.into_inner()));
+        self.interrupter.pid.store(0, Ordering::Release);
+        // Wait until the cell's own streams are read to the end (its cards and failure are in).
+        self.sync_token += 1;
+        if self
+            .probe
+            .ask(&format!("sync {}", self.sync_token))
+            .is_some()
+        {
+            self.cell_output
+                .wait_for_sync(self.sync_token, Duration::from_secs(2));
+        }
+        report.outputs.append(&mut self.cell_output.take());
         match result {
             Ok(out) => {
                 let get = |k: &str| out.content_by_mime_type.get(k).cloned();
@@ -224,9 +324,9 @@ impl Session {
                 .push(Output::Error(self.describe_error(code, e))),
         }
         let after = self.snapshot();
-        report.memory = memory_lines(&before, &after);
         self.last_seq = self.last_seq.max(after.last_seq);
-        self.history.push(after);
+        self.history.push(after.clone());
+        report.memory = Some(MemoryChange { before, after });
         report
     }
 
@@ -256,28 +356,6 @@ impl Session {
             EvcxrError::Message(m) => m,
         }
     }
-}
-
-/// Shortens what a panicking cell prints: evcxr forces backtraces on, and their frames point
-/// into generated code. The panic's own message is kept, under a line that says what happened.
-fn filter_stderr(is_err: bool, line: &str, in_backtrace: &mut bool) -> Option<String> {
-    if !is_err {
-        return Some(line.to_string());
-    }
-    if *in_backtrace {
-        if line.starts_with("note: Some details are omitted") {
-            *in_backtrace = false;
-        }
-        return None;
-    }
-    if line.starts_with("stack backtrace:") {
-        *in_backtrace = true;
-        return None;
-    }
-    if line.starts_with("thread '") && line.contains("panicked at") {
-        return Some("panic in the cell (variables defined before it are kept):".into());
-    }
-    Some(line.to_string())
 }
 
 /// A rustc error with the user's line and column, the offending line, and rustc's help.

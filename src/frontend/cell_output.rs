@@ -1,0 +1,146 @@
+//! Reading the cell process's stdout and stderr while cells run: plain lines stream to the
+//! front end's sink as they come; `Tensor::show()` cards and failed cells (marked by
+//! `placelab::cell_io`) are collected as the cell's outputs; sync lines tell the session that
+//! everything a cell wrote has been read.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use evcxr::EvalContextOutputs;
+
+use super::session::{Output, Sink};
+use crate::cell_io::{FAILED_BEGIN, FAILED_END, SYNC};
+use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
+
+#[derive(Default)]
+struct State {
+    outputs: Vec<Output>,
+    synced: u64,
+}
+
+#[derive(Clone, Default)]
+pub struct CellOutput(Arc<(Mutex<State>, Condvar)>);
+
+impl CellOutput {
+    /// Starts one reader thread per stream.
+    pub fn read(streams: EvalContextOutputs, sink: Sink) -> CellOutput {
+        let shared = CellOutput::default();
+        let (out, sink_out) = (shared.clone(), sink.clone());
+        std::thread::spawn(move || {
+            // Lines between `show()`'s markers are a card, not output to stream.
+            let mut card: Option<Vec<String>> = None;
+            for line in streams.stdout {
+                match (line.as_str(), card.as_mut()) {
+                    (CARD_BEGIN, _) => card = Some(Vec::new()),
+                    (CARD_END, Some(lines)) => {
+                        out.push(parse_card(&lines.join("\n")));
+                        card = None;
+                    }
+                    (_, Some(lines)) => lines.push(line),
+                    _ => sink_out(false, &line),
+                }
+            }
+        });
+        let err = shared.clone();
+        std::thread::spawn(move || {
+            let mut in_backtrace = false;
+            // The kind of failure being read (`error` or `panic`), and its lines so far.
+            let mut failure: Option<(String, Vec<String>)> = None;
+            for line in streams.stderr {
+                if let Some(token) = line.strip_prefix(SYNC) {
+                    let (state, changed) = &*err.0;
+                    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+                    s.synced = token.trim().parse().unwrap_or(s.synced);
+                    changed.notify_all();
+                } else if line.starts_with(FAILED_END) {
+                    let (kind, lines) = failure.take().unwrap_or_default();
+                    let text = lines.join("\n").trim().to_string();
+                    err.push(Output::Error(match (text.is_empty(), kind.as_str()) {
+                        (false, _) => text,
+                        (true, "panic") => PANIC_LINE.to_string(),
+                        (true, _) => "the cell returned an error".to_string(),
+                    }));
+                } else if let Some(kind) = line.strip_prefix(FAILED_BEGIN) {
+                    failure = Some((kind.trim().to_string(), Vec::new()));
+                } else if let Some(shown) = filter_stderr(&line, &mut in_backtrace) {
+                    match failure.as_mut() {
+                        Some((_, lines)) => lines.push(shown),
+                        None => sink(true, &shown),
+                    }
+                }
+            }
+        });
+        shared
+    }
+
+    fn push(&self, o: Output) {
+        let (state, _) = &*self.0;
+        state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .outputs
+            .push(o);
+    }
+
+    /// The cards and failures collected since the last call.
+    pub fn take(&self) -> Vec<Output> {
+        let (state, _) = &*self.0;
+        std::mem::take(&mut state.lock().unwrap_or_else(|e| e.into_inner()).outputs)
+    }
+
+    /// Waits (at most `limit`) until the sync line `token` has been read from stderr.
+    pub fn wait_for_sync(&self, token: u64, limit: Duration) {
+        let (state, changed) = &*self.0;
+        let deadline = Instant::now() + limit;
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.synced < token {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            s = changed
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A card block from `Tensor::show()`: ANSI text, then plain text, then HTML, between markers.
+fn parse_card(block: &str) -> Output {
+    let (ansi, rest) = block.split_once(CARD_PLAIN).unwrap_or(("", block));
+    let (plain, html) = match rest.split_once(CARD_HTML) {
+        Some((p, h)) => (p, Some(h.trim().to_string())),
+        None => (rest, None),
+    };
+    let plain = plain.trim().to_string();
+    Output::Card {
+        ansi: match ansi.trim() {
+            "" => plain.clone(),
+            a => a.to_string(),
+        },
+        plain,
+        html,
+    }
+}
+
+const PANIC_LINE: &str = "panic in the cell (variables defined before it are kept)";
+
+/// Shortens what a panicking cell prints: evcxr forces backtraces on, and their frames point
+/// into generated code. The panic's own message is kept, under a line that says what happened.
+fn filter_stderr(line: &str, in_backtrace: &mut bool) -> Option<String> {
+    if *in_backtrace {
+        if line.starts_with("note: Some details are omitted") {
+            *in_backtrace = false;
+        }
+        return None;
+    }
+    if line.starts_with("stack backtrace:") {
+        *in_backtrace = true;
+        return None;
+    }
+    if line.starts_with("thread '") && line.contains("panicked at") {
+        return Some(format!("{PANIC_LINE}:"));
+    }
+    Some(line.to_string())
+}

@@ -1,0 +1,166 @@
+//! The thread that owns the kernel's `Session` (evcxr is blocking and not `Send`-friendly): it
+//! starts the session once, then runs jobs from the async side one at a time and answers each on
+//! a oneshot channel. The interrupter is published as soon as the session exists, so the control
+//! channel can stop a cell without waiting for this thread.
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::frontend::session::{CellReport, Interrupter, Output, Prepared, Session, Sink};
+use crate::frontend::strip::{MemoryChange, escape};
+
+/// Work for the evaluator thread.
+pub enum Job {
+    Execute {
+        code: String,
+        /// Called a few times a second with the memory so far, while a cell runs past a second.
+        progress: Box<dyn FnMut(MemoryChange) + Send>,
+        done: oneshot::Sender<CellReport>,
+    },
+    /// Completions at a byte offset: (start, end, candidates).
+    Complete {
+        code: String,
+        pos: usize,
+        done: oneshot::Sender<(usize, usize, Vec<String>)>,
+    },
+    Inspect {
+        code: String,
+        pos: usize,
+        done: oneshot::Sender<Option<Inspection>>,
+    },
+}
+
+/// What `inspect_request` shows: text, and HTML when there is a card or rendered docs.
+pub struct Inspection {
+    pub plain: String,
+    pub html: Option<String>,
+}
+
+/// The evaluator as the async side sees it.
+#[derive(Clone)]
+pub struct Evaluator {
+    jobs: mpsc::Sender<Job>,
+    interrupter: Arc<Mutex<Option<Interrupter>>>,
+}
+
+/// While a cell runs past this, the memory strip is refreshed every `LIVE_EVERY`.
+const LIVE_AFTER: Duration = Duration::from_secs(1);
+const LIVE_EVERY: Duration = Duration::from_millis(300);
+
+impl Evaluator {
+    /// Starts the thread; the session compiles the engine in it (seconds on a warm cache).
+    pub fn spawn(prepared: Prepared, sink: Sink) -> Evaluator {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let interrupter: Arc<Mutex<Option<Interrupter>>> = Arc::default();
+        let published = interrupter.clone();
+        std::thread::Builder::new()
+            .name("placelab-evaluator".into())
+            .spawn(move || {
+                let mut session = match Session::start(prepared, sink) {
+                    Ok(s) => {
+                        *published.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some(s.interrupter());
+                        Ok(s)
+                    }
+                    Err(e) => Err(e),
+                };
+                for job in queue {
+                    run(&mut session, job);
+                }
+                // The job channel closed: the kernel is shutting down. Dropping the session
+                // here ends the cell's process.
+                drop(session);
+            })
+            .expect("the evaluator thread starts");
+        Evaluator { jobs, interrupter }
+    }
+
+    /// Sends a job; `false` when the evaluator thread is gone.
+    pub fn submit(&self, job: Job) -> bool {
+        self.jobs.send(job).is_ok()
+    }
+
+    /// Whether the session has started (the engine is compiled into the evaluator).
+    pub fn is_ready(&self) -> bool {
+        self.interrupter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Stops the running cell, if any; returns whether one was running.
+    pub fn interrupt(&self) -> bool {
+        self.interrupter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(Interrupter::interrupt)
+    }
+}
+
+fn run(session: &mut Result<Session, String>, job: Job) {
+    let s = match session {
+        Ok(s) => s,
+        Err(why) => {
+            let why = format!("the Rust evaluator could not start: {why}");
+            match job {
+                Job::Execute { done, .. } => {
+                    let _ = done.send(CellReport::error(why));
+                }
+                Job::Complete { pos, done, .. } => {
+                    let _ = done.send((pos, pos, Vec::new()));
+                }
+                Job::Inspect { done, .. } => {
+                    let _ = done.send(None);
+                }
+            }
+            return;
+        }
+    };
+    match job {
+        Job::Execute {
+            code,
+            progress,
+            done,
+        } => {
+            let report = s.execute_watched(&code, LIVE_AFTER, LIVE_EVERY, progress);
+            let _ = done.send(report);
+        }
+        Job::Complete { code, pos, done } => {
+            let _ = done.send(s.completions(&code, pos));
+        }
+        Job::Inspect { code, pos, done } => {
+            let _ = done.send(inspect(s, &code, pos));
+        }
+    }
+}
+
+/// A session variable under the cursor shows its type and value (a tensor's card); anything
+/// else shows what rust-analyzer knows of it (an engine method's signature and doc line).
+fn inspect(s: &mut Session, code: &str, pos: usize) -> Option<Inspection> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let start = code[..pos]
+        .rfind(|c: char| !is_ident(c))
+        .map_or(0, |i| i + 1);
+    let end = code[pos..]
+        .find(|c: char| !is_ident(c))
+        .map_or(code.len(), |i| pos + i);
+    let word = &code[start..end];
+    if let Some((_, ty)) = s.variables().into_iter().find(|(n, _)| n == word) {
+        let (plain, html) = match s.show_variable(word) {
+            Some(Output::Value { plain, html, .. }) => (plain, html),
+            _ => (String::new(), None),
+        };
+        return Some(Inspection {
+            plain: format!("{word}: {ty}\n{plain}"),
+            html: html.map(|h| format!("<p><code>{word}: {}</code></p>{h}", escape(&ty))),
+        });
+    }
+    s.hover(code, end).map(|(plain, html)| Inspection {
+        plain,
+        html: Some(html),
+    })
+}

@@ -1,0 +1,315 @@
+//! `execute_request`: `execute_input`, the cell's streams while it runs, its outputs (cards as
+//! HTML with `text/plain` beside them, plots as SVG, one `error` message on failure), the memory
+//! strip under it — live while a long cell runs — and the reply.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use jupyter_protocol::{
+    DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult,
+    ExecutionCount, ExpressionResult, JupyterMessage, Media, MediaType, Payload, ReplyError,
+    ReplyStatus, StreamContent, Transient, UpdateDisplayData,
+};
+use tokio::sync::oneshot;
+
+use super::Iopub;
+use super::evaluator::Job;
+use super::replies::Shell;
+use super::send_reply;
+use crate::frontend::session::{CellReport, Output};
+use crate::frontend::strip::MemoryChange;
+
+impl Shell {
+    /// Runs one execute request; returns whether it failed.
+    pub async fn execute(&mut self, message: &JupyterMessage, req: &ExecuteRequest) -> bool {
+        let silent = req.silent;
+        if req.store_history && !silent {
+            self.execution_count += 1;
+            self.history.add(self.execution_count, &req.code);
+        }
+        let count = ExecutionCount::new(self.execution_count);
+        if !silent {
+            let input = ExecuteInput {
+                code: req.code.clone(),
+                execution_count: count,
+            };
+            self.iopub.send(input, message);
+        }
+        // `exit` and `quit`, as in IPython: the client decides (a console leaves).
+        if matches!(
+            req.code.trim(),
+            "exit" | "quit" | "exit()" | "quit()" | ":exit" | ":quit"
+        ) {
+            let reply = ExecuteReply {
+                status: ReplyStatus::Ok,
+                execution_count: count,
+                payload: vec![Payload::AskExit { keepkernel: false }],
+                user_expressions: Some(HashMap::new()),
+                error: None,
+            };
+            send_reply(&mut self.reply, reply.as_child_of(message)).await;
+            return false;
+        }
+        if !self.evaluator.is_ready() && !silent {
+            self.iopub.send(
+                StreamContent::stderr(
+                    "(the Rust evaluator is still starting: the first start on a machine builds \
+                     the engine, a few minutes; later starts take seconds)\n",
+                ),
+                message,
+            );
+        }
+
+        self.streams.begin(message);
+        let strip = Strip::new(self.iopub.clone(), message, silent);
+        let report = self.run(&req.code, strip.live()).await;
+        self.streams.flush().await;
+        if !silent {
+            publish(&self.iopub, message, count, &report);
+            strip.finish(report.memory.as_ref());
+        }
+
+        let error = report.outputs.iter().find_map(|o| match o {
+            Output::Error(e) => Some(e.clone()),
+            _ => None,
+        });
+        let mut user_expressions = HashMap::new();
+        if error.is_none() {
+            for (name, expr) in req.user_expressions.iter().flatten() {
+                user_expressions.insert(name.clone(), self.evaluate(expr).await);
+            }
+        }
+        let reply = ExecuteReply {
+            status: if error.is_some() {
+                ReplyStatus::Error
+            } else {
+                ReplyStatus::Ok
+            },
+            execution_count: count,
+            payload: Vec::new(),
+            user_expressions: Some(user_expressions),
+            error: error.as_deref().map(|e| Box::new(reply_error(e))),
+        };
+        send_reply(&mut self.reply, reply.as_child_of(message)).await;
+        error.is_some()
+    }
+
+    async fn run(&self, code: &str, progress: Box<dyn FnMut(MemoryChange) + Send>) -> CellReport {
+        let (done, answer) = oneshot::channel();
+        let job = Job::Execute {
+            code: code.to_string(),
+            progress,
+            done,
+        };
+        if !self.evaluator.submit(job) {
+            return CellReport::error("the Rust evaluator has stopped; restart the kernel");
+        }
+        answer.await.unwrap_or_else(|_| {
+            CellReport::error(
+                "the Rust evaluator stopped while running this cell; restart the kernel",
+            )
+        })
+    }
+
+    /// A `user_expressions` entry: the expression's value as text (and HTML for cards).
+    async fn evaluate(&self, expr: &str) -> ExpressionResult {
+        let report = self.run(expr, Box::new(|_| {})).await;
+        for o in report.outputs {
+            match o {
+                Output::Value { plain, html, .. } => {
+                    let mut media = vec![MediaType::Plain(plain)];
+                    media.extend(html.map(MediaType::Html));
+                    return ExpressionResult::Ok {
+                        data: Media::new(media),
+                        metadata: Default::default(),
+                    };
+                }
+                Output::Error(e) => {
+                    let r = reply_error(&e);
+                    return ExpressionResult::Error {
+                        ename: r.ename,
+                        evalue: r.evalue,
+                        traceback: r.traceback,
+                    };
+                }
+                _ => {}
+            }
+        }
+        ExpressionResult::Ok {
+            data: Media::new(vec![MediaType::Plain("()".into())]),
+            metadata: Default::default(),
+        }
+    }
+}
+
+/// Sends a cell's outputs in order: its value as `execute_result`, cards, tables and plots as
+/// `display_data`, the session's messages as stdout, and all its errors as one `error`.
+fn publish(iopub: &Iopub, parent: &JupyterMessage, count: ExecutionCount, report: &CellReport) {
+    let display = |media: Vec<MediaType>| DisplayData::new(Media::new(media));
+    let mut errors = Vec::new();
+    for o in &report.outputs {
+        match o {
+            Output::Value { plain, html, .. } => {
+                let mut media = vec![MediaType::Plain(plain.clone())];
+                media.extend(html.clone().map(MediaType::Html));
+                let result = ExecuteResult {
+                    execution_count: count,
+                    data: Media::new(media),
+                    metadata: Default::default(),
+                    // Never null: the schema wants an object.
+                    transient: Some(Transient::default()),
+                };
+                iopub.send(result, parent);
+            }
+            Output::Card { plain, html, .. } => {
+                let mut media = vec![MediaType::Plain(plain.clone())];
+                media.extend(html.clone().map(MediaType::Html));
+                iopub.send(display(media), parent);
+            }
+            Output::Table { plain, html } => iopub.send(
+                display(vec![
+                    MediaType::Plain(plain.clone()),
+                    MediaType::Html(html.clone()),
+                ]),
+                parent,
+            ),
+            Output::Plot { svg, path } => iopub.send(
+                display(vec![
+                    MediaType::Plain(format!("plot (also written to {})", path.display())),
+                    MediaType::Svg(svg.clone()),
+                ]),
+                parent,
+            ),
+            Output::Info(text) => iopub.send(StreamContent::stdout(&format!("{text}\n")), parent),
+            Output::Error(e) => errors.push(e.as_str()),
+        }
+    }
+    if !errors.is_empty() {
+        let e = reply_error(&errors.join("\n"));
+        let error = ErrorOutput {
+            ename: e.ename,
+            evalue: e.evalue,
+            traceback: e.traceback,
+        };
+        iopub.send(error, parent);
+    }
+}
+
+/// Names the kind of failure for `ename`; the first line is `evalue`, every line the traceback
+/// (what notebooks show, red).
+fn reply_error(text: &str) -> ReplyError {
+    let ename = if text.starts_with("error[") || text.starts_with("error:") {
+        "CompileError"
+    } else if text.starts_with("panic in the cell") {
+        "Panic"
+    } else if text.starts_with("the cell's process ended") {
+        "ProcessEnded"
+    } else {
+        "Error"
+    };
+    let body = if ename == "CompileError" {
+        text.to_string()
+    } else {
+        format!("error: {text}")
+    };
+    // A panic's value is its message, on the lines after "panic in the cell …:".
+    let evalue = match ename {
+        "Panic" => text.lines().skip(1).collect::<Vec<_>>().join("\n"),
+        _ => text.lines().next().unwrap_or_default().to_string(),
+    };
+    ReplyError {
+        ename: ename.into(),
+        evalue,
+        traceback: body
+            .lines()
+            .map(|l| format!("\x1b[31m{l}\x1b[0m"))
+            .collect(),
+    }
+}
+
+/// The memory strip of one cell: shown live (one `display_data`, then updates in place) while
+/// the cell runs, and its final state when it ends.
+struct Strip {
+    iopub: Iopub,
+    parent: JupyterMessage,
+    display_id: String,
+    silent: bool,
+    /// Whether the live strip is already on the page (then the end updates it in place).
+    shown: Arc<Mutex<bool>>,
+}
+
+impl Strip {
+    fn new(iopub: Iopub, parent: &JupyterMessage, silent: bool) -> Strip {
+        Strip {
+            iopub,
+            parent: parent.clone(),
+            display_id: format!("placelab-memory-{}", parent.header.msg_id),
+            silent,
+            shown: Arc::default(),
+        }
+    }
+
+    fn media(change: &MemoryChange, running: bool) -> Media {
+        let mut lines = change.lines();
+        let mut html = change.html();
+        if running {
+            lines.insert(0, "── running…".into());
+            html = html.replacen(
+                "<table",
+                "<div style=\"color:#b35900\">running…</div><table",
+                1,
+            );
+        }
+        Media::new(vec![
+            MediaType::Plain(lines.join("\n")),
+            MediaType::Html(html),
+        ])
+    }
+
+    fn show(&self, change: &MemoryChange, running: bool) {
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let transient = Transient {
+            display_id: Some(self.display_id.clone()),
+        };
+        let media = Self::media(change, running);
+        if *shown {
+            let update = UpdateDisplayData {
+                data: media,
+                metadata: Default::default(),
+                transient,
+            };
+            self.iopub.send(update, &self.parent);
+        } else {
+            let mut display = DisplayData::new(media);
+            display.transient = Some(transient);
+            self.iopub.send(display, &self.parent);
+            *shown = true;
+        }
+    }
+
+    /// The callback the evaluator calls while the cell runs.
+    fn live(&self) -> Box<dyn FnMut(MemoryChange) + Send> {
+        if self.silent {
+            return Box::new(|_| {});
+        }
+        let strip = Strip {
+            iopub: self.iopub.clone(),
+            parent: self.parent.clone(),
+            display_id: self.display_id.clone(),
+            silent: false,
+            shown: self.shown.clone(),
+        };
+        Box::new(move |change| {
+            if !change.is_empty() {
+                strip.show(&change, true)
+            }
+        })
+    }
+
+    fn finish(&self, change: Option<&MemoryChange>) {
+        match change {
+            Some(c) if !c.is_empty() => self.show(c, false),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The memory strip under a cell: what each device in use holds after it, what the cell changed,
+//! and the cell's transfers — as terminal lines and as a compact HTML table for Jupyter.
+
+use std::time::Duration;
+
+use super::probe_client::{DeviceStats, Snapshot};
+use crate::display::{human_bytes, human_duration, human_rate};
+
+/// Device memory before and after a cell (or, while it runs, after so far).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemoryChange {
+    pub before: Snapshot,
+    pub after: Snapshot,
+}
+
+/// One device row of the strip.
+struct Row<'a> {
+    stats: &'a DeviceStats,
+    delta: i128,
+}
+
+impl MemoryChange {
+    /// Devices that hold or held memory around this cell; devices never used stay out.
+    fn rows(&self) -> Vec<Row<'_>> {
+        self.after
+            .devices
+            .iter()
+            .filter_map(|(name, d)| {
+                let prev = self.before.devices.get(name).cloned().unwrap_or_default();
+                let unused = d.allocated == 0 && d.reserved == 0 && prev.reserved == 0;
+                (!unused).then(|| Row {
+                    stats: d,
+                    delta: d.allocated as i128 - prev.allocated as i128,
+                })
+            })
+            .collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows().is_empty() && self.after.transfers.is_empty()
+    }
+
+    /// One line per device in use: `── cuda:0 allocated 3.81 MiB (1 tensor) · reserved
+    /// 20.00 MiB · free 15.98 / 16.00 GiB · this cell +3.81 MiB`, then one for the transfers.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .rows()
+            .iter()
+            .map(|r| {
+                let d = r.stats;
+                let free = match free_text(d) {
+                    Some(f) => format!(" · free {f}"),
+                    None => String::new(),
+                };
+                let cell = match r.delta {
+                    0 => String::new(),
+                    delta => format!(" · this cell {}", signed_bytes(delta)),
+                };
+                format!(
+                    "── {} allocated {} ({}) · reserved {}{free}{cell}",
+                    label(d),
+                    human_bytes(d.allocated as usize),
+                    tensors_text(d.tensors),
+                    human_bytes(d.reserved as usize)
+                )
+            })
+            .collect();
+        lines.extend(self.transfers_text().map(|t| format!("── {t}")));
+        lines
+    }
+
+    /// The same as a small table (one row per device) and a line of transfers.
+    pub fn html(&self) -> String {
+        let cell = "padding:1px 10px 1px 0;text-align:right";
+        let mut rows = String::new();
+        for r in self.rows() {
+            let d = r.stats;
+            let (badge, name) = match (d.name.as_str(), d.simulated) {
+                ("cpu", _) => ("#3b6ea5", d.name.clone()),
+                (_, true) => ("#b7791f", format!("{} · simulated", d.name)),
+                _ => ("#5a8f00", d.name.clone()),
+            };
+            let change = match r.delta {
+                0 => "<span style=\"color:#888\">±0</span>".to_string(),
+                delta if delta > 0 => format!(
+                    "<span style=\"color:#b35900\">{}</span>",
+                    signed_bytes(delta)
+                ),
+                delta => format!(
+                    "<span style=\"color:#2f7d32\">{}</span>",
+                    signed_bytes(delta)
+                ),
+            };
+            rows.push_str(&format!(
+                "<tr><td style=\"padding:1px 10px 1px 0\"><span style=\"background:{badge};color:#fff;border-radius:4px;padding:0 6px\">{}</span></td>\
+                 <td style=\"{cell}\">{}</td><td style=\"{cell}\">{}</td><td style=\"{cell}\">{}</td><td style=\"{cell}\">{change}</td><td style=\"{cell}\">{}</td></tr>",
+                escape(&name),
+                human_bytes(d.allocated as usize),
+                human_bytes(d.reserved as usize),
+                free_text(d).unwrap_or_else(|| "—".into()),
+                tensors_text(d.tensors)
+            ));
+        }
+        let head = [
+            "",
+            "allocated",
+            "reserved",
+            "free / total",
+            "this cell",
+            "live",
+        ]
+        .iter()
+        .map(|h| format!("<th style=\"{cell};font-weight:normal;color:#666\">{h}</th>"))
+        .collect::<String>();
+        let transfers = self
+            .transfers_text()
+            .map(|t| {
+                format!(
+                    "<div style=\"color:#555;margin-top:2px\">{}</div>",
+                    escape(&t)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "<div class=\"placelab-memory\" style=\"font-family:ui-monospace,monospace;font-size:12px;border-top:1px solid #d0d7de;padding-top:3px\">\
+             <table style=\"border-collapse:collapse\"><tr>{head}</tr>{rows}</table>{transfers}</div>"
+        )
+    }
+
+    /// `3 transfers this cell: 11.44 MiB in 1.02 ms (11.8 GB/s)`.
+    fn transfers_text(&self) -> Option<String> {
+        let t = &self.after.transfers;
+        if t.is_empty() {
+            return None;
+        }
+        let bytes: u64 = t.iter().map(|t| t.bytes).sum();
+        let nanos: u64 = t.iter().map(|t| t.nanos).sum();
+        let simulated = if t.iter().any(|t| t.simulated) {
+            ", simulated: host copy time"
+        } else {
+            ""
+        };
+        Some(format!(
+            "{} transfer{} this cell: {} in {} ({}{simulated})",
+            t.len(),
+            if t.len() == 1 { "" } else { "s" },
+            human_bytes(bytes as usize),
+            human_duration(Duration::from_nanos(nanos)),
+            human_rate(bytes as f64 / (nanos.max(1) as f64 / 1e9))
+        ))
+    }
+}
+
+fn signed_bytes(delta: i128) -> String {
+    let sign = if delta < 0 { "-" } else { "+" };
+    format!("{sign}{}", human_bytes(delta.unsigned_abs() as usize))
+}
+
+fn tensors_text(n: u64) -> String {
+    if n == 1 {
+        "1 tensor".into()
+    } else {
+        format!("{n} tensors")
+    }
+}
+
+/// `15.98 GiB / 16.00 GiB` for a GPU (real or simulated); the CPU has no such limit to show.
+fn free_text(d: &DeviceStats) -> Option<String> {
+    (d.name != "cpu").then(|| {
+        format!(
+            "{} / {}",
+            human_bytes(d.free as usize),
+            human_bytes(d.total as usize)
+        )
+    })
+}
+
+pub fn label(d: &DeviceStats) -> String {
+    if d.simulated {
+        format!("{} (simulated)", d.name)
+    } else {
+        d.name.clone()
+    }
+}
+
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::probe_client::TransferLine;
+
+    fn gpu(allocated: u64) -> DeviceStats {
+        DeviceStats {
+            name: "cuda:0".into(),
+            simulated: true,
+            allocated,
+            reserved: 20 << 20,
+            peak: allocated,
+            tensors: 1,
+            free: 15 << 30,
+            total: 16 << 30,
+        }
+    }
+
+    #[test]
+    fn a_cell_that_moved_a_tensor_shows_its_growth_and_transfer() {
+        let mut change = MemoryChange::default();
+        change.after.devices.insert("cuda:0".into(), gpu(4_000_256));
+        change.after.transfers.push(TransferLine {
+            seq: 1,
+            from: "cpu".into(),
+            to: "cuda:0".into(),
+            bytes: 4_000_000,
+            nanos: 1_000_000,
+            pinned: false,
+            simulated: true,
+        });
+        assert_eq!(
+            change.lines(),
+            vec![
+                "── cuda:0 (simulated) allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB · free 15.00 GiB / 16.00 GiB · this cell +3.81 MiB",
+                "── 1 transfer this cell: 3.81 MiB in 1.00 ms (4.0 GB/s, simulated: host copy time)"
+            ]
+        );
+        let html = change.html();
+        assert!(html.contains("class=\"placelab-memory\""));
+        assert!(html.contains("cuda:0 · simulated") && html.contains("+3.81 MiB"));
+    }
+
+    #[test]
+    fn devices_never_used_are_left_out() {
+        let mut change = MemoryChange::default();
+        change.after.devices.insert("cuda:0".into(), {
+            let mut d = gpu(0);
+            d.reserved = 0;
+            d
+        });
+        assert!(change.is_empty());
+        assert!(change.lines().is_empty());
+    }
+}
