@@ -86,11 +86,13 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
     let starter = {
         let shared = shared.clone();
         std::thread::spawn(move || {
-            let sink: super::session::Sink = Arc::new(|is_err, line| {
+            // On a terminal each line first clears the running cell's status line.
+            let clear = if colour { "\r\x1b[K" } else { "" };
+            let sink: super::session::Sink = Arc::new(move |is_err, line| {
                 if is_err {
-                    eprintln!("{line}")
+                    eprintln!("{clear}{line}")
                 } else {
-                    println!("{line}")
+                    println!("{clear}{line}")
                 }
             });
             let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -140,7 +142,28 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
                     return 1;
                 };
                 let _ = INTERRUPTER.set(session.interrupter());
-                let report = session.execute(&line);
+                let started = std::time::Instant::now();
+                let report = session.execute_watched(
+                    &line,
+                    std::time::Duration::from_secs(1),
+                    std::time::Duration::from_millis(300),
+                    |change| {
+                        // A status line, rewritten in place while a long cell runs (on stdout:
+                        // stderr passes through a line-reading pipe, see `progress`).
+                        if colour {
+                            use std::io::Write;
+                            print!(
+                                "\r\x1b[K\x1b[2m── running {:.1} s · {}\x1b[0m",
+                                started.elapsed().as_secs_f64(),
+                                change.status_line()
+                            );
+                            let _ = std::io::stdout().flush();
+                        }
+                    },
+                );
+                if colour && report.duration >= std::time::Duration::from_secs(1) {
+                    print!("\r\x1b[K");
+                }
                 let shown = render(&report, colour);
                 if !shown.is_empty() {
                     println!("{shown}");

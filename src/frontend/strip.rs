@@ -69,6 +69,26 @@ impl MemoryChange {
         lines
     }
 
+    /// One short line for a terminal's status line while a cell runs:
+    /// `cpu 3.81 MiB · cuda:0 (simulated) 1.20 GiB (+1.19 GiB)`.
+    pub fn status_line(&self) -> String {
+        self.rows()
+            .iter()
+            .map(|r| {
+                let change = match r.delta {
+                    0 => String::new(),
+                    d => format!(" ({})", signed_bytes(d)),
+                };
+                format!(
+                    "{} {}{change}",
+                    label(r.stats),
+                    human_bytes(r.stats.allocated as usize)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+
     /// The same as a small table (one row per device) and a line of transfers.
     pub fn html(&self) -> String {
         let cell = "padding:1px 10px 1px 0;text-align:right";
