@@ -80,6 +80,8 @@ pub enum Error {
         device: Device,
         msg: String,
     },
+    /// The user interrupted the running cell (Ctrl-C, or a notebook's stop button).
+    Interrupted,
     /// Reading a tensor's values as a Rust type of another dtype.
     ElementType {
         op: &'static str,
@@ -194,6 +196,11 @@ impl fmt::Display for Error {
             Error::Cuda { op, device, msg } => write!(
                 f,
                 "CUDA error in {op} on {device}: {msg}. The tensors of this device may be unusable;                  if this repeats, restart placelab and check the GPU with `nvidia-smi`."
+            ),
+            Error::Interrupted => write!(
+                f,
+                "interrupted by the user: the cell stopped at its next tensor operation. \
+                 Variables defined before this cell are kept."
             ),
             Error::ElementType {
                 op,

@@ -24,6 +24,7 @@ pub mod error;
 #[cfg(feature = "frontend")]
 pub mod frontend;
 mod inflight;
+pub mod interrupt;
 pub mod layout;
 pub mod memory;
 pub mod nn;

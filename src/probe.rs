@@ -5,7 +5,7 @@
 //! Protocol (text, one request per connection): `stats AFTER_SEQ` → one `device …` line per used
 //! device, one `transfer …` line per transfer with `seq > AFTER_SEQ`, then `end`;
 //! `empty_cache` → `released BYTES`, `end`; `sync TOKEN` → `end`, after writing a sync line to
-//! stderr (`cell_io::SYNC`). Values are `key=value`, separated by spaces.
+//! stderr (`cell_io::SYNC`); `begin` (a cell starts: an old interrupt is forgotten) → `end`. Values are `key=value`, separated by spaces.
 
 use std::io::{BufRead, BufReader, Write};
 use std::sync::OnceLock;
@@ -21,6 +21,7 @@ pub fn serve_from_env() {
     static STARTED: OnceLock<()> = OnceLock::new();
     let Ok(path) = std::env::var(ENV) else { return };
     crate::cell_io::install();
+    crate::interrupt::install_sigint_handler();
     STARTED.get_or_init(|| {
         let _ = std::fs::remove_file(&path);
         let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
@@ -69,6 +70,7 @@ pub fn answer(request: &str) -> String {
             }
             out.push_str(&format!("seq last={}\n", transfer::last_seq()));
         }
+        Some("begin") => crate::interrupt::clear(),
         Some("sync") => {
             let token: u64 = words.next().and_then(|w| w.parse().ok()).unwrap_or(0);
             crate::cell_io::sync(token);

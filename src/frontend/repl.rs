@@ -2,7 +2,8 @@
 //! brackets, completion from evcxr, coloured cards, Ctrl-C to interrupt a running cell.
 
 use std::io::IsTerminal;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustyline::completion::{Completer, Pair};
 use rustyline::error::ReadlineError;
@@ -17,13 +18,12 @@ use super::session::{Interrupter, Session};
 
 type Shared = Arc<Mutex<Option<Session>>>;
 
-/// The running session's interrupter, for the Ctrl-C handler.
-static INTERRUPTER: OnceLock<Interrupter> = OnceLock::new();
+/// Raised by the Ctrl-C handler; a watcher thread passes it to the session (a signal handler
+/// may only touch atomics).
+static CTRL_C: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
-    if let Some(i) = INTERRUPTER.get() {
-        i.interrupt();
-    }
+    CTRL_C.store(true, Ordering::Relaxed);
 }
 
 struct CellHelper {
@@ -106,8 +106,25 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
         })
     };
     let mut starter = Some(starter);
-    // SAFETY: installing a handler that only calls kill().
+    // SAFETY: installing a handler that only stores to an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let interrupter: Arc<Mutex<Option<Interrupter>>> = Arc::default();
+    {
+        let interrupter = interrupter.clone();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if CTRL_C.swap(false, Ordering::Relaxed)
+                    && let Some(i) = interrupter
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                {
+                    i.interrupt();
+                }
+            }
+        });
+    }
     let mut editor: Editor<CellHelper, rustyline::history::DefaultHistory> = match Editor::new() {
         Ok(e) => e,
         Err(e) => {
@@ -141,7 +158,8 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
                 let Some(session) = guard.as_mut() else {
                     return 1;
                 };
-                let _ = INTERRUPTER.set(session.interrupter());
+                *interrupter.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(session.interrupter());
                 let started = std::time::Instant::now();
                 let report = session.execute_watched(
                     &line,

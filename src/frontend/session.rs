@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
@@ -65,22 +65,57 @@ impl CellReport {
     }
 }
 
-/// Stops the cell that is running, from any thread (or a signal handler: it only reads an atomic
-/// and calls `kill`). Today that ends the cell's process; the session says what was lost.
+/// Stops the cell that is running, from any thread. It first *asks*: SIGINT makes the cell's
+/// engine ops return `Error::Interrupted`, so tensor work ends within an op and every variable of
+/// earlier cells survives. A cell still running after the grace period (a loop with no tensor op
+/// to stop at) has its process killed, and the session says which variables were lost.
 #[derive(Debug, Clone, Default)]
 pub struct Interrupter {
-    pid: Arc<AtomicI32>,
+    running: Arc<RunningCell>,
+}
+
+#[derive(Debug, Default)]
+struct RunningCell {
+    /// The cell process while a cell runs, else 0.
+    pid: AtomicI32,
+    /// Counts cells, so a late kill never hits the next one.
+    cell: AtomicU64,
+    /// Set when the grace period ran out and the process was killed.
+    killed: AtomicBool,
+}
+
+/// How long an interrupted cell may take to stop before its process is killed:
+/// `PLACELAB_INTERRUPT_GRACE` seconds, 2 by default.
+pub fn interrupt_grace() -> Duration {
+    std::env::var("PLACELAB_INTERRUPT_GRACE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(2), Duration::from_secs_f64)
 }
 
 impl Interrupter {
     /// Returns whether a cell was running.
     pub fn interrupt(&self) -> bool {
-        let pid = self.pid.load(Ordering::Acquire);
-        if pid > 0 {
-            // SAFETY: kill is async-signal-safe; the pid is that of the cell's process.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+        let pid = self.running.pid.load(Ordering::Acquire);
+        if pid <= 0 {
+            return false;
         }
-        pid > 0
+        let cell = self.running.cell.load(Ordering::Acquire);
+        // SAFETY: signalling the cell's process, whose pid we recorded when the cell started.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        let running = self.running.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(interrupt_grace());
+            let same = running.pid.load(Ordering::Acquire) == pid
+                && running.cell.load(Ordering::Acquire) == cell;
+            if same {
+                running.killed.store(true, Ordering::Release);
+                // SAFETY: as above; the same cell is still running.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        });
+        true
     }
 }
 
@@ -288,15 +323,21 @@ impl Session {
     pub(super) fn run_code(&mut self, code: &str) -> CellReport {
         let before = self.snapshot();
         let mut report = CellReport::default();
+        let variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
+        // A new cell: an interrupt that came while none ran is forgotten.
+        let _ = self.probe.ask("begin");
         let pid = self
             .ctx
             .process_handle()
             .lock()
             .map(|c| c.id() as i32)
             .unwrap_or(0);
-        self.interrupter.pid.store(pid, Ordering::Release);
+        let running = &self.interrupter.running;
+        running.cell.fetch_add(1, Ordering::AcqRel);
+        running.killed.store(false, Ordering::Release);
+        running.pid.store(pid, Ordering::Release);
         let result = self.ctx.execute(code);
-        self.interrupter.pid.store(0, Ordering::Release);
+        running.pid.store(0, Ordering::Release);
         // Wait until the cell's own streams are read to the end (its cards and failure are in).
         self.sync_token += 1;
         if self
@@ -321,7 +362,7 @@ impl Session {
             }
             Err(e) => report
                 .outputs
-                .push(Output::Error(self.describe_error(code, e))),
+                .push(Output::Error(self.describe_error(code, e, &variables))),
         }
         let after = self.snapshot();
         self.last_seq = self.last_seq.max(after.last_seq);
@@ -330,7 +371,7 @@ impl Session {
         report
     }
 
-    fn describe_error(&mut self, code: &str, e: EvcxrError) -> String {
+    fn describe_error(&mut self, code: &str, e: EvcxrError, variables: &[String]) -> String {
         match e {
             EvcxrError::CompilationErrors(errors) => errors
                 .iter()
@@ -342,8 +383,25 @@ impl Session {
                 // it on the next cell. Re-open the side channel there.
                 let _ = self.ctx.execute("placelab::probe::serve_from_env();");
                 self.last_seq = 0;
+                let cause = if self
+                    .interrupter
+                    .running
+                    .killed
+                    .swap(false, Ordering::AcqRel)
+                {
+                    format!(
+                        "the cell did not stop within {:.1} s of the interrupt (it reached no tensor operation to stop at), so its process was ended",
+                        interrupt_grace().as_secs_f64()
+                    )
+                } else {
+                    format!("the cell's process ended ({why})")
+                };
+                let lost = match variables {
+                    [] => String::new(),
+                    names => format!(" ({})", names.join(", ")),
+                };
                 format!(
-                    "the cell's process ended ({why}): every variable was lost and device memory freed. \
+                    "{cause}: every variable was lost{lost} and device memory freed. \
                      The session restarted; `use` lines and dependencies are kept."
                 )
             }

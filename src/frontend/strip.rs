@@ -36,6 +36,15 @@ impl MemoryChange {
             .collect()
     }
 
+    /// Whether the cell has changed any device's memory, or moved anything, so far.
+    pub fn changed(&self) -> bool {
+        !self.after.transfers.is_empty()
+            || self.after.devices.iter().any(|(name, d)| {
+                let prev = self.before.devices.get(name).cloned().unwrap_or_default();
+                (d.allocated, d.reserved) != (prev.allocated, prev.reserved)
+            })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.rows().is_empty() && self.after.transfers.is_empty()
     }

@@ -113,6 +113,8 @@ impl Block {
         engine_buffer: Option<&'static str>,
     ) -> Result<Block> {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        // Every op that makes a tensor comes through here: the place an interrupt stops a cell.
+        crate::interrupt::check()?;
         let requested = numel
             .checked_mul(dtype.size_in_bytes())
             .filter(|b| *b <= isize::MAX as usize)

@@ -52,7 +52,7 @@ impl Shell {
         }
         if !self.evaluator.is_ready() && !silent {
             self.iopub.send(
-                StreamContent::stderr(
+                StreamContent::stdout(
                     "(the Rust evaluator is still starting: the first start on a machine builds \
                      the engine, a few minutes; later starts take seconds)\n",
                 ),
@@ -202,7 +202,11 @@ fn reply_error(text: &str) -> ReplyError {
         "CompileError"
     } else if text.starts_with("panic in the cell") {
         "Panic"
-    } else if text.starts_with("the cell's process ended") {
+    } else if text.starts_with("interrupted by the user") {
+        "Interrupted"
+    } else if text.starts_with("the cell's process ended")
+        || text.starts_with("the cell did not stop")
+    {
         "ProcessEnded"
     } else {
         "Error"
@@ -299,8 +303,9 @@ impl Strip {
             silent: false,
             shown: self.shown.clone(),
         };
+        // Shown once the cell's memory moves: a cell still compiling has nothing to watch yet.
         Box::new(move |change| {
-            if !change.is_empty() {
+            if change.changed() {
                 strip.show(&change, true)
             }
         })
