@@ -7,8 +7,10 @@
 
 use std::process::Command;
 
+const CACHE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
+
 fn run_script(name: &str) -> (String, bool) {
-    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
+    let cache = CACHE;
     let script = format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
         .args(["run-script", &script])
@@ -33,8 +35,15 @@ fn expect(text: &str, what: &[&str]) {
     }
 }
 
+/// The tests here share one compile cache: one session at a time, so none rebuilds the engine.
+fn one_session_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn first_steps_through_the_session() {
+    let _one = one_session_at_a_time();
     let (out, ok) = run_script("first_steps.plrs");
     assert!(
         !ok,
@@ -51,6 +60,8 @@ fn first_steps_through_the_session() {
             "── 1 transfer this cell: 3.81 MiB in ",
             // The mismatch, as a value and as an error.
             "true",
+            // A last `let` without its `;` still defines the variable.
+            ">> y_again.numel()\n1000000",
             "device mismatch in add: `self` is on cpu but `other` is on cuda:0.",
             // :del and friends, reading the same allocator the cells use.
             "freed y: 3.81 MiB on cuda:0 (simulated) (kept in the cache: reserved stays 20.00 MiB; `:empty_cache` releases it)",
@@ -76,5 +87,67 @@ fn first_steps_through_the_session() {
     assert!(
         !out.contains("stack backtrace"),
         "panics are shown without evcxr's backtrace:\n{out}"
+    );
+    assert!(
+        !out.contains("evcxr_"),
+        "no evcxr-internal name reaches the user:\n{out}"
+    );
+}
+
+/// A second session started while the first stays open (a second notebook) gets its own compile
+/// directory, seeded from the warm one: it reaches its first result without rebuilding the engine.
+#[test]
+fn a_second_session_beside_an_open_one_starts_warm() {
+    use std::io::Write;
+    let _one = one_session_at_a_time();
+    let cache = std::path::Path::new(CACHE);
+    // The engine is built in some slot (a warm machine)…
+    let (out, ok) = run_script("one_cell.plrs");
+    assert!(ok, "{out}");
+    // …and every other slot is gone, so the next session claims a fresh one.
+    let sessions = cache.join("sessions");
+    for e in std::fs::read_dir(&sessions).unwrap().flatten() {
+        if e.file_name() != "session-0" {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        }
+    }
+    // The first session holds slot 0 for as long as it runs (the REPL, waiting for input).
+    let mut first = Command::new(env!("CARGO_BIN_EXE_placelab"))
+        .env("PLACELAB_CACHE", CACHE)
+        .env("PLACELAB_SIMULATE_CUDA", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the REPL starts");
+    let lock = std::fs::File::open(sessions.join("session-0/.lock")).unwrap();
+    let claimed = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // SAFETY: a non-blocking flock probe on a file we opened.
+        let free = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&lock),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0;
+        if free {
+            // SAFETY: releasing the probe's lock at once.
+            unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_UN) };
+        }
+        !free
+    });
+    assert!(claimed, "the first session claims session-0");
+    let (out, ok) = run_script("one_cell.plrs");
+    let _ = first.stdin.take().map(|mut i| i.write_all(b":exit\n"));
+    let _ = first.wait();
+    assert!(ok, "{out}");
+    expect(&out, &["Tensor f32[3] · cpu · 12 B"]);
+    assert!(
+        !out.contains("compiling placelab") && !out.contains("compiling gemm"),
+        "the second session rebuilt the engine instead of starting from the warm build:\n{out}"
+    );
+    assert!(
+        sessions.join("session-1/work/target").exists(),
+        "the second session ran in a slot of its own"
     );
 }

@@ -2,7 +2,8 @@
 //! (a console sends it on Enter). Brackets, strings and comments decide "not finished yet";
 //! Rust's own parser (rust-analyzer's, already built for evcxr) decides "this can never be valid".
 
-use ra_ap_syntax::{Edition, SourceFile};
+use ra_ap_syntax::ast::{self, HasModuleItem};
+use ra_ap_syntax::{AstNode, Edition, SourceFile};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completeness {
@@ -146,6 +147,32 @@ pub fn check(cell: &str) -> Completeness {
     }
 }
 
+/// The cell with a `;` added after a last `let` that has none (`let y = x.cuda()?`), as people
+/// coming from Python write it; evcxr would otherwise report "expected `;`" against its own
+/// generated code. Any other cell comes back unchanged.
+pub fn forgive(cell: &str) -> std::borrow::Cow<'_, str> {
+    const OPEN: &str = "fn __cell() {\n";
+    let wrapped = format!("{OPEN}{cell}\n}}");
+    let file = SourceFile::parse(&wrapped, Edition::Edition2024).tree();
+    let last_let = file.items().find_map(|item| match item {
+        ast::Item::Fn(f) => {
+            let body = f.body()?.stmt_list()?;
+            match (body.statements().last()?, body.tail_expr()) {
+                (ast::Stmt::LetStmt(l), None) if l.semicolon_token().is_none() => Some(l),
+                _ => None,
+            }
+        }
+        _ => None,
+    });
+    match last_let {
+        Some(l) => {
+            let end = usize::from(l.syntax().text_range().end()) - OPEN.len();
+            std::borrow::Cow::Owned(format!("{};{}", &cell[..end], &cell[end..]))
+        }
+        None => std::borrow::Cow::Borrowed(cell),
+    }
+}
+
 /// Whether the cell parses as a function body (what evcxr makes of it). A missing `;` is not a
 /// parse failure here: a cell's last expression has none, and a last `let` without one is
 /// forgiven when it runs.
@@ -195,6 +222,19 @@ mod tests {
             check("struct P { x: f32 }\nimpl P { fn f(&self) {} }"),
             Complete
         );
+    }
+
+    #[test]
+    fn a_last_let_without_semicolon_gets_one() {
+        use super::forgive;
+        assert_eq!(forgive("let y = x.to(&device)?"), "let y = x.to(&device)?;");
+        assert_eq!(
+            forgive("let a = 1;\nlet b = a + 1 // two\n"),
+            "let a = 1;\nlet b = a + 1; // two\n"
+        );
+        assert_eq!(forgive("let a = 1;"), "let a = 1;");
+        assert_eq!(forgive("a + 1"), "a + 1");
+        assert_eq!(forgive(":del x"), ":del x");
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub struct Entry {
     pub session: usize,
     pub line: usize,
     pub input: String,
+    /// The cell's value as text, if it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 pub struct History {
@@ -47,12 +50,14 @@ impl History {
         }
     }
 
-    /// Records input `line` of this session (in memory, and on file when it can be written).
-    pub fn add(&mut self, line: usize, input: &str) {
+    /// Records input `line` of this session and its value (in memory, and on file when it can
+    /// be written).
+    pub fn add(&mut self, line: usize, input: &str, output: Option<String>) {
         let entry = Entry {
             session: self.session,
             line,
             input: input.to_string(),
+            output,
         };
         if let Some(dir) = self.path.parent() {
             let _ = std::fs::create_dir_all(dir);
@@ -131,11 +136,12 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let mut first = History::open(path.clone());
         assert_eq!(first.session, 1);
-        first.add(1, "let x = 1;");
-        first.add(2, "x + 1");
+        first.add(1, "let x = 1;", None);
+        first.add(2, "x + 1", Some("2".into()));
         let mut second = History::open(path.clone());
         assert_eq!(second.session, 2, "a new process is a new session");
-        second.add(1, "let y = x.cuda()?;");
+        second.add(1, "let y = x.cuda()?;", None);
+        assert_eq!(second.tail(2)[0].output.as_deref(), Some("2"));
         let inputs = |v: Vec<super::Entry>| v.into_iter().map(|e| e.input).collect::<Vec<_>>();
         assert_eq!(inputs(second.tail(2)), ["x + 1", "let y = x.cuda()?;"]);
         assert_eq!(inputs(second.range(1, 2, 0)), ["x + 1"]);

@@ -139,6 +139,7 @@ pub fn prepare() -> Result<Prepared, String> {
             root.display()
         )
     })?;
+    setup::remove_stale_probes(&root);
     let (workdir, lock) = setup::claim_compile_dir(&root.join("sessions"))
         .map_err(|e| format!("cannot claim a compile directory: {e}"))?;
     std::fs::create_dir_all(&workdir).map_err(|e| e.to_string())?;
@@ -241,7 +242,7 @@ impl Session {
                 ..report
             };
         }
-        let mut report = self.run_code(cell);
+        let mut report = self.run_code(&super::cell_check::forgive(cell));
         report.duration = start.elapsed();
         report
     }
@@ -284,11 +285,21 @@ impl Session {
     /// Completions for `code` at byte offset `pos`: the replaced range and the candidates.
     pub fn completions(&mut self, code: &str, pos: usize) -> (usize, usize, Vec<String>) {
         match self.ctx.completions(code, pos) {
-            Ok(c) => (
-                c.start_offset,
-                c.end_offset,
-                c.completions.into_iter().map(|c| c.code).collect(),
-            ),
+            Ok(c) => {
+                // `zeros(shape, opts)` is a snippet with its parameters' names; a notebook
+                // inserts the name (`zeros`), as Python kernels do.
+                let mut names: Vec<String> = Vec::new();
+                for c in c.completions {
+                    let name = match c.code.find(['(', '[', '{']) {
+                        Some(at) if at > 0 => c.code[..at].to_string(),
+                        _ => c.code,
+                    };
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+                (c.start_offset, c.end_offset, names)
+            }
             Err(_) => (pos, pos, Vec::new()),
         }
     }
@@ -373,11 +384,13 @@ impl Session {
 
     fn describe_error(&mut self, code: &str, e: EvcxrError, variables: &[String]) -> String {
         match e {
-            EvcxrError::CompilationErrors(errors) => errors
-                .iter()
-                .map(|err| render_compile_error(code, err))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            EvcxrError::CompilationErrors(errors) => scrub_generated_names(
+                &errors
+                    .iter()
+                    .map(|err| render_compile_error(code, err))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
             EvcxrError::SubprocessTerminated(why) => {
                 // The process that ran cells is gone, and every variable with it; evcxr restarts
                 // it on the next cell. Re-open the side channel there.
@@ -411,9 +424,30 @@ impl Session {
                     vars.join(", ")
                 )
             }
-            EvcxrError::Message(m) => m,
+            EvcxrError::Message(m) => scrub_generated_names(&m),
         }
     }
+}
+
+/// Names evcxr generates around a cell (`evcxr_variable_store`, `evcxr_internal_runtime`, …)
+/// mean nothing to the person who wrote the cell: say what they stand for.
+fn scrub_generated_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("evcxr_") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let len = tail
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push_str(match &tail[..len] {
+            "evcxr_variable_store" => "the session's variable store",
+            _ => "the session's generated code",
+        });
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A rustc error with the user's line and column, the offending line, and rustc's help.

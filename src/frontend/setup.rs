@@ -48,7 +48,9 @@ fn fix_core_extern() {
 pub use crate::cache_dir;
 
 /// A compile directory no other live session uses, kept between runs so that the engine and its
-/// dependencies are built once. Holding the returned file locks the slot.
+/// dependencies are built once. Holding the returned file locks the slot. A slot never used
+/// before is seeded with a copy of the warmest other slot's build, so a second session (a second
+/// notebook) starts in seconds instead of rebuilding the engine.
 pub fn claim_compile_dir(root: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
     for slot in 0..64 {
         let dir = root.join(format!("session-{slot}"));
@@ -66,12 +68,73 @@ pub fn claim_compile_dir(root: &Path) -> std::io::Result<(PathBuf, std::fs::File
             )
         } == 0
         {
-            return Ok((dir.join("work"), lock));
+            let work = dir.join("work");
+            if !work.join("target").exists()
+                && let Some(donor) = warmest_build(root, &dir)
+            {
+                seed(&donor, &work);
+            }
+            return Ok((work, lock));
         }
     }
     Err(std::io::Error::other(
         "all 64 placelab session directories are in use",
     ))
+}
+
+/// The `work` folder of the slot (other than `except`) whose build was used last.
+fn warmest_build(root: &Path, except: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(root)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p != except)
+        .map(|p| p.join("work"))
+        .filter_map(|w| {
+            let used = std::fs::metadata(w.join("target")).ok()?.modified().ok()?;
+            Some((used, w))
+        })
+        .max_by_key(|(used, _)| *used)
+        .map(|(_, w)| w)
+}
+
+/// Copies a warm build (its `target` and `Cargo.lock`) into a new slot; cargo then finds the
+/// engine fresh. A copy that fails is removed: the session then builds from scratch, as before.
+fn seed(donor: &Path, work: &Path) {
+    if std::fs::create_dir_all(work).is_err() {
+        return;
+    }
+    let _ = std::fs::copy(donor.join("Cargo.lock"), work.join("Cargo.lock"));
+    let copied = std::process::Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(donor.join("target"))
+        .arg(work.join("target"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if !copied {
+        let _ = std::fs::remove_dir_all(work.join("target"));
+    }
+}
+
+/// Removes the side-channel sockets of sessions whose process is gone.
+pub fn remove_stale_probes(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("probe-")?.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<i32>().ok());
+        // SAFETY: signal 0 only asks whether the process exists.
+        if let Some(pid) = pid
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Writes the configuration evcxr reads at start: dylib mode (one copy of the engine's state for

@@ -25,7 +25,6 @@ impl Shell {
         let silent = req.silent;
         if req.store_history && !silent {
             self.execution_count += 1;
-            self.history.add(self.execution_count, &req.code);
         }
         let count = ExecutionCount::new(self.execution_count);
         if !silent {
@@ -64,15 +63,24 @@ impl Shell {
         let strip = Strip::new(self.iopub.clone(), message, silent);
         let report = self.run(&req.code, strip.live()).await;
         self.streams.flush().await;
-        if !silent {
-            publish(&self.iopub, message, count, &report);
-            strip.finish(report.memory.as_ref());
-        }
-
         let error = report.outputs.iter().find_map(|o| match o {
             Output::Error(e) => Some(e.clone()),
             _ => None,
         });
+        if !silent {
+            publish(&self.iopub, message, count, &report);
+            // Under every cell that ran, what each device in use holds; under a failed cell only
+            // if it changed something (its error is its output).
+            let strip_change = report
+                .memory
+                .as_ref()
+                .filter(|m| !m.is_empty() && (error.is_none() || m.changed()));
+            strip.finish(strip_change);
+        }
+        if req.store_history && !silent {
+            self.history
+                .add(self.execution_count, &req.code, result_text(&report));
+        }
         let mut user_expressions = HashMap::new();
         if error.is_none() {
             for (name, expr) in req.user_expressions.iter().flatten() {
@@ -140,6 +148,14 @@ impl Shell {
             metadata: Default::default(),
         }
     }
+}
+
+/// The cell's value as text, kept in the history for `history_request`s with `output`.
+fn result_text(report: &CellReport) -> Option<String> {
+    report.outputs.iter().find_map(|o| match o {
+        Output::Value { plain, .. } => Some(plain.clone()),
+        _ => None,
+    })
 }
 
 /// Sends a cell's outputs in order: its value as `execute_result`, cards, tables and plots as
@@ -312,9 +328,8 @@ impl Strip {
     }
 
     fn finish(&self, change: Option<&MemoryChange>) {
-        match change {
-            Some(c) if !c.is_empty() => self.show(c, false),
-            _ => {}
+        if let Some(c) = change {
+            self.show(c, false);
         }
     }
 }

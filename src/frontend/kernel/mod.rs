@@ -156,7 +156,10 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
 
     let streams = Streams::start(iopub.clone());
     let evaluator = Evaluator::spawn(prepared, streams.sink());
-    let history = History::open(super::setup::cache_dir().join("kernel-history.jsonl"));
+    let history = History::open(match std::env::var_os("PLACELAB_HISTORY") {
+        Some(path) => path.into(),
+        None => super::setup::cache_dir().join("kernel-history.jsonl"),
+    });
 
     // SIGINT (a terminal's Ctrl-C, or a client using interrupt_mode "signal") interrupts the
     // running cell instead of killing the kernel.

@@ -31,7 +31,10 @@ impl Shell {
         while let Some(incoming) = self.requests.recv().await {
             let (message, problem) = match incoming {
                 Incoming::Request(m) => (m, None),
-                Incoming::Malformed(m, why) => (m, Some(why)),
+                Incoming::Malformed(m, why) => match lenient_history(&m) {
+                    Some(fixed) => (fixed, None),
+                    None => (m, Some(why)),
+                },
                 Incoming::Dropped(_) => continue,
             };
             self.iopub.send(Status::busy(), &message);
@@ -118,6 +121,11 @@ impl Shell {
                 .as_child_of(message)
             }
             JupyterMessageContent::HistoryRequest(req) => {
+                let output = match req {
+                    HistoryRequest::Tail { output, .. }
+                    | HistoryRequest::Range { output, .. }
+                    | HistoryRequest::Search { output, .. } => *output,
+                };
                 let entries = match req {
                     HistoryRequest::Tail { n, .. } => self.history.tail((*n).max(0) as usize),
                     HistoryRequest::Range {
@@ -134,8 +142,8 @@ impl Shell {
                         pattern, n, unique, ..
                     } => self.history.search(pattern, (*n).max(0) as usize, *unique),
                 };
-                HistoryReply::new(entries.into_iter().map(history_entry).collect())
-                    .as_child_of(message)
+                let entries = entries.into_iter().map(|e| history_entry(e, output));
+                HistoryReply::new(entries.collect()).as_child_of(message)
             }
             JupyterMessageContent::CommInfoRequest(_) => CommInfoReply {
                 status: ReplyStatus::Ok,
@@ -180,8 +188,40 @@ impl Shell {
     }
 }
 
-fn history_entry(e: Entry) -> HistoryEntry {
-    HistoryEntry::Input(e.session, e.line, e.input)
+fn history_entry(e: Entry, with_output: bool) -> HistoryEntry {
+    match with_output {
+        true => {
+            HistoryEntry::InputOutput(e.session, e.line, (e.input, e.output.unwrap_or_default()))
+        }
+        false => HistoryEntry::Input(e.session, e.line, e.input),
+    }
+}
+
+/// jupyter_client leaves out a search's `unique` and `n`, and a tail's `n`, unless they are
+/// given; the protocol's defaults (IPython's) fill them in.
+fn lenient_history(m: &JupyterMessage) -> Option<JupyterMessage> {
+    let JupyterMessageContent::UnknownMessage(u) = &m.content else {
+        return None;
+    };
+    if u.msg_type != "history_request" {
+        return None;
+    }
+    let mut content = u.content.as_object()?.clone();
+    for (key, default) in [
+        ("output", serde_json::json!(false)),
+        ("raw", serde_json::json!(true)),
+        ("unique", serde_json::json!(false)),
+        ("n", serde_json::json!(10)),
+        ("start", serde_json::json!(0)),
+        ("stop", serde_json::json!(0)),
+        ("pattern", serde_json::json!("*")),
+    ] {
+        content.entry(key).or_insert(default);
+    }
+    let request: HistoryRequest = serde_json::from_value(content.into()).ok()?;
+    let mut fixed = m.clone();
+    fixed.content = JupyterMessageContent::HistoryRequest(request);
+    Some(fixed)
 }
 
 /// Jupyter counts cursor positions in Unicode code points; evcxr in bytes.

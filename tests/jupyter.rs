@@ -1,0 +1,372 @@
+//! The Jupyter kernel under real Python clients: jupyter_kernel_test's conformance suite, and
+//! BlockingKernelClient, nbclient and `jupyter console` sessions (`tests/jupyter/*.py`), run by
+//! pytest from a venv made once under `target/jupyter-venv`.
+//!
+//! Every Jupyter test lives in this one binary (each test binary links evcxr: link time). The
+//! tests that start kernels take one lock, because two kernels side by side would each claim a
+//! compile directory and rebuild the engine in it (minutes). `PLACELAB_SKIP_JUPYTER_TESTS=1`
+//! skips them where PyPI cannot be reached.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+#[path = "jupyter/browser.rs"]
+mod browser;
+
+const KERNEL_NAME: &str = "placelab";
+/// pytest's whole run is bounded; past this it is interrupted (its fixtures stop the kernels).
+const PYTEST_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target() -> PathBuf {
+    root().join("target")
+}
+
+/// The compile cache shared with tests/repl.rs: warm, a kernel's first cell takes seconds.
+fn session_cache() -> PathBuf {
+    target().join("placelab-session-cache")
+}
+
+fn skipped() -> bool {
+    let skip = std::env::var_os("PLACELAB_SKIP_JUPYTER_TESTS").is_some();
+    if skip {
+        eprintln!("PLACELAB_SKIP_JUPYTER_TESTS is set: not running the Jupyter client tests");
+    }
+    skip
+}
+
+/// Held by every test that starts a kernel or a session.
+fn one_kernel_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The venv's python, installing `tests/jupyter/requirements.txt` on first use. Tests run on
+/// parallel threads: one installs while the others wait, and a venv left half-made by an
+/// interrupted run is never trusted (its marker, holding the requirements, is written last).
+fn venv_python() -> PathBuf {
+    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    VENV.get_or_init(make_venv)
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn make_venv() -> Result<PathBuf, String> {
+    let venv = target().join("jupyter-venv");
+    let requirements = root().join("tests/jupyter/requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements)
+        .map_err(|e| format!("cannot read {}: {e}", requirements.display()))?;
+    let marker = venv.join("placelab-install-complete");
+    let python = venv.join("bin/python");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == wanted) && python.exists() {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let started = Instant::now();
+    let run = |cmd: &mut Command| -> Result<(), String> {
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{cmd:?} failed ({}):\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    };
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(&requirements))
+    .map_err(|e| {
+        format!(
+            "could not install the Jupyter clients into {} (needs python3 and PyPI; set \
+             PLACELAB_SKIP_JUPYTER_TESTS=1 to skip these tests offline): {e}",
+            venv.display()
+        )
+    })?;
+    std::fs::write(&marker, &wanted)
+        .map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    eprintln!(
+        "installed the Jupyter clients into {} in {:.1} s",
+        venv.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(python)
+}
+
+/// Compiles the engine into the session cache once (minutes when cold), so that no kernel's
+/// first cell waits for it. Call with the kernel lock held.
+fn warm_session_cache() {
+    static WARM: OnceLock<Result<(), String>> = OnceLock::new();
+    WARM.get_or_init(|| {
+        let script = target().join("jupyter-warm.plrs");
+        std::fs::write(&script, "let warm = 1 + 1;\n// %%\nwarm\n")
+            .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+            .arg("run-script")
+            .arg(&script)
+            .env("PLACELAB_CACHE", session_cache())
+            .env("PLACELAB_SIMULATE_CUDA", "1")
+            .output()
+            .map_err(|e| format!("placelab run-script did not run: {e}"))?;
+        let text = format!(
+            "{}\n--- stderr ---\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() || !text.contains('2') {
+            return Err(format!(
+                "warming the session cache failed ({}):\n{text}",
+                out.status
+            ));
+        }
+        eprintln!(
+            "session cache warm in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The kernelspec, installed once into `target/jupyter-prefix`; returns its JUPYTER_PATH.
+fn installed_kernelspec() -> PathBuf {
+    static SPEC: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    SPEC.get_or_init(|| {
+        let prefix = target().join("jupyter-prefix");
+        let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+            .args(["install-kernel", "--prefix"])
+            .arg(&prefix)
+            .args(["--name", KERNEL_NAME])
+            .output()
+            .map_err(|e| format!("placelab install-kernel did not run: {e}"))?;
+        let data = prefix.join("share/jupyter");
+        if !out.status.success()
+            || !data
+                .join("kernels")
+                .join(KERNEL_NAME)
+                .join("kernel.json")
+                .exists()
+        {
+            return Err(format!(
+                "placelab install-kernel --prefix {} failed ({}):\n{}{}",
+                prefix.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(data)
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs one pytest file against the kernel and fails with pytest's output unless every test
+/// collected passed (exit 0). The whole output is also kept in `target/jupyter-logs/`.
+fn pytest(file: &str) {
+    if skipped() {
+        return;
+    }
+    let python = venv_python();
+    let _kernel = one_kernel_at_a_time();
+    warm_session_cache();
+    let jupyter_path = installed_kernelspec();
+
+    let logs = target().join("jupyter-logs");
+    let work = target().join("jupyter-work");
+    for dir in [
+        &logs,
+        &work.join("runtime"),
+        &work.join("config"),
+        &work.join("ipython"),
+    ] {
+        std::fs::create_dir_all(dir).expect("target/ is writable");
+    }
+    let log_path = logs.join(format!("{}.log", file.trim_end_matches(".py")));
+    let log = File::create(&log_path).expect("target/ is writable");
+    // Each run starts with an empty history: searches count only this run's cells.
+    let history = work.join(format!("{}-history.jsonl", file.trim_end_matches(".py")));
+    let _ = std::fs::remove_file(&history);
+    let started = Instant::now();
+    let mut child = Command::new(&python)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-rfEs",
+            "-p",
+            "no:cacheprovider",
+            "--durations=8",
+        ])
+        .arg(root().join("tests/jupyter").join(file))
+        .current_dir(root())
+        .env("JUPYTER_PATH", &jupyter_path)
+        .env("JUPYTER_RUNTIME_DIR", work.join("runtime"))
+        .env("JUPYTER_CONFIG_DIR", work.join("config"))
+        .env("JUPYTER_DATA_DIR", work.join("data"))
+        .env("JUPYTER_PLATFORM_DIRS", "1")
+        .env("IPYTHONDIR", work.join("ipython"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PLACELAB_CACHE", session_cache())
+        .env("PLACELAB_SIMULATE_CUDA", "1")
+        .env("PLACELAB_KERNEL_NAME", KERNEL_NAME)
+        .env("PLACELAB_HISTORY", &history)
+        .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("a log file handle"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} -m pytest did not start: {e}", python.display()));
+    let finished = loop {
+        if let Some(status) = child.try_wait().expect("waiting for pytest") {
+            break Some(status);
+        }
+        if started.elapsed() > PYTEST_LIMIT {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    if finished.is_none() {
+        // SIGINT first: pytest then runs its fixtures' finalizers, which stop the kernels.
+        // SAFETY: kill on the pid of our own child, which has not been reaped.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let grace = Instant::now();
+        while grace.elapsed() < Duration::from_secs(30) && matches!(child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let took = started.elapsed().as_secs_f64();
+    let Some(status) = finished else {
+        panic!(
+            "pytest {file} ran past {} s and was stopped; the log is {}:\n{output}",
+            PYTEST_LIMIT.as_secs(),
+            log_path.display()
+        );
+    };
+    match status.code() {
+        // Shown with --nocapture: the summary and the kernel's timings.
+        Some(0) => println!("{output}\npytest {file}: passed in {took:.1} s"),
+        Some(5) => panic!(
+            "pytest collected no tests from tests/jupyter/{file} (exit 5): a test file that runs \
+             nothing must not pass.\n{output}"
+        ),
+        code => panic!(
+            "pytest {file} failed (exit {code:?}) after {took:.1} s; the log is {}:\n{output}",
+            log_path.display()
+        ),
+    }
+}
+
+#[test]
+fn kernel_passes_jupyter_kernel_test_conformance() {
+    pytest("test_conformance.py");
+}
+
+#[test]
+fn kernel_serves_real_clients() {
+    pytest("test_client.py");
+}
+
+/// `install-kernel` writes a kernelspec that starts this binary with message interrupts, under
+/// the default name or a given one; `uninstall-kernel` removes it. No kernel starts.
+#[test]
+fn install_and_uninstall_kernelspec_through_the_command_line() {
+    let prefix = target().join(format!("jupyter-prefix-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&prefix);
+    let placelab = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+            .args(args)
+            .arg("--prefix")
+            .arg(&prefix)
+            .output()
+            .expect("placelab runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let kernels = prefix.join("share/jupyter/kernels");
+    let exe = Path::new(env!("CARGO_BIN_EXE_placelab"))
+        .canonicalize()
+        .expect("the binary exists");
+
+    let (ok, text) = placelab(&["install-kernel"]);
+    assert!(ok, "{text}");
+    let spec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(kernels.join("placelab/kernel.json"))
+            .expect("the default name is `placelab`"),
+    )
+    .expect("kernel.json is JSON");
+    let argv: Vec<&str> = spec["argv"]
+        .as_array()
+        .expect("argv is a list")
+        .iter()
+        .map(|a| a.as_str().expect("argv holds strings"))
+        .collect();
+    assert_eq!(
+        argv,
+        [
+            exe.to_str().unwrap(),
+            "kernel",
+            "--connection-file",
+            "{connection_file}"
+        ],
+        "{spec}"
+    );
+    assert_eq!(spec["interrupt_mode"], "message", "{spec}");
+    assert_eq!(spec["language"], "rust", "{spec}");
+
+    let (ok, text) = placelab(&[
+        "install-kernel",
+        "--name",
+        "placelab-other",
+        "--display-name",
+        "Other placelab",
+    ]);
+    assert!(ok, "{text}");
+    let other: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(kernels.join("placelab-other/kernel.json")).expect("installed"),
+    )
+    .expect("kernel.json is JSON");
+    assert_eq!(other["display_name"], "Other placelab", "{other}");
+
+    let (ok, text) = placelab(&["uninstall-kernel", "--name", "placelab-other"]);
+    assert!(ok, "{text}");
+    assert!(!kernels.join("placelab-other").exists());
+    assert!(
+        kernels.join("placelab/kernel.json").exists(),
+        "only the named one goes"
+    );
+    let (ok, text) = placelab(&["uninstall-kernel"]);
+    assert!(ok, "{text}");
+    assert!(!kernels.join("placelab").exists());
+    let (ok, text) = placelab(&["uninstall-kernel"]);
+    assert!(!ok, "uninstalling what is not installed fails: {text}");
+    let _ = std::fs::remove_dir_all(&prefix);
+}

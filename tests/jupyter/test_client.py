@@ -1,0 +1,725 @@
+"""`placelab kernel` driven by real Jupyter clients: jupyter_client's BlockingKernelClient (one
+kernel shared by the tests of `TestSharedKernel`), then nbclient and `jupyter console`, each with
+a kernel of its own, and the command line's failures.
+
+Only one kernel runs at a time: two side by side would each claim a compile directory and
+rebuild the engine in it (minutes). So the shared kernel is stopped at the end of its class,
+before the tests below it start theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import zmq
+from jupyter_client.session import Session
+from nbclient import NotebookClient
+
+from kernel_helpers import (
+    CELL_TIMEOUT,
+    FIRST_CELL_TIMEOUT,
+    KERNEL_NAME,
+    PLACELAB_BIN,
+    collect,
+    Cell,
+    control_request,
+    descendants,
+    drain,
+    execute,
+    execute_many,
+    execute_ok,
+    kernel_info,
+    kernel_pid,
+    record,
+    rss_bytes,
+    shell_request,
+    start_kernel,
+    stop_kernel,
+    wait_gone,
+)
+
+MEMORY_STRIP = re.compile(r"── cuda:0 \(simulated\) allocated .* · reserved .* · free .*")
+
+
+def strips(cell: Cell) -> list[dict]:
+    """The cell's memory strips: display_data whose HTML is the `placelab-memory` block."""
+    return [
+        m
+        for m in cell.of_type("display_data")
+        if "placelab-memory" in m["content"]["data"].get("text/html", "")
+    ]
+
+
+def memory_allocated(kc) -> int:
+    cell = execute_ok(kc, "cuda::memory_allocated(0)?")
+    value = cell.result()
+    assert value is not None and value.strip().isdigit(), cell.describe()
+    return int(value)
+
+
+# =============================================================================================
+# One kernel for every test of this class.
+
+
+@pytest.fixture(scope="class")
+def kernel(request):
+    t0 = time.monotonic()
+    km, kc = start_kernel()
+    record("start_kernel + wait_for_ready", f"{time.monotonic() - t0:.2f} s")
+    try:
+        t1 = time.monotonic()
+        execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;", timeout=FIRST_CELL_TIMEOUT)
+        record("first cell (waits for the engine's preload)", f"{time.monotonic() - t1:.2f} s")
+        request.cls.km, request.cls.kc = km, kc
+        yield km, kc
+    finally:
+        stop_kernel(km, kc)
+
+
+@pytest.mark.usefixtures("kernel")
+class TestSharedKernel:
+    km = None
+    kc = None
+
+    # ---- basics -----------------------------------------------------------------------------
+
+    def test_kernel_info_reply(self):
+        c = kernel_info(self.kc)["content"]
+        assert c["status"] == "ok"
+        assert c["protocol_version"] == "5.3"
+        li = c["language_info"]
+        assert li["name"] == "rust" and li["file_extension"] == ".rs", li
+        assert c.get("banner"), "kernel_info has no banner (jupyter console shows it)"
+
+    def test_execute_result_stream_and_count(self):
+        drain(self.kc)
+        a = execute_ok(self.kc, "40 + 2")
+        assert a.result() == "42", a.describe()
+        inputs = a.of_type("execute_input")
+        assert len(inputs) == 1 and inputs[0]["content"]["code"] == "40 + 2", a.describe()
+        results = a.of_type("execute_result")
+        assert results[0]["content"]["execution_count"] == a.count, a.describe()
+        b = execute_ok(self.kc, 'println!("hello, world"); eprintln!("oops");')
+        streams: dict[str, str] = {}
+        for m in b.of_type("stream"):
+            streams[m["content"]["name"]] = streams.get(m["content"]["name"], "") + m["content"]["text"]
+        assert "hello, world" in streams.get("stdout", ""), b.describe()
+        assert "oops" in streams.get("stderr", ""), b.describe()
+        assert b.count == a.count + 1
+        # Order on iopub: busy, execute_input, outputs, idle.
+        kinds = [m["msg_type"] for m in b.iopub]
+        assert kinds[0] == "status" and b.iopub[0]["content"]["execution_state"] == "busy", kinds
+        assert kinds[1] == "execute_input", kinds
+        assert kinds[-1] == "status", kinds
+
+    def test_tensor_value_is_a_card(self):
+        cell = execute_ok(self.kc, "x")
+        results = cell.of_type("execute_result")
+        assert len(results) == 1, cell.describe()
+        data = results[0]["content"]["data"]
+        assert '<div class="placelab-tensor"' in data.get("text/html", ""), cell.describe()
+        assert data.get("text/plain", "").startswith("Tensor f32[3] · cpu · 12 B"), cell.describe()
+
+    def test_show_displays_the_card(self):
+        cell = execute_ok(self.kc, "x.show();")
+        cards = [
+            m
+            for m in cell.of_type("display_data")
+            if "placelab-tensor" in m["content"]["data"].get("text/html", "")
+        ]
+        assert len(cards) == 1, cell.describe()
+        assert cards[0]["content"]["data"]["text/plain"].startswith("Tensor f32[3] · cpu · 12 B"), cell.describe()
+        assert not cell.of_type("execute_result"), cell.describe()
+
+    def test_compile_error_and_undefined_name(self):
+        for code in ['let a: i32 = "s";', "undefined_name"]:
+            cell = execute(self.kc, code)
+            assert cell.status == "error", cell.describe()
+            assert [m["msg_type"] for m in cell.outputs] == ["error"], cell.describe()
+            assert cell.reply["content"].get("ename") is not None, cell.describe()
+        # The session goes on.
+        assert execute_ok(self.kc, "1 + 1").result() == "2"
+
+    def test_silent_and_no_history(self):
+        before = execute_ok(self.kc, "1").count
+        silent = execute(self.kc, "let s = Tensor::ones([4], &Device::Cuda(0))?;\n40 + 2", silent=True)
+        assert silent.status == "ok", silent.describe()
+        assert silent.outputs == [] and not silent.of_type("execute_input"), silent.describe()
+        unstored = execute(self.kc, "2", store_history=False)
+        assert unstored.status == "ok", unstored.describe()
+        after = execute_ok(self.kc, "3")
+        assert after.count == before + 1, (
+            f"count went {before} → {after.count} over a silent and a store_history=False cell"
+        )
+        execute_ok(self.kc, ":del s")
+
+    def test_exit_and_quit_ask_the_front_end_to_exit(self):
+        for code in ["exit", "quit"]:
+            cell = execute(self.kc, code)
+            payload = cell.reply["content"].get("payload", [])
+            assert any(p.get("source") == "ask_exit" for p in payload), cell.describe()
+        # The kernel itself keeps running: the front end decides.
+        assert kernel_info(self.kc)["content"]["status"] == "ok"
+        assert self.km.is_alive()
+
+    def test_comm_info_is_empty(self):
+        reply = shell_request(self.kc, self.kc.comm_info())
+        assert reply["content"]["status"] == "ok" and reply["content"]["comms"] == {}, reply["content"]
+
+    # ---- completion, inspection, is_complete --------------------------------------------------
+
+    def test_completion_of_an_engine_path(self):
+        code = "Tensor::ze"
+        t0 = time.monotonic()
+        reply = shell_request(self.kc, self.kc.complete(code, len(code)), timeout=CELL_TIMEOUT)
+        record("complete_request `Tensor::ze`", f"{time.monotonic() - t0:.2f} s")
+        c = reply["content"]
+        assert c["status"] == "ok", c
+        start, end = c["cursor_start"], c["cursor_end"]
+        assert 0 <= start <= end <= len(code), c
+        completed = {code[:start] + m + code[end:] for m in c["matches"]}
+        assert "Tensor::zeros" in completed, c
+
+    def test_inspect_a_variable(self):
+        reply = shell_request(self.kc, self.kc.inspect("x", 1), timeout=CELL_TIMEOUT)
+        c = reply["content"]
+        assert c["status"] == "ok" and c["found"] is True, c
+        assert "Tensor" in c["data"].get("text/plain", ""), c
+        missing = shell_request(self.kc, self.kc.inspect("no_such_variable_here", 5), timeout=CELL_TIMEOUT)
+        assert missing["content"]["status"] == "ok", missing["content"]
+
+    def test_is_complete(self):
+        def status(code):
+            reply = shell_request(self.kc, self.kc.is_complete(code))
+            return reply["content"]
+
+        for code in ["fn f() {", "let v = vec!["]:
+            c = status(code)
+            assert c["status"] == "incomplete", (code, c)
+            indent = c.get("indent")
+            assert isinstance(indent, str) and indent and indent.strip() == "", (code, c)
+        assert status("let x = 1;")["status"] == "complete"
+        for code in ["}", "let x = (1]"]:
+            assert status(code)["status"] == "invalid", (code, status(code))
+
+    # ---- memory strip and magics -------------------------------------------------------------
+
+    def test_memory_strip_after_a_move_to_the_gpu(self):
+        cell = execute_ok(self.kc, "let y = Tensor::ones([128], &Device::Cpu)?.to(&Device::Cuda(0))?;")
+        found = strips(cell)
+        assert len(found) == 1, cell.describe()
+        data = found[0]["content"]["data"]
+        plain = data.get("text/plain", "")
+        assert MEMORY_STRIP.search(plain), plain
+        assert "this cell +512 B" in plain, plain
+        assert "1 transfer this cell: 512 B" in plain, plain
+        assert found[0]["content"].get("transient", {}).get("display_id"), found[0]["content"]
+        # A strip of its own for each cell: another cell, another display id.
+        again = execute_ok(self.kc, "let y2 = y.to(&Device::Cpu)?;")
+        ids = [m["content"]["transient"]["display_id"] for m in strips(again)]
+        assert ids and ids[0] != found[0]["content"]["transient"]["display_id"], again.describe()
+        deleted = execute_ok(self.kc, ":del y")
+        assert "freed y: 512 B on cuda:0 (simulated)" in deleted.text(), deleted.describe()
+        execute_ok(self.kc, ":del y2")
+
+    def test_every_cell_that_ran_ends_with_the_devices_in_use(self):
+        execute_ok(self.kc, "let held_on_gpu = Tensor::ones([4], &Device::Cuda(0))?;")
+        # A cell that allocates nothing still shows what each device in use holds…
+        cell = execute_ok(self.kc, "1 + 2")
+        assert len(strips(cell)) == 1, cell.describe()
+        text = strips(cell)[0]["content"]["data"]["text/plain"]
+        assert MEMORY_STRIP.search(text) and "this cell" not in text, cell.describe()
+        # …while a failed cell that changed nothing shows only its error.
+        cell = execute(self.kc, "let broken: i32 = \"s\";")
+        assert cell.status == "error" and strips(cell) == [], cell.describe()
+        execute_ok(self.kc, ":del held_on_gpu")
+
+    @pytest.mark.limit(120)
+    def test_long_cell_refreshes_its_strip(self):
+        cell = execute_ok(
+            self.kc,
+            "let z = Tensor::ones([256], &Device::Cuda(0))?;\nstd::thread::sleep(std::time::Duration::from_millis(3000));",
+        )
+        updates = cell.of_type("update_display_data")
+        assert updates, "no update_display_data while the cell ran 3 s:\n" + cell.describe()
+        ids = {m["content"]["transient"]["display_id"] for m in updates}
+        kinds = [(m["msg_type"], m["content"].get("transient", {}).get("display_id")) for m in cell.outputs]
+        for display_id in ids:
+            first_display = next((i for i, k in enumerate(kinds) if k == ("display_data", display_id)), None)
+            first_update = next(i for i, k in enumerate(kinds) if k == ("update_display_data", display_id))
+            assert first_display is not None and first_display < first_update, (
+                f"update_display_data for {display_id} without an earlier display_data of it:\n" + cell.describe()
+            )
+        assert MEMORY_STRIP.search(updates[-1]["content"]["data"].get("text/plain", "")), cell.describe()
+        execute_ok(self.kc, ":del z")
+
+    def test_magics(self):
+        timings = {}
+        expect = {
+            ":help": ":mem",
+            ":mem": "cuda:0",
+            ":devices": "cuda:0",
+            ":transfers": "cpu → cuda:0",
+            ":empty_cache": "released",
+        }
+        for magic, needle in expect.items():
+            t0 = time.monotonic()
+            cell = execute_ok(self.kc, magic)
+            timings[magic] = time.monotonic() - t0
+            assert cell.outputs, cell.describe()
+            assert needle in cell.text(), f"{needle!r} not in the output of {magic}:\n" + cell.describe()
+            assert strips(cell) == [], f"{magic} is not a code cell: no memory strip\n" + cell.describe()
+        plot = execute_ok(self.kc, ":plot transfers")
+        svgs = [m for m in plot.of_type("display_data") if "image/svg+xml" in m["content"]["data"]]
+        assert len(svgs) == 1 and "<svg" in svgs[0]["content"]["data"]["image/svg+xml"], plot.describe()
+        record("magics round trip", ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in timings.items()))
+
+    # ---- queueing ---------------------------------------------------------------------------
+
+    @pytest.mark.limit(300)
+    def test_100_queued_executes_answered_in_order(self):
+        # Code cells (a compile each) and magics (none) interleaved: a fast magic queued behind
+        # a slow cell must not overtake it.
+        drain(self.kc)
+        codes = [f"{i} + 1000" if i % 3 == 0 else ":mem" for i in range(100)]
+        t0 = time.monotonic()
+        cells = execute_many(self.kc, codes, timeout=280)
+        record("100 queued executes (34 code cells, 66 :mem)", f"{time.monotonic() - t0:.1f} s")
+        for i, cell in enumerate(cells):
+            assert cell.status == "ok", cell.describe()
+            if i % 3 == 0:
+                assert cell.result() == str(i + 1000), cell.describe()
+        order = sorted(cells, key=lambda c: c.reply_seq)
+        assert [c.msg_id for c in order] == [c.msg_id for c in cells], "replies out of order"
+        counts = [c.count for c in cells]
+        assert counts == list(range(counts[0], counts[0] + 100)), counts
+        inputs = [c.of_type("execute_input")[0]["content"]["execution_count"] for c in cells]
+        assert inputs == counts, "execute_input counts differ from the replies'"
+
+    def test_stop_on_error_aborts_queued_requests(self):
+        drain(self.kc)
+        codes = ["1", 'let a: i32 = "s";', "2", "3"]
+        cells = [Cell(self.kc.execute(code, stop_on_error=True), code) for code in codes]
+        # An aborted request gets a reply; its iopub busy/idle are not required.
+        by_id = {c.msg_id: c for c in cells}
+        deadline = time.monotonic() + CELL_TIMEOUT
+        while any(c.reply is None for c in cells):
+            left = deadline - time.monotonic()
+            assert left > 0, "no reply within 60 s to: " + ", ".join(c.code for c in cells if c.reply is None)
+            try:
+                m = self.kc.get_shell_msg(timeout=left)
+            except Exception:
+                continue
+            cell = by_id.get(m["parent_header"].get("msg_id"))
+            if cell is not None:
+                cell.reply = m
+        statuses = [c.reply["content"]["status"] for c in cells]
+        assert statuses == ["ok", "error", "aborted", "aborted"], statuses
+        # Later requests run again.
+        assert execute_ok(self.kc, "5").result() == "5"
+        # Without stop_on_error a failure aborts nothing.
+        codes = ['let a: i32 = "s";', "6"]
+        cells = [Cell(self.kc.execute(code, stop_on_error=False), code) for code in codes]
+        collect(self.kc, cells, CELL_TIMEOUT)
+        assert [c.status for c in cells] == ["error", "ok"], [c.describe() for c in cells]
+
+    # ---- hostile and odd input ---------------------------------------------------------------
+
+    def test_forged_and_malformed_messages_are_dropped(self, tmp_path):
+        kc = self.kc
+        ctx = zmq.Context.instance()
+        forger = Session(key=b"not-the-kernel-key", username="mallory")
+        honest = Session(key=kc.session.key, username="tester")
+        marker = tmp_path / "forged-cell-ran"
+        shell = ctx.socket(zmq.DEALER)
+        control = ctx.socket(zmq.DEALER)
+        shell.linger = control.linger = 0
+        shell.connect(f"{kc.transport}://{kc.ip}:{kc.shell_port}")
+        control.connect(f"{kc.transport}://{kc.ip}:{kc.control_port}")
+        try:
+            # Signed with another key: a cell that would leave a file, and a shutdown.
+            forger.send(shell, "execute_request", {
+                "code": f'std::fs::write({json.dumps(str(marker))}, "ran").unwrap();',
+                "silent": False, "store_history": True, "user_expressions": {},
+                "allow_stdin": False, "stop_on_error": True,
+            })
+            forger.send(control, "shutdown_request", {"restart": False})
+            forger.send(shell, "kernel_info_request", {})
+            # No signature at all.
+            Session(key=b"").send(shell, "kernel_info_request", {})
+            # Garbage: no delimiter, a delimiter and nothing after it, bad JSON under a good
+            # signature, a truncated message, binary noise.
+            shell.send_multipart([b"garbage"])
+            shell.send_multipart([b"<IDS|MSG>"])
+            parts = [b"{not json", b"{}", b"{}", b"{}"]
+            shell.send_multipart([b"<IDS|MSG>", honest.sign(parts)] + parts)
+            shell.send_multipart([b"<IDS|MSG>", b"deadbeef", b"{}"])
+            shell.send_multipart([os.urandom(64) for _ in range(7)])
+            control.send_multipart([b"<IDS|MSG>", b"", b"\xff\xfe"])
+            # None of that is answered.
+            assert not shell.poll(3000), f"the kernel answered a forged/garbage message: {shell.recv_multipart()}"
+            assert not control.poll(100), f"the kernel answered on control: {control.recv_multipart()}"
+        finally:
+            shell.close()
+            control.close()
+        assert not marker.exists(), "the kernel ran a cell signed with the wrong key"
+        assert self.km.is_alive(), "the kernel died on forged/garbage input"
+        assert kernel_info(kc)["content"]["status"] == "ok"
+        assert execute_ok(kc, "1 + 1").result() == "2"
+
+    def test_unknown_message_type_is_survived(self):
+        kc = self.kc
+        msg = kc.session.msg("frobnicate_request", {"x": 1})
+        kc.shell_channel.send(msg)
+        time.sleep(0.5)
+        assert self.km.is_alive()
+        # A reply to it is allowed (skipped here); kernel_info after it must be answered.
+        assert kernel_info(kc)["content"]["status"] == "ok"
+        control_request_msg = kc.session.msg("frobnicate_request", {})
+        kc.control_channel.send(control_request_msg)
+        time.sleep(0.3)
+        assert kernel_info(kc)["content"]["status"] == "ok"
+        assert execute_ok(kc, "2 + 2").result() == "4"
+        drain(kc)
+        while kc.control_channel.msg_ready():
+            kc.get_control_msg(timeout=0)
+
+    # ---- interrupts and lost processes -------------------------------------------------------
+
+    def test_interrupt_when_idle_is_harmless(self):
+        reply = control_request(self.kc, "interrupt_request", {})
+        assert reply["msg_type"] == "interrupt_reply" and reply["content"]["status"] == "ok", reply
+        assert execute_ok(self.kc, "1 + 1").result() == "2"
+
+    def _interrupt(self, code: str, limit: float, name: str) -> Cell:
+        """Runs `code`, interrupts it once it prints `spinning`, and checks that the reply comes
+        within `limit` seconds, that the error tells the truth about the variables, and that
+        the kernel keeps serving."""
+        kc = self.kc
+        execute_ok(kc, "let kept = 7;")
+        drain(kc)
+        cell = Cell(kc.execute(code), code)
+        # Wait until it runs (its output is streamed while it runs), or give it 30 s to compile.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "spinning" not in cell.text():
+            try:
+                m = kc.get_iopub_msg(timeout=0.2)
+            except Exception:
+                continue
+            if m["parent_header"].get("msg_id") == cell.msg_id:
+                cell.iopub.append(m)
+        streamed = "spinning" in cell.text()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        self.km.interrupt_kernel()
+        cell.reply = shell_request(kc, cell.msg_id, timeout=limit + 15)
+        took = time.monotonic() - t0
+        record(f"interrupt → execute_reply ({name})", f"{took * 1e3:.0f} ms")
+        collect(kc, [cell], 10)
+        assert streamed, "the cell's stdout did not arrive while it ran (30 s):\n" + cell.describe()
+        assert took < limit, f"the reply to the interrupted cell took {took:.2f} s (limit {limit} s)"
+        assert cell.status == "error", cell.describe()
+        assert len(cell.of_type("error")) == 1, cell.describe()
+        assert self.km.is_alive()
+        # The message says whether earlier variables survived; it must be right.
+        message = cell.errors().lower()
+        after = execute(kc, "kept")
+        if "lost" in message:
+            assert after.status == "error", "the error says variables were lost, but `kept` is there:\n" + cell.describe()
+        else:
+            assert "kept" in message, "the error does not say what became of the variables:\n" + cell.describe()
+            assert after.status == "ok" and after.result() == "7", after.describe()
+        assert execute_ok(kc, "1 + 1").result() == "2"
+        execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;")
+        return cell
+
+    @pytest.mark.limit(120)
+    def test_interrupt_a_tensor_loop(self):
+        self._interrupt('println!("spinning");\nloop { let _y = (&x + 1.0)?; }', 2.0, "tensor loop")
+
+    @pytest.mark.limit(120)
+    def test_interrupt_a_loop_without_tensor_operations(self):
+        # Nothing to stop at: the kernel waits its grace period (2 s), then ends the process.
+        self._interrupt('println!("spinning");\nloop { std::hint::black_box(0u64); }', 5.0, "plain loop")
+
+    def test_a_cell_that_ends_its_process(self):
+        cell = execute(self.kc, "std::process::exit(3);")
+        assert cell.status == "error", cell.describe()
+        assert "ended" in cell.text().lower(), "the error does not say the process ended:\n" + cell.describe()
+        assert self.km.is_alive()
+        assert execute_ok(self.kc, "1 + 1").result() == "2"
+        # Variables went with the process: `x` is undefined now (it is made again for later tests).
+        assert execute(self.kc, "x").status == "error"
+        execute_ok(self.kc, "let x = Tensor::ones([3], &Device::Cpu)?;")
+
+    # ---- soak --------------------------------------------------------------------------------
+
+    @pytest.mark.limit(900)
+    def test_soak_cells_and_magics_leak_nothing(self):
+        kc, pid = self.kc, kernel_pid(self.km)
+        # Warm up the paths the soak uses, then take the baselines.
+        execute_ok(kc, "let t = Tensor::ones([64], &Device::Cuda(0))?;")
+        execute_ok(kc, ":del t")
+        for _ in range(20):
+            execute_ok(kc, ":mem")
+        baseline = memory_allocated(kc)
+        rss0 = rss_bytes(pid)
+        t0 = time.monotonic()
+        codes = []
+        for i in range(200):
+            if i % 2 == 0:
+                # Shadowing drops the previous `t`.
+                codes.append(f"let t = Tensor::ones([{64 + i}], &Device::Cpu)?.to(&Device::Cuda(0))?;")
+            else:
+                codes.append("t.shape().to_vec()")
+        for start in range(0, 200, 50):
+            cells = execute_many(kc, codes[start : start + 50], timeout=300)
+            for cell in cells:
+                assert cell.status == "ok", cell.describe()
+        code_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        for _ in range(10):
+            cells = execute_many(kc, [":mem"] * 100, timeout=120)
+            for cell in cells:
+                assert cell.status == "ok" and "cuda:0" in cell.text(), cell.describe()
+        magic_s = time.monotonic() - t1
+        execute_ok(kc, ":del t")
+        after = memory_allocated(kc)
+        rss1 = rss_bytes(pid)
+        record(
+            "soak",
+            f"200 code cells {code_s:.1f} s, 1000 :mem {magic_s:.1f} s; kernel RSS {rss0 / 2**20:.1f} → {rss1 / 2**20:.1f} MiB",
+        )
+        assert after == baseline, f"memory_allocated {baseline} before the soak, {after} after"
+        assert rss1 - rss0 < 20 * 2**20, f"kernel RSS grew {(rss1 - rss0) / 2**20:.1f} MiB over the soak"
+
+    # ---- restart and shutdown (last: they replace or end the kernel) -------------------------
+
+    @pytest.mark.limit(400)
+    def test_restart(self):
+        km, kc = self.km, self.kc
+        old_pid = kernel_pid(km)
+        old_children = descendants(old_pid)
+        t0 = time.monotonic()
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=60)
+        ready = time.monotonic() - t0
+        cell = execute_ok(kc, "1 + 1", timeout=FIRST_CELL_TIMEOUT)
+        first = time.monotonic() - t0
+        record("restart_kernel → ready; → first result", f"{ready:.2f} s; {first:.2f} s")
+        assert cell.result() == "2"
+        assert kernel_pid(km) != old_pid
+        left = wait_gone({old_pid} | old_children, 10)
+        assert not left, f"processes of the old kernel still alive after restart: {sorted(left)}"
+        # A fresh session: x is gone.
+        assert execute(kc, "x").status == "error"
+        execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;")
+
+    def test_shutdown(self):
+        km, kc = self.km, self.kc
+        pid = kernel_pid(km)
+        children = descendants(pid)
+        t0 = time.monotonic()
+        reply = control_request(kc, "shutdown_request", {"restart": False})
+        assert reply["content"]["status"] == "ok" and reply["content"]["restart"] is False, reply
+        proc = km.provisioner.process
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            code = None
+        record("shutdown_request → exit", f"{(time.monotonic() - t0) * 1e3:.0f} ms")
+        assert code == 0, f"the kernel did not exit cleanly within 10 s of shutdown_request (exit {code})"
+        left = wait_gone(children, 10)
+        assert not left, f"the kernel's children outlived it: {sorted(left)}"
+
+
+# =============================================================================================
+# Front ends with kernels of their own (the shared kernel is stopped by now).
+
+
+def notebook_cells() -> list:
+    return [
+        nbformat.v4.new_code_cell("let x = Tensor::ones([3], &Device::Cpu)?;"),
+        nbformat.v4.new_code_cell("x"),
+        nbformat.v4.new_code_cell("let y = x.to(&Device::Cuda(0))?;"),
+        nbformat.v4.new_code_cell(":plot transfers"),
+        nbformat.v4.new_code_cell('println!("done");'),
+    ]
+
+
+@pytest.mark.limit(400)
+def test_nbclient_runs_a_notebook(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "placelab", "language": "rust"}
+    nb.cells = notebook_cells()
+    t0 = time.monotonic()
+    client = NotebookClient(nb, timeout=int(FIRST_CELL_TIMEOUT), startup_timeout=60, kernel_name=KERNEL_NAME, record_timing=True)
+    client.execute()
+    record("nbclient, 5 cells incl. kernel start/stop", f"{time.monotonic() - t0:.2f} s")
+    nbformat.validate(nb)
+    path = tmp_path / "run.ipynb"
+    nbformat.write(nb, path)
+    nb = nbformat.read(path, as_version=4)
+    assert nb.metadata["language_info"]["name"] == "rust", nb.metadata
+    cells = nb.cells
+
+    def outs(i, kind):
+        return [o for o in cells[i].outputs if o.output_type == kind]
+
+    card = outs(1, "execute_result")
+    assert card and "placelab-tensor" in card[0].data.get("text/html", ""), cells[1].outputs
+    strips_html = [o for o in outs(2, "display_data") if "placelab-memory" in o.data.get("text/html", "")]
+    assert strips_html, cells[2].outputs
+    assert "cuda:0 (simulated)" in strips_html[0].data.get("text/plain", ""), cells[2].outputs
+    plots = [o for o in outs(3, "display_data") if "image/svg+xml" in o.data]
+    assert plots, cells[3].outputs
+    streams = outs(4, "stream")
+    assert streams and "done" in streams[0].text, cells[4].outputs
+    for cell in cells:
+        assert cell.execution_count is not None, cell
+        assert "shell.execute_reply" in cell.metadata.get("execution", {}), cell.metadata
+
+
+def _kill_kernels_started_from(runtime_dir: Path) -> None:
+    """Kills kernels whose connection file lies in `runtime_dir` (left by a killed console)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmdline = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(runtime_dir).encode() in cmdline:
+            try:
+                os.kill(int(d.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.mark.limit(400)
+def test_jupyter_console_answers_a_cell(tmp_path):
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(runtime), TERM="dumb")
+    console = Path(sys.executable).with_name("jupyter-console")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [str(console), "--kernel", KERNEL_NAME, "--simple-prompt"],
+        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True, close_fds=True,
+    )
+    os.close(slave)
+    seen = b""
+
+    def read_until(pattern: bytes, timeout: float) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, seen):
+                return True
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    return bool(re.search(pattern, seen))
+                if not chunk:
+                    return bool(re.search(pattern, seen))
+                seen += chunk
+        return bool(re.search(pattern, seen))
+
+    try:
+        t0 = time.monotonic()
+        assert read_until(rb"In \[1\]", 90), f"no prompt from jupyter console:\n{seen.decode(errors='replace')}"
+        os.write(master, b"40 + 2\n")
+        assert read_until(rb"Out\[1\]: 42", FIRST_CELL_TIMEOUT), f"no `Out[1]: 42`:\n{seen.decode(errors='replace')}"
+        record("jupyter console: start → Out[1]", f"{time.monotonic() - t0:.2f} s")
+        assert read_until(rb"In \[2\]", 30), seen.decode(errors="replace")
+        os.write(master, b"exit\n")
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == 0, f"jupyter console did not exit on `exit` (exit {code}):\n{seen.decode(errors='replace')}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        os.close(master)
+        # The console shuts its kernel down; if it was killed, its kernel is an orphan.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(runtime.glob("kernel-*.json")):
+            time.sleep(0.2)
+        _kill_kernels_started_from(runtime)
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def _placelab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    assert PLACELAB_BIN, "PLACELAB_BIN is not set (tests/jupyter.rs sets it)"
+    return subprocess.run([PLACELAB_BIN, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_kernel_without_its_connection_file_fails_clearly(tmp_path):
+    missing = tmp_path / "no-such-connection.json"
+    out = _placelab("kernel", "--connection-file", str(missing))
+    assert out.returncode != 0, out
+    assert str(missing) in out.stderr, f"stderr does not name the file:\n{out.stderr}"
+    assert "panicked" not in out.stderr, out.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text("{ this is not json")
+    out = _placelab("kernel", "--connection-file", str(bad))
+    assert out.returncode != 0, out
+    assert str(bad) in out.stderr, f"stderr does not name the file:\n{out.stderr}"
+    assert "panicked" not in out.stderr, out.stderr
+    out = _placelab("kernel")
+    assert out.returncode != 0, out
+    assert "--connection-file" in out.stderr, out.stderr
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.mark.limit(120)
+def test_kernel_on_a_port_in_use_fails_clearly(tmp_path):
+    ports = _free_ports(5)
+    names = ["shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"]
+    info = dict(zip(names, ports))
+    info.update(ip="127.0.0.1", transport="tcp", key="a0436f6c-1916-498b-8eb9-e81ab9368e84",
+                signature_scheme="hmac-sha256", kernel_name=KERNEL_NAME)
+    conn = tmp_path / "kernel.json"
+    conn.write_text(json.dumps(info))
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", info["shell_port"]))
+    busy.listen(1)
+    try:
+        t0 = time.monotonic()
+        out = _placelab("kernel", "--connection-file", str(conn), timeout=90)
+        record("port in use → exit", f"{time.monotonic() - t0:.2f} s")
+    finally:
+        busy.close()
+    assert out.returncode != 0, out
+    port = str(info["shell_port"])
+    assert port in out.stderr or "in use" in out.stderr.lower(), f"stderr says nothing of the port:\n{out.stderr}"
+    assert "panicked" not in out.stderr, out.stderr
