@@ -291,6 +291,11 @@ fn kernel_serves_real_clients() {
     pytest("test_client.py");
 }
 
+#[test]
+fn notebooks_consoles_and_the_command_line_run_it() {
+    pytest("test_front_ends.py");
+}
+
 /// `install-kernel` writes a kernelspec that starts this binary with message interrupts, under
 /// the default name or a given one; `uninstall-kernel` removes it. No kernel starts.
 #[test]
