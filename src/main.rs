@@ -93,12 +93,12 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command.unwrap_or(Command::Repl) {
         Command::Repl => match session::prepare() {
-            Ok(p) => repl::run(devices_banner(), p),
+            Ok(p) => repl::run(devices_banner(true), p),
             Err(e) => fail(&e),
         },
         Command::RunScript { file } => run_script(&file),
         Command::Devices => {
-            println!("{}", devices_banner());
+            println!("{}", devices_banner(true));
             0
         }
         Command::Kernel { connection_file } => {

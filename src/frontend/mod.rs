@@ -19,12 +19,14 @@ pub mod strip;
 use crate::{Device, cuda, display::human_bytes, memory};
 
 /// `placelab 0.1 · devices: cpu (2 threads), cuda:0 NVIDIA H100 80GB HBM3 (79.1 GiB free)`.
-pub fn devices_banner() -> String {
+/// `with_free` asks the driver for free memory, which creates a CUDA context in this process:
+/// the kernel leaves it out, so only the cell process ever holds GPU memory.
+pub fn devices_banner(with_free: bool) -> String {
     let mut parts = vec![format!("cpu ({} threads)", crate::cpu_threads())];
     for i in 0..cuda::device_count() {
         let name = cuda::device_name(i).unwrap_or_else(|e| e.to_string());
         // A simulated device's name already gives its capacity.
-        let free = match Device::Cuda(i).is_simulated() {
+        let free = match Device::Cuda(i).is_simulated() || !with_free {
             true => String::new(),
             false => memory::mem_get_info(&Device::Cuda(i))
                 .map(|(f, _)| format!(" ({} free)", human_bytes(f)))

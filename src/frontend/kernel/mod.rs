@@ -190,6 +190,7 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
             }
         }
     });
+    let banner = replies::banner();
     let mut shell_worker = replies::Shell {
         reply: shell_send,
         iopub: iopub.clone(),
@@ -198,11 +199,11 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
         history,
         execution_count: 0,
         requests,
+        banner: banner.clone(),
     };
     tokio::spawn(async move { shell_worker.serve().await });
 
     // Control: answered while a cell runs; the kernel ends when it says so.
-    let banner = replies::banner();
     loop {
         let message = match wire::read(&mut control).await {
             Ok(Incoming::Request(m)) => m,

@@ -24,6 +24,7 @@ pub struct Shell {
     pub history: History,
     pub execution_count: usize,
     pub requests: mpsc::UnboundedReceiver<Incoming>,
+    pub banner: String,
 }
 
 impl Shell {
@@ -239,7 +240,7 @@ fn char_offset(code: &str, bytes: usize) -> usize {
 pub fn banner() -> String {
     format!(
         "{}\nRust cells with placelab preloaded. :help lists the commands.",
-        crate::frontend::devices_banner()
+        crate::frontend::devices_banner(false)
     )
 }
 
