@@ -63,7 +63,7 @@ impl Shell {
                 return;
             }
             JupyterMessageContent::KernelInfoRequest(_) => {
-                kernel_info(&banner()).as_child_of(message)
+                kernel_info(&self.banner).as_child_of(message)
             }
             JupyterMessageContent::IsCompleteRequest(req) => match check(&req.code) {
                 Completeness::Complete => IsCompleteReply::complete(),
