@@ -22,41 +22,38 @@ def median_ms(samples: list[float]) -> str:
     return f"{statistics.median(samples) * 1e3:.2f} ms"
 
 
-def first_kernel_info(name: str, runs: int) -> list[float]:
+def started(name: str):
+    """A kernel and a client with its channels open (timed from before the process starts)."""
+    km = KernelManager(kernel_name=name)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    return km, kc
+
+
+def time_starts(name: str, runs: int, until_ready) -> list[float]:
+    """Process start until `until_ready(kc)` returns, `runs` times, each kernel shut down."""
     out = []
     for _ in range(runs):
-        km = KernelManager(kernel_name=name)
         t = time.perf_counter()
-        km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        while True:
-            msg_id = kc.kernel_info()
-            try:
-                reply = kc.get_shell_msg(timeout=0.005)
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    break
-            except Exception:
-                continue
+        km, kc = started(name)
+        until_ready(kc)
         out.append(time.perf_counter() - t)
         kc.stop_channels()
         km.shutdown_kernel(now=True)
     return out
 
 
-def ready(name: str, runs: int) -> list[float]:
-    out = []
-    for _ in range(runs):
-        km = KernelManager(kernel_name=name)
-        t = time.perf_counter()
-        km.start_kernel()
-        kc = km.client()
-        kc.start_channels()
-        kc.wait_for_ready(timeout=120)
-        out.append(time.perf_counter() - t)
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    return out
+def first_kernel_info(kc) -> None:
+    """Polls kernel_info every 5 ms until one is answered (the sockets are up)."""
+    while True:
+        msg_id = kc.kernel_info()
+        try:
+            reply = kc.get_shell_msg(timeout=0.005)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return
+        except Exception:
+            continue
 
 
 def round_trips(kc, code: str, n: int) -> list[float]:
@@ -88,13 +85,12 @@ def interrupt_latency(km, kc, code: str, runs: int) -> list[float]:
 
 def measure(name: str, quick_cell: str, interrupt_cell: str, runs: int) -> dict[str, str]:
     row = {
-        "start → first kernel_info_reply": median_ms(first_kernel_info(name, runs)),
-        "start + wait_for_ready": median_ms(ready(name, runs)),
+        "start → first kernel_info_reply": median_ms(time_starts(name, runs, first_kernel_info)),
+        "start + wait_for_ready": median_ms(
+            time_starts(name, runs, lambda kc: kc.wait_for_ready(timeout=120))
+        ),
     }
-    km = KernelManager(kernel_name=name)
-    km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
+    km, kc = started(name)
     kc.wait_for_ready(timeout=120)
     kc.execute_interactive("1 + 1", timeout=900, output_hook=lambda m: None)  # warm up
     row[f"round trip `{quick_cell}` (median of 200)"] = median_ms(round_trips(kc, quick_cell, 200))

@@ -7,6 +7,7 @@ hang into a failure. `@pytest.mark.limit(seconds)` raises the default for a long
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -30,51 +31,40 @@ def _limit(item: pytest.Item) -> float:
     return float(marker.args[0]) if marker else DEFAULT_LIMIT
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    limit = _limit(item)
+@contextlib.contextmanager
+def alarm(limit: float, what: str):
+    """Raises TestTimeout in the test's thread if the block runs past `limit` seconds."""
 
     def on_alarm(signum, frame):
-        raise TestTimeout(f"{item.nodeid} ran past its {limit:.0f} s limit")
+        raise TestTimeout(f"{what} ran past its {limit:.0f} s limit")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        return (yield)
+        yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with alarm(_limit(item), item.nodeid):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     # Class set-up starts a kernel (and jupyter_kernel_test's waits for its first messages).
     limit = max(_limit(item), kernel_helpers.FIRST_CELL_TIMEOUT + 60)
-
-    def on_alarm(signum, frame):
-        raise TestTimeout(f"set-up of {item.nodeid} ran past {limit:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
+    with alarm(limit, f"set-up of {item.nodeid}"):
         return (yield)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem):
-    def on_alarm(signum, frame):
-        raise TestTimeout(f"tear-down of {item.nodeid} ran past 60 s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, 60)
-    try:
+    with alarm(60, f"tear-down of {item.nodeid}"):
         return (yield)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

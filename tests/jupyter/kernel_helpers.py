@@ -248,36 +248,31 @@ def execute_many(kc: Any, codes: list[str], timeout: float, **kw: Any) -> list[C
     return cells
 
 
-def shell_request(kc: Any, msg_id: str, timeout: float = CELL_TIMEOUT) -> dict[str, Any]:
-    """The shell reply to `msg_id`, skipping replies to other requests (bounded)."""
+def reply_to(get: Any, msg_id: str, what: str, timeout: float) -> dict[str, Any]:
+    """The reply to `msg_id` from `get` (a client's get_*_msg), skipping others (bounded)."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"no shell reply to {msg_id} within {timeout} s")
+            raise AssertionError(f"no reply to {what} within {timeout} s")
         try:
-            m = kc.get_shell_msg(timeout=left)
+            m = get(timeout=left)
         except Exception as e:  # queue.Empty
-            raise AssertionError(f"no shell reply to {msg_id} within {timeout} s") from e
+            raise AssertionError(f"no reply to {what} within {timeout} s") from e
         if m["parent_header"].get("msg_id") == msg_id:
             return m
+
+
+def shell_request(kc: Any, msg_id: str, timeout: float = CELL_TIMEOUT) -> dict[str, Any]:
+    """The shell reply to `msg_id`, skipping replies to other requests (bounded)."""
+    return reply_to(kc.get_shell_msg, msg_id, msg_id, timeout)
 
 
 def control_request(kc: Any, msg_type: str, content: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
     """Sends a request on the control channel and returns its reply (bounded)."""
     msg = kc.session.msg(msg_type, content)
     kc.control_channel.send(msg)
-    deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no control reply to {msg_type} within {timeout} s")
-        try:
-            m = kc.get_control_msg(timeout=left)
-        except Exception as e:
-            raise AssertionError(f"no control reply to {msg_type} within {timeout} s") from e
-        if m["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
-            return m
+    return reply_to(kc.get_control_msg, msg["header"]["msg_id"], msg_type, timeout)
 
 
 def kernel_info(kc: Any, timeout: float = 10.0) -> dict[str, Any]:
