@@ -334,7 +334,8 @@ impl Session {
     pub(super) fn run_code(&mut self, code: &str) -> CellReport {
         let before = self.snapshot();
         let mut report = CellReport::default();
-        let variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
+        let mut variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
+        variables.sort();
         // A new cell: an interrupt that came while none ran is forgotten.
         let _ = self.probe.ask("begin");
         let pid = self
