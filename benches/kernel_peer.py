@@ -45,12 +45,14 @@ def time_starts(name: str, runs: int, until_ready) -> list[float]:
 
 
 def first_kernel_info(kc) -> None:
-    """Polls kernel_info every 5 ms until one is answered (the sockets are up)."""
+    """Asks for kernel_info every 5 ms until one of the requests is answered (the sockets are
+    up); a reply to any earlier request counts."""
+    sent = set()
     while True:
-        msg_id = kc.kernel_info()
+        sent.add(kc.kernel_info())
         try:
             reply = kc.get_shell_msg(timeout=0.005)
-            if reply["parent_header"].get("msg_id") == msg_id:
+            if reply["parent_header"].get("msg_id") in sent:
                 return
         except Exception:
             continue
@@ -84,6 +86,7 @@ def interrupt_latency(km, kc, code: str, runs: int) -> list[float]:
 
 
 def measure(name: str, quick_cell: str, interrupt_cell: str, runs: int) -> dict[str, str]:
+    print(f"measuring {name}…", flush=True)
     row = {
         "start → first kernel_info_reply": median_ms(time_starts(name, runs, first_kernel_info)),
         "start + wait_for_ready": median_ms(
