@@ -210,16 +210,6 @@ impl Session {
         self.interrupter.clone()
     }
 
-    /// A client of the cell process's side channel, usable from another thread while a cell runs.
-    pub fn probe(&self) -> ProbeClient {
-        self.probe.clone()
-    }
-
-    /// The transfer sequence number the next memory strip starts after.
-    pub fn last_transfer_seq(&self) -> u64 {
-        self.last_seq
-    }
-
     pub fn workdir(&self) -> &std::path::Path {
         &self.prepared.workdir
     }

@@ -190,6 +190,10 @@ class TestSharedKernel:
         assert "Tensor" in c["data"].get("text/plain", ""), c
         missing = shell_request(self.kc, self.kc.inspect("no_such_variable_here", 5), timeout=CELL_TIMEOUT)
         assert missing["content"]["status"] == "ok", missing["content"]
+        # A wide character just before the word (cursor positions count code points).
+        wide = shell_request(self.kc, self.kc.inspect("cpu→x", 5), timeout=CELL_TIMEOUT)
+        assert wide["content"]["found"] is True and "Tensor" in wide["content"]["data"]["text/plain"], wide
+        assert kernel_info(self.kc)["content"]["status"] == "ok", "the kernel still answers"
 
     def test_is_complete(self):
         def status(code):

@@ -142,9 +142,12 @@ fn run(session: &mut Result<Session, String>, job: Job) {
 /// else shows what rust-analyzer knows of it (an engine method's signature and doc line).
 fn inspect(s: &mut Session, code: &str, pos: usize) -> Option<Inspection> {
     let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    // The word around the cursor; the character before it may be any width (`·`, `→`).
     let start = code[..pos]
-        .rfind(|c: char| !is_ident(c))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|(_, c)| !is_ident(*c))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let end = code[pos..]
         .find(|c: char| !is_ident(c))
         .map_or(code.len(), |i| pos + i);
