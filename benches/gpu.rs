@@ -38,7 +38,7 @@ fn transfers() -> Result<()> {
             ("d2h_pinned", &|| on_gpu.cpu_pinned()),
         ];
         for (kind, run) in cases {
-            run()?; // warm-up: first-touch of the cache's blocks
+            let _warm_up = run()?; // first-touch of the cache's blocks
             let (mut event, mut wall) = (Vec::new(), Vec::new());
             for _ in 0..reps(bytes) {
                 let t = run()?;
@@ -84,7 +84,7 @@ fn non_blocking() -> Result<()> {
 
 fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()> {
     for _ in 0..3 {
-        run()?;
+        let _warm_up = run()?;
     }
     cuda::synchronize(0)?;
     let mut ms = Vec::new();

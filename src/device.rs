@@ -3,10 +3,11 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Device {
     Cpu,
     Cuda(usize),
@@ -36,7 +37,6 @@ impl Device {
         crate::cuda::is_simulated(self)
     }
 
-    /// The index PyTorch reports as `device.index` (`None` for the CPU).
     /// Where host data bound for this device is prepared: the device itself when its memory is
     /// host memory (the CPU, a simulated GPU), the CPU for a real GPU.
     pub(crate) fn host_stand_in(&self) -> Device {
@@ -47,6 +47,7 @@ impl Device {
         }
     }
 
+    /// The index PyTorch reports as `device.index` (`None` for the CPU).
     pub fn index(&self) -> Option<usize> {
         match self {
             Device::Cpu => None,
@@ -80,6 +81,32 @@ impl Device {
     }
 }
 
+/// The default device, encoded: 0 is the CPU, `i + 1` is `cuda:i`.
+static DEFAULT_DEVICE: AtomicUsize = AtomicUsize::new(0);
+
+/// Where a tensor made without naming a device lands (`Tensor::new`, `tensor![…]`, or options
+/// of `()` or a bare `DType`): the CPU unless `set_default_device` chose another
+/// (`torch.get_default_device()`).
+pub fn default_device() -> Device {
+    match DEFAULT_DEVICE.load(Ordering::Relaxed) {
+        0 => Device::Cpu,
+        i => Device::Cuda(i - 1),
+    }
+}
+
+/// Makes `device` the one tensors land on when their constructor names none
+/// (`torch.set_default_device`). Tensors made with an explicit device are unaffected, and so are
+/// existing tensors. Fails when the device does not exist here.
+pub fn set_default_device(device: &Device) -> Result<()> {
+    device.check_available()?;
+    let code = match device {
+        Device::Cpu => 0,
+        Device::Cuda(i) => i + 1,
+    };
+    DEFAULT_DEVICE.store(code, Ordering::Relaxed);
+    Ok(())
+}
+
 /// Prints as PyTorch does: `cpu`, `cuda:0`.
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -87,6 +114,14 @@ impl fmt::Display for Device {
             Device::Cpu => f.write_str("cpu"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
         }
+    }
+}
+
+/// Debug-prints as it displays (`cuda:0`), so a device inside a tuple or a `Vec` shown in a cell
+/// reads the same as in a card.
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

@@ -35,11 +35,11 @@ mod storage;
 pub mod tensor;
 pub mod transfer;
 
-pub use device::Device;
+pub use device::{Device, default_device, set_default_device};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, Result};
 pub use layout::{Dim, Dims, IntoShape};
-pub use tensor::{IntoOptions, Tensor, TensorOptions, manual_seed};
+pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
 pub use transfer::{Clock, CopyMode, HostMemoryKind, Transfer};
 
 /// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compiled CUDA kernels, and the front end's
@@ -68,5 +68,8 @@ pub mod prelude {
     pub use crate::optim::{self, Adam, Optimizer, Sgd};
     pub use crate::parallel::DataParallel;
     pub use crate::transfer::{self, Transfer};
-    pub use crate::{DType, Device, Error, Result, Scalar, Tensor, cuda, manual_seed};
+    pub use crate::{
+        DType, Device, Error, Result, Scalar, Tensor, cuda, default_device, manual_seed,
+        set_default_device, tensor,
+    };
 }

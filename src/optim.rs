@@ -16,6 +16,12 @@ pub trait Optimizer {
 
     fn set_lr(&mut self, lr: f64);
 
+    /// The state the optimizer keeps between steps (momentum buffers, Adam's two moments): made
+    /// at the first step, beside each parameter, on its device (`optimizer.state` in PyTorch).
+    fn state(&self) -> Vec<Tensor> {
+        Vec::new()
+    }
+
     /// Clears every parameter's gradient.
     fn zero_grad(&self) {
         for p in self.params() {
@@ -131,6 +137,10 @@ impl Optimizer for Sgd {
         &self.params
     }
 
+    fn state(&self) -> Vec<Tensor> {
+        self.buffers.iter().flatten().cloned().collect()
+    }
+
     fn lr(&self) -> f64 {
         self.lr
     }
@@ -229,6 +239,14 @@ impl Optimizer for Adam {
 
     fn params(&self) -> &[Tensor] {
         &self.params
+    }
+
+    fn state(&self) -> Vec<Tensor> {
+        self.moments
+            .iter()
+            .flatten()
+            .flat_map(|(m, v)| [m.clone(), v.clone()])
+            .collect()
     }
 
     fn lr(&self) -> f64 {

@@ -47,7 +47,7 @@ fn check(name: &str, inputs: Vec<Tensor>, f: &Op) -> Vec<String> {
                 let mut v = vals.clone();
                 v[j] += d;
                 let mut xs = inputs.clone();
-                xs[k] = Tensor::from_vec(v, x.shape().to_vec(), &x.device())
+                xs[k] = Tensor::from_vec(v, x.shape().to_vec(), x.device())
                     .unwrap()
                     .to_dtype(x.dtype())
                     .unwrap();
@@ -246,7 +246,7 @@ fn every_differentiable_op_matches_finite_differences() {
             "index_select repeats",
             vec![t(&[4, 3], 58)],
             Box::new(|x| {
-                x[0].index_select(0, &Tensor::from_vec(vec![3i64, 0, 3], [3], &Device::Cpu)?)
+                x[0].index_select(0, &Tensor::from_vec(vec![3i64, 0, 3], [3], Device::Cpu)?)
             }),
         ),
         (
@@ -294,7 +294,7 @@ fn no_grad_records_nothing_and_keeps_nothing_alive() {
 #[test]
 fn gradients_accumulate_live_on_the_device_and_can_be_cleared() {
     cuda::simulate(2, None).unwrap();
-    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3], &Device::Cuda(0))
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], [3], Device::Cuda(0))
         .unwrap()
         .requires_grad_(true)
         .unwrap();
@@ -314,7 +314,7 @@ fn gradients_accumulate_live_on_the_device_and_can_be_cleared() {
     x.zero_grad();
     assert!(x.grad().is_none());
     // Through a cast, the gradient comes back in the leaf's own dtype.
-    let h = Tensor::from_vec(vec![1.5f32, -2.0], [2], &Device::Cpu)
+    let h = Tensor::from_vec(vec![1.5f32, -2.0], [2], Device::Cpu)
         .unwrap()
         .requires_grad_(true)
         .unwrap();

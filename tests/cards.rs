@@ -13,24 +13,24 @@ fn text_cards_are_pinned() {
         x.to_string(),
         "Tensor f32[2, 3] · cpu · 24 B · no .to() yet\n[[0., 1., 2.],\n [3., 4., 5.]]"
     );
-    let y = Tensor::from_vec(vec![0.5f32, -1.25, 3.0, 0.0], [2, 2], &Device::Cpu).unwrap();
+    let y = Tensor::from_vec(vec![0.5f32, -1.25, 3.0, 0.0], [2, 2], Device::Cpu).unwrap();
     assert_eq!(
         y.to_string(),
         "Tensor f32[2, 2] · cpu · 16 B · no .to() yet\n[[ 0.5000, -1.2500],\n [ 3.0000,  0.0000]]"
     );
     let s = Tensor::scalar(7, Device::Cpu).unwrap();
     assert_eq!(s.to_string(), "Tensor i64[] · cpu · 8 B · no .to() yet\n7");
-    let b = Tensor::from_vec(vec![true, false], [2], &Device::Cpu).unwrap();
+    let b = Tensor::from_vec(vec![true, false], [2], Device::Cpu).unwrap();
     assert_eq!(
         b.to_string(),
         "Tensor bool[2] · cpu · 2 B · no .to() yet\n[ true, false]"
     );
-    let e = Tensor::from_vec(vec![1e-6f64, 1.0, 12345.0], [3], &Device::Cpu).unwrap();
+    let e = Tensor::from_vec(vec![1e-6f64, 1.0, 12345.0], [3], Device::Cpu).unwrap();
     assert_eq!(
         e.to_string().lines().nth(1).unwrap(),
         "[1.0000e-06, 1.0000e+00, 1.2345e+04]"
     );
-    let n = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, -1.5], [3], &Device::Cpu).unwrap();
+    let n = Tensor::from_vec(vec![f32::NAN, f32::INFINITY, -1.5], [3], Device::Cpu).unwrap();
     assert_eq!(
         n.to_string().lines().nth(1).unwrap(),
         "[    nan,     inf, -1.5000]"

@@ -114,7 +114,7 @@ fn kernels_match_the_cpu_on_large_random_inputs() {
         check(&name("narrow"), 0.0, &[&x], |t| {
             t[0].narrow(1, 3, 500)?.contiguous()
         });
-        let idx = Tensor::from_vec(vec![5i64, 0, 999, 5], [4], &Device::Cpu).unwrap();
+        let idx = Tensor::from_vec(vec![5i64, 0, 999, 5], [4], Device::Cpu).unwrap();
         check(&name("index_select"), 0.0, &[&x, &idx], |t| {
             t[0].index_select(0, &t[1])
         });

@@ -113,7 +113,7 @@ fn data_parallel_when_there_are_several_gpus() -> Result<()> {
 
 #[test]
 fn other_layers_behave_as_in_pytorch() -> Result<()> {
-    let x = Tensor::from_vec(vec![-2.0f32, 0.0, 3.0, 1.0], [2, 1, 2], &Device::Cpu)?;
+    let x = Tensor::from_vec(vec![-2.0f32, 0.0, 3.0, 1.0], [2, 1, 2], Device::Cpu)?;
     assert_eq!(Flatten.forward(&x)?.shape(), &[2, 2]);
     assert_eq!(Sigmoid.forward(&x)?.to_vec::<f32>()?[1], 0.5);
     assert_eq!(Tanh.forward(&x)?.to_vec::<f32>()?[1], 0.0);

@@ -32,7 +32,7 @@ fn half_precision_rounds_as_pytorch_does_on_every_device() {
         // upper neighbour, rounded through f32 it becomes the midpoint, and ties go to even (1).
         for (dtype, mantissa_bits) in [(DType::F16, 10), (DType::BF16, 7)] {
             let v = 1.0 + 2f64.powi(-mantissa_bits - 1) + 2f64.powi(-40);
-            let x = Tensor::from_vec(vec![v], [1], &device).unwrap();
+            let x = Tensor::from_vec(vec![v], [1], device).unwrap();
             let h = x.to_dtype(dtype).unwrap();
             assert_eq!(h.to_f64_vec().unwrap(), [1.0], "{dtype} on {device}");
         }

@@ -13,7 +13,7 @@ fn seeded() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn f64s(v: &[f64], device: Device) -> Tensor {
-    Tensor::from_vec(v.to_vec(), [v.len()], &device).unwrap()
+    Tensor::from_vec(v.to_vec(), [v.len()], device).unwrap()
 }
 
 type MakeOptimizer = Box<dyn Fn(Vec<Tensor>) -> Box<dyn Optimizer>>;
@@ -85,8 +85,8 @@ fn optimizers_follow_pytorch_exactly() {
 
 #[test]
 fn losses_match_pytorch() {
-    let x = Tensor::from_vec(vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0], [2, 3], &Device::Cpu).unwrap();
-    let t = Tensor::from_vec(vec![2i64, 0], [2], &Device::Cpu).unwrap();
+    let x = Tensor::from_vec(vec![1.0f64, 2.0, 0.5, -1.0, 0.0, 3.0], [2, 3], Device::Cpu).unwrap();
+    let t = Tensor::from_vec(vec![2i64, 0], [2], Device::Cpu).unwrap();
     let ce = CrossEntropyLoss
         .forward(&x, &t)
         .unwrap()
@@ -122,7 +122,7 @@ fn losses_match_pytorch() {
     let e = CrossEntropyLoss
         .forward(
             &x,
-            &Tensor::from_vec(vec![0i64, 3], [2], &Device::Cpu).unwrap(),
+            &Tensor::from_vec(vec![0i64, 3], [2], Device::Cpu).unwrap(),
         )
         .unwrap_err()
         .to_string();
@@ -302,7 +302,7 @@ fn autocast_lowers_matmuls_and_keeps_losses_in_f32() {
 
 #[test]
 fn grad_scaler_skips_overflowing_steps_and_adapts_its_scale() {
-    let p = Tensor::from_vec(vec![1.0f32, 2.0], [2], &Device::Cpu)
+    let p = Tensor::from_vec(vec![1.0f32, 2.0], [2], Device::Cpu)
         .unwrap()
         .requires_grad_(true)
         .unwrap();
@@ -325,7 +325,7 @@ fn grad_scaler_skips_overflowing_steps_and_adapts_its_scale() {
     assert_eq!(p.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
     opt.zero_grad();
     p.set_grad(Some(
-        Tensor::from_vec(vec![f32::INFINITY, 1.0], [2], &Device::Cpu).unwrap(),
+        Tensor::from_vec(vec![f32::INFINITY, 1.0], [2], Device::Cpu).unwrap(),
     ));
     assert!(
         !scaler.step(&mut opt).unwrap(),

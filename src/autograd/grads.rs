@@ -240,7 +240,7 @@ pub(crate) fn index_select(
         for (i, &p) in positions.iter().enumerate() {
             onehot[p * n + i] = 1.0;
         }
-        let m = Tensor::from_vec(onehot, [size, n], &g.device())?.to_dtype(g.dtype())?;
+        let m = Tensor::from_vec(onehot, [size, n], (g.dtype(), g.device()))?;
         let gt = g.transpose(0, dim)?.contiguous()?;
         let rest: Vec<usize> = gt.shape()[1..].to_vec();
         let flat = gt.reshape([n as i64, -1])?;

@@ -212,6 +212,45 @@ fn probe_real() -> &'static std::result::Result<usize, String> {
     })
 }
 
+/// How many real CUDA devices this machine has, whether or not simulation is on (0 without a
+/// driver). Probing creates no CUDA context.
+pub fn real_device_count() -> usize {
+    probe_real().as_ref().copied().unwrap_or(0)
+}
+
+/// The CUDA version the installed driver supports, e.g. `(12, 4)` (`cuDriverGetVersion`);
+/// `None` without a real GPU.
+pub fn driver_version() -> Option<(i32, i32)> {
+    if real_device_count() == 0 {
+        return None;
+    }
+    let mut v = 0;
+    let status = guarded("asking the driver's version", || unsafe {
+        cudarc::driver::sys::cuDriverGetVersion(&mut v)
+    })
+    .ok()?;
+    (status == cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some((v / 1000, (v % 1000) / 10))
+}
+
+/// `CUDA driver 12.4 · NVRTC 13.0` for `:devices`; `None` where the devices are simulated or
+/// there is no real GPU.
+pub fn versions_line() -> Option<String> {
+    if current_simulation().is_some() {
+        return None;
+    }
+    let (major, minor) = driver_version()?;
+    let nvrtc = match nvrtc::version() {
+        Ok((a, b)) => format!("NVRTC {a}.{b}"),
+        Err(why) => format!("NVRTC unavailable: {why}"),
+    };
+    Some(format!("CUDA driver {major}.{minor} · {nvrtc}"))
+}
+
+/// Why this machine has no real CUDA device, or `None` when it has one.
+pub fn no_real_gpu_reason() -> Option<String> {
+    probe_real().as_ref().err().cloned()
+}
+
 /// Whether any CUDA device (real, or simulated when simulation is on) can be used.
 pub fn is_available() -> bool {
     device_count() > 0

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::display::{human_bytes, human_duration, human_rate};
 
+use super::plot::TransferAxis;
 use super::session::{CellReport, Output, Session};
 
 type Handler = fn(&mut Session, &str) -> CellReport;
@@ -42,14 +43,14 @@ pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
     ),
     (
         ":simulate",
-        ":simulate cuda N [CAPACITY]",
-        "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`)",
+        ":simulate cuda N [CAPACITY] [--if-no-gpu]",
+        "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`); with --if-no-gpu, only where no real GPU exists",
         simulate,
     ),
     (
         ":plot",
-        ":plot transfers|memory",
-        "draw transfer time against size, or memory after each cell (an SVG file)",
+        ":plot transfers|bandwidth|memory",
+        "draw transfer time or bandwidth against size, or memory after each cell (an SVG file)",
         plot,
     ),
     (
@@ -232,7 +233,7 @@ fn html_table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String 
 fn devices(s: &mut Session, _: &str) -> CellReport {
     // The cell process decides (simulation may have been switched on there): ask it.
     let r = s.run_code(
-        "{ let mut v = vec![format!(\"cpu ({} threads)\", placelab::cpu_threads())]; for i in 0..cuda::device_count() { v.push(format!(\"{} {}\", Device::Cuda(i).label(), cuda::device_name(i).unwrap_or_default())); } if let Some(w) = cuda::unavailable_reason() { v.push(format!(\"no CUDA device: {w}\")); } v.join(\"\\n\") }",
+        "{ let mut v = vec![format!(\"cpu ({} threads)\", placelab::cpu_threads())]; for i in 0..cuda::device_count() { v.push(format!(\"{} {}\", Device::Cuda(i).label(), cuda::device_name(i).unwrap_or_default())); } if let Some(l) = cuda::versions_line() { v.push(l); } if let Some(w) = cuda::unavailable_reason() { v.push(format!(\"no CUDA device: {w}\")); } v.join(\"\\n\") }",
     );
     CellReport {
         memory: None,
@@ -302,7 +303,10 @@ fn empty_cache(s: &mut Session, _: &str) -> CellReport {
 }
 
 fn simulate(s: &mut Session, args: &str) -> CellReport {
-    let words: Vec<&str> = args.split_whitespace().collect();
+    let mut words: Vec<&str> = args.split_whitespace().collect();
+    // `--if-no-gpu`: a notebook's first cell, which must run unchanged on a machine with a GPU.
+    let only_without_gpu = words.contains(&"--if-no-gpu");
+    words.retain(|w| *w != "--if-no-gpu");
     let (n, cap) = match words.as_slice() {
         ["cuda", n] => (n.parse::<usize>().ok(), None),
         ["cuda", n, cap] => (n.parse::<usize>().ok(), Some(*cap)),
@@ -310,7 +314,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     };
     let Some(n) = n else {
         return CellReport::error(
-            "usage: :simulate cuda N [CAPACITY], e.g. `:simulate cuda 2` or `:simulate cuda 1 8GiB` (0 turns simulation off)",
+            "usage: :simulate cuda N [CAPACITY] [--if-no-gpu], e.g. `:simulate cuda 2` or `:simulate cuda 1 8GiB` (0 turns simulation off)",
         );
     };
     let cap = match cap.map(crate::cuda::parse_bytes) {
@@ -323,17 +327,26 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         Some(Some(b)) => format!("Some({b})"),
         None => "None".into(),
     };
+    let real = crate::cuda::real_device_count();
+    if only_without_gpu && real > 0 {
+        return CellReport::info(format!(
+            "this machine has {real} real CUDA device(s): nothing simulated, the lessons run on them"
+        ));
+    }
     let r = s.run_code(&format!(
         "cuda::simulate({n}, {cap}).map(|_| cuda::device_count())"
     ));
-    if r.ok() {
-        CellReport::info(format!(
-            "{n} simulated CUDA device(s) on host memory: cuda:0 … cuda:{}",
-            n.saturating_sub(1)
-        ))
-    } else {
-        r
+    if !r.ok() {
+        return r;
     }
+    let why = match crate::cuda::no_real_gpu_reason() {
+        Some(why) if only_without_gpu => format!(" (no real GPU here: {why})"),
+        _ => String::new(),
+    };
+    CellReport::info(format!(
+        "{n} simulated CUDA device(s) on host memory: cuda:0 … cuda:{}{why}",
+        n.saturating_sub(1)
+    ))
 }
 
 fn plot(s: &mut Session, what: &str) -> CellReport {
@@ -346,14 +359,21 @@ fn plot(s: &mut Session, what: &str) -> CellReport {
         return CellReport::error(format!("cannot create {}: {e}", dir.display()));
     }
     let drawn = match what {
-        "transfers" => s
-            .probe
-            .snapshot(0)
-            .map(|snap| snap.transfers)
-            .ok_or_else(|| "no transfers yet".to_string())
-            .and_then(|log| super::plot::transfers(&dir, &log)),
+        "transfers" | "bandwidth" => {
+            let axis = match what {
+                "transfers" => TransferAxis::Time,
+                _ => TransferAxis::Bandwidth,
+            };
+            s.probe
+                .snapshot(0)
+                .map(|snap| snap.transfers)
+                .ok_or_else(|| "no transfers yet".to_string())
+                .and_then(|log| super::plot::transfers(&dir, &log, axis))
+        }
         "memory" => super::plot::memory(&dir, &s.history),
-        _ => return CellReport::error("usage: :plot transfers  or  :plot memory"),
+        _ => {
+            return CellReport::error("usage: :plot transfers, :plot bandwidth or :plot memory");
+        }
     };
     match drawn.and_then(|path| {
         std::fs::read_to_string(&path)

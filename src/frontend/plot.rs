@@ -1,9 +1,11 @@
-//! `:plot transfers` (time against size, log-log, one colour per route) and `:plot memory`
-//! (allocated bytes per device after each cell), drawn with plotters as SVG files.
+//! `:plot transfers` (time against size, log-log) and `:plot bandwidth` (GB/s against size), a
+//! line per route and kind of host memory, and `:plot memory` (allocated bytes per device after
+//! each cell), drawn with plotters as SVG files.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 
 use super::probe_client::{Snapshot, TransferLine};
@@ -33,62 +35,120 @@ fn finish<'a, CT: CoordTranslate>(
         .map_err(err)
 }
 
-/// Transfer time (µs) against size (bytes), both logarithmic, one series per route.
-pub fn transfers(dir: &Path, log: &[TransferLine]) -> Result<PathBuf, String> {
-    if log.is_empty() {
-        return Err("no transfers yet: move a tensor with `.to(&device)?` first".into());
-    }
-    let path = dir.join("transfers.svg");
-    let root = SVGBackend::new(&path, (720, 440)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let xs = |t: &TransferLine| (t.bytes.max(1)) as f64;
-    let ys = |t: &TransferLine| (t.nanos.max(1)) as f64 / 1e3;
-    let (xmin, xmax) = log
-        .iter()
-        .map(xs)
-        .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    let (ymin, ymax) = log
-        .iter()
-        .map(ys)
-        .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Transfer time against size", ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(
-            (xmin / 2.0..xmax * 2.0).log_scale(),
-            (ymin / 2.0..ymax * 2.0).log_scale(),
-        )
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("bytes")
-        .y_desc("µs")
-        .draw()
-        .map_err(err)?;
-    let mut routes: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+/// What `:plot transfers` and `:plot bandwidth` put on the y axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferAxis {
+    /// Time (µs, logarithmic): small copies are all latency.
+    Time,
+    /// Bandwidth (GB/s, linear): the curve rises to the link's plateau.
+    Bandwidth,
+}
+
+/// One series per route and host-memory kind (`cpu → cuda:0 (pinned)`), points sorted by size;
+/// at a size measured more than once, the median.
+fn transfer_series(log: &[TransferLine], axis: TransferAxis) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let mut by_size: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
     for t in log {
         let kind = if t.pinned { "pinned" } else { "pageable" };
         let sim = if t.simulated { ", simulated" } else { "" };
-        routes
+        let secs = t.nanos.max(1) as f64 / 1e9;
+        let y = match axis {
+            TransferAxis::Time => secs * 1e6,
+            TransferAxis::Bandwidth => t.bytes as f64 / secs / 1e9,
+        };
+        by_size
             .entry(format!("{} → {} ({kind}{sim})", t.from, t.to))
             .or_default()
-            .push((xs(t), ys(t)));
+            .entry(t.bytes.max(1))
+            .or_default()
+            .push(y);
     }
-    for (i, (route, points)) in routes.into_iter().enumerate() {
+    by_size
+        .into_iter()
+        .map(|(route, sizes)| {
+            let points = sizes
+                .into_iter()
+                .map(|(bytes, mut ys)| {
+                    ys.sort_by(f64::total_cmp);
+                    (bytes as f64, ys[ys.len() / 2])
+                })
+                .collect();
+            (route, points)
+        })
+        .collect()
+}
+
+/// Transfer time (µs, log) or bandwidth (GB/s) against size (bytes, log), a line per route and
+/// kind of host memory.
+pub fn transfers(dir: &Path, log: &[TransferLine], axis: TransferAxis) -> Result<PathBuf, String> {
+    if log.is_empty() {
+        return Err("no transfers yet: move a tensor with `.to(&device)?` first".into());
+    }
+    let series = transfer_series(log, axis);
+    let points = || series.values().flatten();
+    let (xmin, xmax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let (ymin, ymax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let (name, caption) = match axis {
+        TransferAxis::Time => ("transfers.svg", "Transfer time against size"),
+        TransferAxis::Bandwidth => ("bandwidth.svg", "Transfer bandwidth against size"),
+    };
+    let path = dir.join(name);
+    let root = SVGBackend::new(&path, (720, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(caption, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60);
+    let xs = (xmin / 2.0..xmax * 2.0).log_scale();
+    match axis {
+        TransferAxis::Time => {
+            let mut chart = builder
+                .build_cartesian_2d(xs, (ymin / 2.0..ymax * 2.0).log_scale())
+                .map_err(err)?;
+            draw_series(&mut chart, series, "µs")?;
+        }
+        TransferAxis::Bandwidth => {
+            let mut chart = builder
+                .build_cartesian_2d(xs, 0.0..ymax * 1.15)
+                .map_err(err)?;
+            draw_series(&mut chart, series, "GB/s")?;
+        }
+    }
+    root.present().map_err(err)?;
+    drop(root);
+    Ok(path)
+}
+
+/// Lines with a dot at each measured size, a mesh and the legend.
+fn draw_series<'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    series: BTreeMap<String, Vec<(f64, f64)>>,
+    y_desc: &str,
+) -> Result<(), String>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc("bytes")
+        .y_desc(y_desc)
+        .draw()
+        .map_err(err)?;
+    for (i, (route, points)) in series.into_iter().enumerate() {
         let c = COLOURS[i % COLOURS.len()];
         chart
-            .draw_series(points.into_iter().map(|p| Circle::new(p, 4, c.filled())))
+            .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))
             .map_err(err)?
             .label(route)
             .legend(move |(x, y)| Circle::new((x, y), 4, c.filled()));
+        chart
+            .draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(err)?;
     }
-    finish(&mut chart)?;
-    root.present().map_err(err)?;
-    drop(chart);
-    drop(root);
-    Ok(path)
+    finish(chart)
 }
 
 /// Allocated MiB per device after each cell of the session.

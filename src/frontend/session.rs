@@ -354,7 +354,8 @@ impl Session {
         match result {
             Ok(out) => {
                 let get = |k: &str| out.content_by_mime_type.get(k).cloned();
-                if let Some(plain) = get("text/plain") {
+                // `()` (a cell ending in a loop, say) shows nothing, as Python's `None` does.
+                if let Some(plain) = get("text/plain").filter(|p| p != "()") {
                     report.outputs.push(Output::Value {
                         plain,
                         ansi: get("text/x-ansi"),
@@ -470,8 +471,26 @@ fn render_compile_error(code: &str, err: &CompilationError) -> String {
             m.label
         ));
     }
-    for h in err.help() {
-        out.push_str(&format!("\n  = help: {h}"));
+    // rustc's notes (a `#[must_use]` reason, say) reach us only in its rendered text; the
+    // ones about which lint level applies say nothing to a learner.
+    for note in err
+        .rendered()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("= note: "))
+    {
+        if !note.contains("#[") && !note.contains("on the command line") {
+            out.push_str(&format!("\n  = note: {note}"));
+        }
+    }
+    // "use `let _ = ...`" would teach the opposite of what an unused tensor means in a cell.
+    let helps = match err.code() {
+        Some("unused_must_use") => Vec::new(),
+        _ => err.help(),
+    };
+    for h in helps {
+        // The suggested replacement follows a blank line; the sentence says it.
+        let first = h.split("\n\n").next().unwrap_or(&h);
+        out.push_str(&format!("\n  = help: {first}"));
     }
     if let Some(hint) = err.evcxr_extra_hint() {
         out.push_str(&format!("\n  = note: {hint}"));

@@ -7,39 +7,48 @@ use std::path::{Path, PathBuf};
 /// Must run first in `main`: if this process is evcxr's cell runner or rustc wrapper, it
 /// never returns.
 pub fn hooks() {
-    fix_core_extern();
+    wrap_rustc();
     evcxr::runtime_hook();
 }
 
-/// In dylib mode evcxr passes `--extern core=<sysroot>/libstd-*.so`; since Rust 1.95 that file
-/// carries only a metadata stub, and crates with `#![no_std]` dependencies (libm, rand_core…)
-/// fail with "only metadata stub found for 'dylib' dependency 'core'". Re-run ourselves as the
-/// wrapper with the matching `.rmeta` added in the joined `--extern=` form (which evcxr leaves
-/// alone).
-fn fix_core_extern() {
+/// evcxr runs this binary as its rustc wrapper; re-run ourselves with two arguments added:
+///
+/// - In dylib mode evcxr passes `--extern core=<sysroot>/libstd-*.so`; since Rust 1.95 that file
+///   carries only a metadata stub, and crates with `#![no_std]` dependencies (libm,
+///   rand_core…) fail with "only metadata stub found for 'dylib' dependency 'core'". The
+///   matching `.rmeta`, in the joined `--extern=` form (which evcxr leaves alone), fixes it.
+/// - evcxr shows no warnings, so in cells (crate `ctx`) an unused tensor or `Result` is made an
+///   error: a bare `x.to(&device)?;` then says that `.to()` is not in place.
+fn wrap_rustc() {
     let wrapping = std::env::var_os("EVCXR_RUSTC_WRAPPER").is_some()
         && std::env::var_os("EVCXR_FORCE_DYLIB").is_some();
     if !wrapping || std::env::var_os("PLACELAB_CORE_FIXED").is_some() {
         return;
     }
-    let Some(so) = std::env::var("EVCXR_CORE_EXTERN")
+    let core_rmeta = std::env::var("EVCXR_CORE_EXTERN")
         .ok()
         .and_then(|v| v.strip_prefix("core=").map(PathBuf::from))
-    else {
-        return;
-    };
-    let rmeta = so.with_extension("rmeta");
-    if !rmeta.exists() {
+        .map(|so| so.with_extension("rmeta"))
+        .filter(|rmeta| rmeta.exists())
+        .map(|rmeta| {
+            let mut arg = std::ffi::OsString::from("--extern=core=");
+            arg.push(rmeta.as_os_str());
+            arg
+        });
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let is_cell = args
+        .windows(2)
+        .any(|w| w[0] == "--crate-name" && w[1] == "ctx");
+    if core_rmeta.is_none() && !is_cell {
         return;
     }
     let Ok(exe) = std::env::current_exe() else {
         return;
     };
-    let mut extern_arg = std::ffi::OsString::from("--extern=core=");
-    extern_arg.push(rmeta.as_os_str());
     let status = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .arg(extern_arg)
+        .args(&args)
+        .args(is_cell.then_some("-Dunused_must_use"))
+        .args(core_rmeta)
         .env("PLACELAB_CORE_FIXED", "1")
         .status();
     std::process::exit(status.ok().and_then(|s| s.code()).unwrap_or(101));

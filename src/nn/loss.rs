@@ -47,7 +47,7 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
         }
         hot[i * c + k as usize] = 1.0;
     }
-    Tensor::from_vec(hot, [n, c], &scores.device())?.to_dtype(dtype)
+    Tensor::from_vec(hot, [n, c], (dtype, scores.device()))
 }
 
 /// The loss input in f32 (or f64): losses are always accumulated in full precision.

@@ -112,12 +112,7 @@ impl Tensor {
         }
         let count = ((b - a) / s).ceil() as usize;
         let values: Vec<f64> = (0..count).map(|i| a + i as f64 * s).collect();
-        let t = Tensor::from_vec(values, [count], &o.device)?;
-        if dtype == DType::F64 {
-            Ok(t)
-        } else {
-            t.to_dtype(dtype)
-        }
+        Tensor::from_vec(values, [count], (dtype, o.device))
     }
 
     /// The `n × n` identity matrix.
@@ -221,22 +216,23 @@ impl Tensor {
         }
     }
 
-    /// A tensor of `shape` holding `data` in row-major order; the dtype is `T`'s.
+    /// A tensor of `shape` holding `data` in row-major order (`torch.from_numpy`): the dtype is
+    /// `T`'s unless the options give another, to which the values are converted.
     pub fn from_vec<T: Element>(
         data: Vec<T>,
         shape: impl IntoShape,
-        device: &crate::Device,
+        opts: impl IntoOptions,
     ) -> Result<Tensor> {
-        Tensor::from_slice(&data, shape, device)
+        Tensor::from_slice(&data, shape, opts)
     }
 
     /// Like `from_vec`, copying from a slice.
     pub fn from_slice<T: Element>(
         data: &[T],
         shape: impl IntoShape,
-        device: &crate::Device,
+        opts: impl IntoOptions,
     ) -> Result<Tensor> {
-        let shape = shape.into_shape();
+        let (shape, o) = (shape.into_shape(), opts.into_options());
         let n = numel_checked("from_vec", &shape)?;
         if n != data.len() {
             return Err(Error::ShapeMismatch {
@@ -246,10 +242,23 @@ impl Tensor {
                 why: format!("{} values cannot fill a tensor of {n} elements", data.len()),
             });
         }
-        Ok(Tensor::from_storage(
-            Storage::from_slice(*device, data)?,
-            shape,
-        ))
+        let dtype = o.dtype.unwrap_or(T::DTYPE);
+        if dtype == T::DTYPE {
+            return Ok(Tensor::from_storage(
+                Storage::from_slice(o.device, data)?,
+                shape,
+            ));
+        }
+        // Converted where the device's host data is prepared, so a real GPU receives the
+        // final dtype in one upload that is not a `.to()`.
+        let host = o.device.host_stand_in();
+        let staged = Tensor::from_storage(Storage::from_slice(host, data)?, shape.clone());
+        let converted = staged.to_dtype(dtype)?.contiguous()?;
+        if host == o.device {
+            return Ok(converted);
+        }
+        let (storage, _) = converted.storage().transfer(o.device, false)?;
+        Ok(Tensor::from_storage(storage, shape))
     }
 
     /// Zeros with this tensor's shape, dtype and device.

@@ -2,6 +2,7 @@
 //! `.to()` that made it. Ops live in the submodules; the one device check is here.
 
 mod create;
+mod data;
 mod math;
 mod reduce;
 mod shape_ops;
@@ -16,10 +17,16 @@ use crate::transfer::Transfer;
 use crate::{DType, Device, Element, Error, Result};
 
 pub use create::manual_seed;
+pub use data::TensorData;
 
 /// An n-dimensional array on a device. Cloning is cheap and shares the data, like a Python
 /// reference; the memory goes back to the device's cache when the last handle is dropped.
+///
+/// `#[must_use]`: a tensor nobody keeps is dropped at once, and ops and `.to()` never change the
+/// tensor they are called on, so a bare `x.to(&device)?;` is always a mistake (the seeds'
+/// "`.to()` is not in place"). The front end makes that warning an error in cells.
 #[derive(Clone)]
+#[must_use = "ops and `.to()` return a new tensor and leave the original unchanged; a tensor nobody keeps is dropped at once: write `let y = x.to(&device)?;`"]
 pub struct Tensor(pub(crate) Arc<TensorInner>);
 
 pub(crate) struct TensorInner {
@@ -36,8 +43,10 @@ pub(crate) enum TransferRecord {
     InFlight(Arc<InFlight>),
 }
 
-/// Where and as what a new tensor is made: `&device`, `(DType::F16, &device)` or
-/// `(&device, DType::I64)`. Without a dtype, the constructor's default applies (f32 for floats).
+/// Where and as what a new tensor is made: `&device`, `(DType::F16, &device)`,
+/// `(&device, DType::I64)`, a bare `DType`, or `()`. Every constructor takes these. Without a
+/// device the tensor lands on the default device (the CPU unless `set_default_device` chose
+/// another); without a dtype, the constructor's default applies (f32 for floats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TensorOptions {
     pub dtype: Option<DType>,
@@ -87,6 +96,26 @@ impl IntoOptions for (DType, Device) {
         }
     }
 }
+/// No device and no dtype: the default device and the constructor's default dtype.
+impl IntoOptions for () {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions {
+            dtype: None,
+            device: crate::default_device(),
+        }
+    }
+}
+
+/// This dtype, on the default device.
+impl IntoOptions for DType {
+    fn into_options(self) -> TensorOptions {
+        TensorOptions {
+            dtype: Some(self),
+            device: crate::default_device(),
+        }
+    }
+}
+
 impl IntoOptions for TensorOptions {
     fn into_options(self) -> TensorOptions {
         self
