@@ -182,9 +182,15 @@ fn installed_kernelspec() -> PathBuf {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Runs one pytest file against kernels with one simulated GPU (see `pytest_on`).
+fn pytest(file: &str) {
+    pytest_on(file, Some("1"));
+}
+
 /// Runs one pytest file against the kernel and fails with pytest's output unless every test
 /// collected passed (exit 0). The whole output is also kept in `target/jupyter-logs/`.
-fn pytest(file: &str) {
+/// `simulate` is the kernels' PLACELAB_SIMULATE_CUDA (`None`: the machine as it is).
+fn pytest_on(file: &str, simulate: Option<&str>) {
     if skipped() {
         return;
     }
@@ -209,7 +215,12 @@ fn pytest(file: &str) {
     let history = work.join(format!("{}-history.jsonl", file.trim_end_matches(".py")));
     let _ = std::fs::remove_file(&history);
     let started = Instant::now();
-    let mut child = Command::new(&python)
+    let mut command = Command::new(&python);
+    match simulate {
+        Some(n) => command.env("PLACELAB_SIMULATE_CUDA", n),
+        None => command.env_remove("PLACELAB_SIMULATE_CUDA"),
+    };
+    let mut child = command
         .args([
             "-m",
             "pytest",
@@ -229,8 +240,8 @@ fn pytest(file: &str) {
         .env("IPYTHONDIR", work.join("ipython"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PLACELAB_CACHE", session_cache())
-        .env("PLACELAB_SIMULATE_CUDA", "1")
         .env("PLACELAB_KERNEL_NAME", KERNEL_NAME)
+        .env("PLACELAB_NOTEBOOK_OUT", target().join("notebooks"))
         .env("PLACELAB_HISTORY", &history)
         .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
         .stdin(Stdio::null())
@@ -294,6 +305,14 @@ fn kernel_serves_real_clients() {
 #[test]
 fn notebooks_consoles_and_the_command_line_run_it() {
     pytest("test_front_ends.py");
+}
+
+/// The seven tutorials, executed through the kernel on the machine as it is (simulated GPUs
+/// come from each notebook's first cell), with the facts each teaches checked. Also renders
+/// them, executed, to `target/notebooks/*.html` (README: "Reading the notebooks").
+#[test]
+fn tutorial_notebooks_run_and_teach_their_facts() {
+    pytest_on("test_notebooks.py", None);
 }
 
 /// `install-kernel` writes a kernelspec that starts this binary with message interrupts, under

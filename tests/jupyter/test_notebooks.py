@@ -1,0 +1,287 @@
+"""The tutorial notebooks, each run top to bottom through the kernel by nbclient (as
+`jupyter nbconvert --execute` would) and checked for the facts it teaches: the devices in its
+cards, the errors its error cells exist to show, exact byte counts, its plots. The executed
+notebooks and their HTML are written to target/notebooks/ for reading without Jupyter.
+
+The kernel starts without PLACELAB_SIMULATE_CUDA, as a user's does: each notebook's first cell
+(`:simulate cuda 2 16GiB --if-no-gpu`) decides. On a machine with a real GPU the same checks run
+against it, and those that only a real GPU can satisfy (pinned above pageable) run too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbconvert import HTMLExporter
+
+from kernel_helpers import FIRST_CELL_TIMEOUT, KERNEL_NAME, record
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+OUT = Path(os.environ.get("PLACELAB_NOTEBOOK_OUT", "target/notebooks"))
+MiB = 1 << 20
+
+# ---------------------------------------------------------------------------------------------
+# Running a notebook, and reading its cells
+
+
+class Run:
+    """An executed notebook: its cells by id, and what the first cell found."""
+
+    def __init__(self, nb: Any):
+        self.nb = nb
+        self.cells = {c.id: c for c in nb.cells}
+        self.real_gpu = "real CUDA device" in self.text("simulate")
+
+    def cell(self, cell_id: str) -> Any:
+        assert cell_id in self.cells, f"no cell with id {cell_id!r}"
+        return self.cells[cell_id]
+
+    def outputs(self, cell_id: str, *kinds: str) -> list[Any]:
+        return [o for o in self.cell(cell_id).outputs if not kinds or o.output_type in kinds]
+
+    def text(self, cell_id: str) -> str:
+        """Everything a reader sees as text under the cell, except the memory strip."""
+        parts = []
+        for o in self.outputs(cell_id):
+            if o.output_type == "stream":
+                parts.append(o.text)
+            elif o.output_type in ("execute_result", "display_data") and not is_strip(o):
+                parts.append(o.data.get("text/plain", ""))
+            elif o.output_type == "error":
+                parts.append(f"{o.ename}: {o.evalue}")
+        return "\n".join(parts)
+
+    def strip(self, cell_id: str) -> str:
+        strips = [o.data["text/plain"] for o in self.outputs(cell_id, "display_data") if is_strip(o)]
+        return "\n".join(strips)
+
+    def card(self, cell_id: str) -> str:
+        """The cell's value, checked to be a rendered tensor card (HTML beside the text)."""
+        results = self.outputs(cell_id, "execute_result")
+        assert len(results) == 1, self.describe(cell_id)
+        data = results[0].data
+        assert "placelab-tensor" in data.get("text/html", ""), self.describe(cell_id)
+        return data["text/plain"]
+
+    def error(self, cell_id: str) -> Any:
+        errors = self.outputs(cell_id, "error")
+        assert len(errors) == 1, f"cell {cell_id} should fail and show why:\n{self.describe(cell_id)}"
+        return errors[0]
+
+    def svg(self, cell_id: str) -> str:
+        plots = [o.data["image/svg+xml"] for o in self.outputs(cell_id, "display_data") if "image/svg+xml" in o.data]
+        assert len(plots) == 1, self.describe(cell_id)
+        return plots[0]
+
+    def numbers(self, cell_id: str) -> list[int]:
+        return [int(n) for n in re.findall(r"\b\d+\b", self.text(cell_id))]
+
+    def describe(self, cell_id: str) -> str:
+        c = self.cells[cell_id]
+        return f"--- cell {cell_id}:\n{c.source}\n--- outputs:\n{json.dumps(c.outputs, indent=1)[:4000]}"
+
+
+def is_strip(output: Any) -> bool:
+    return "placelab-memory" in output.get("data", {}).get("text/html", "")
+
+
+def execute(name: str) -> Run:
+    """Runs notebooks/`name` through the kernel; writes the executed notebook and its HTML."""
+    path = NOTEBOOKS / name
+    nb = nbformat.read(path, as_version=4)
+    committed_clean(name, nb)
+    started = time.monotonic()
+    client = NotebookClient(
+        nb,
+        timeout=int(FIRST_CELL_TIMEOUT),
+        startup_timeout=60,
+        kernel_name=KERNEL_NAME,
+        record_timing=True,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    # Cells tagged `raises-exception` may fail; any other failure raises CellExecutionError.
+    client.execute()
+    record(f"{name}, {len(nb.cells)} cells incl. kernel start", f"{time.monotonic() - started:.1f} s")
+    nbformat.validate(nb)
+    OUT.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, OUT / name)
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    (OUT / name).with_suffix(".html").write_text(html, encoding="utf-8")
+    run = Run(nb)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        assert cell.execution_count is not None, run.describe(cell.id)
+        failed = any(o.output_type == "error" for o in cell.outputs)
+        expected = "raises-exception" in cell.metadata.get("tags", [])
+        # A cell whose lesson is its error must show one (the two-GPU mismatch needs two GPUs).
+        if expected and not (cell.id == "gpu-mismatch" and run.real_gpu):
+            assert failed, f"{name}: the cell's error is the lesson, but it succeeded\n{run.describe(cell.id)}"
+    return run
+
+
+def committed_clean(name: str, nb: Any) -> None:
+    """The committed file: Rust metadata, 10–25 cells, a title and a summary, no outputs."""
+    assert nb.metadata["kernelspec"]["language"] == "rust", name
+    assert nb.metadata["language_info"]["name"] == "rust", name
+    assert 10 <= len(nb.cells) <= 25, f"{name} has {len(nb.cells)} cells"
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), name
+    assert "## What you learned" in nb.cells[-1].source, name
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{name}: commit it without outputs"
+
+
+def test_the_seven_notebooks_are_numbered_and_listed_in_the_readme():
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert [n[:3] for n in names] == [f"0{i}-" for i in range(1, 8)], names
+    readme = (NOTEBOOKS.parent / "README.md").read_text()
+    for n in names:
+        assert f"notebooks/{n}" in readme, f"README does not link {n}"
+
+
+# ---------------------------------------------------------------------------------------------
+# One test per notebook: what it teaches, as a reader would check it
+
+
+@pytest.mark.limit(400)
+def test_01_devices_and_tensors():
+    run = execute("01-devices-and-tensors.ipynb")
+    devices = run.text("devices")
+    assert "cpu (" in devices and "cuda:0" in devices, devices
+    if run.real_gpu:
+        assert "CUDA driver" in devices and "NVRTC" in devices, devices
+    else:
+        assert "cuda:0 (simulated)" in devices, devices
+    assert re.fullmatch(r"\(true, \d+\)", run.text("counts").strip()), run.text("counts")
+    assert run.text("pick").strip() == "cuda:0"
+    assert run.card("default-cpu").startswith("Tensor f32[3] · cpu · 12 B"), run.card("default-cpu")
+    card = run.card("on-device")
+    label = "cuda:0" if run.real_gpu else "cuda:0 (simulated)"
+    assert card.startswith(f"Tensor f32[1000, 1000] · {label} · 3.81 MiB · no .to() yet"), card
+    assert f"── {label} allocated 3.81 MiB" in run.strip("on-device"), run.strip("on-device")
+    assert "4000000 bytes" in run.text("facts")
+    assert "f16[1000, 1000]: 2000000 bytes" in run.text("dtypes") and "i64[10]: 80 bytes" in run.text("dtypes")
+    assert run.card("default-device").startswith(f"Tensor f32[2, 2] · {label} · 16 B"), run.card("default-device")
+    assert "cuda:7 is not available" in run.error("no-such-device").evalue
+    assert run.text("parse").strip() == "(cuda:1, Some(1), true)"
+
+
+@pytest.mark.limit(400)
+def test_02_moving_tensors():
+    run = execute("02-moving-tensors.ipynb")
+    assert "last .to(): cpu → cuda:0" in run.card("moved"), run.card("moved")
+    assert run.text("both").strip() == "(cpu, cuda:0)"
+    not_in_place = run.error("not-in-place")
+    assert not_in_place.ename == "CompileError", not_in_place
+    assert "unused `placelab::Tensor` that must be used" in not_in_place.evalue, not_in_place.evalue
+    assert "leave the original unchanged" in "\n".join(not_in_place.traceback), not_in_place.traceback
+    assert "last .to(): cuda:0 → cpu" in run.card("back")
+    assert run.text("same-device").strip() == "(true, cuda:0)"
+    assert "this cell +" not in run.strip("same-device"), run.strip("same-device")
+    mismatch = run.error("mismatch").evalue
+    assert "device mismatch in add" in mismatch and "cpu" in mismatch and "cuda:0" in mismatch, mismatch
+    assert " · cuda:0" in run.card("fixed")
+    assert run.text("fixed-on-cpu").strip() == "cpu"
+    assert len([l for l in run.text("transfers").splitlines() if "→" in l]) >= 4, run.text("transfers")
+
+
+@pytest.mark.limit(400)
+def test_03_transfer_cost():
+    run = execute("03-transfer-cost.ipynb")
+    assert "54 copies recorded" in run.text("sweep")
+    rows = [l.split() for l in run.text("table").splitlines()[1:] if l.strip()]
+    assert len(rows) == 9, run.text("table")
+    # "4.00 KiB 14.12 13.61": size, unit, pageable GB/s, pinned GB/s.
+    pageable = {f"{r[0]} {r[1]}": float(r[2]) for r in rows}
+    pinned = {f"{r[0]} {r[1]}": float(r[3]) for r in rows}
+    assert list(pageable)[0] == "4.00 KiB" and list(pageable)[-1] == "256.00 MiB", rows
+    assert all(v > 0 for v in [*pageable.values(), *pinned.values()]), rows
+    if run.real_gpu:
+        for size in ["16.00 MiB", "64.00 MiB", "256.00 MiB"]:
+            assert pinned[size] > pageable[size], f"pinned should beat pageable at {size}: {rows}"
+    svg = run.svg("bandwidth-plot")
+    assert "Transfer bandwidth against size" in svg and "pinned" in svg and "pageable" in svg
+    assert "Transfer time against size" in run.svg("time-plot")
+    card = run.card("non-blocking")
+    assert "pinned" in card and "non-blocking: .to() returned after" in card, card
+    assert "moving inside the loop: 40 copies" in run.text("inside-loop")
+    assert "moving once: 2 copies" in run.text("once")
+
+
+@pytest.mark.limit(400)
+def test_04_models_on_a_device():
+    run = execute("04-models-on-a-device.ipynb")
+    assert "SimpleNN · 101,770 parameters · 397.54 KiB · cpu" in run.text("card-cpu"), run.text("card-cpu")
+    assert "moved 4 parameter tensor(s), 397.54 KiB to cuda:0" in run.text("move-model")
+    assert "fc1 Linear(784 → 128)" in run.text("card-device") and "· cpu" not in run.text("card-device")
+    for cell, pattern in [("step-cpu", r"loss on the cpu: (\d+\.\d+)"), ("step-gpu", r"loss on cuda:0: (\d+\.\d+)")]:
+        found = re.search(pattern, run.text(cell))
+        assert found and 1.5 < float(found.group(1)) < 3.5, run.text(cell)  # ≈ ln 10 untrained
+    mismatch = run.error("model-mismatch").evalue
+    assert "device mismatch in linear" in mismatch and "`input` is on cpu" in mismatch and "cuda:0" in mismatch, mismatch
+    assert "output [64, 10] on cuda:0" in run.text("model-fixed")
+    # Adam: two moments per parameter, as large as the parameters together, on their device.
+    assert "8 state tensors, 795.08 KiB on cuda:0" in run.text("optimizer-state"), run.text("optimizer-state")
+
+
+@pytest.mark.limit(400)
+def test_05_memory_management():
+    run = execute("05-memory-management.ipynb")
+    assert run.text("start").strip() == "4000"
+    assert "allocated 4.00 KiB" in run.strip("start"), run.strip("start")
+    assert "allocated 100.00 MiB" in run.text("big"), run.text("big")
+    freed = run.text("del")
+    assert "freed big: 100.00 MiB on cuda:0" in freed and "kept in the cache" in freed, freed
+    # What a `:del` leaves: exactly `small`'s block, 1,000 f32 rounded up to 512-byte blocks.
+    assert run.text("after-del").strip() == "4096", run.text("after-del")
+    before, after = run.numbers("reuse")
+    assert before == after and before >= 100 * MiB, run.text("reuse")
+    assert "released 100.00 MiB" in run.text("empty-cache"), run.text("empty-cache")
+    assert "allocated 4.00 KiB · reserved 2.00 MiB" in run.text("after-empty"), run.text("after-empty")
+    peak, now = run.numbers("peak")
+    # t, u and v (32 MiB each), the sum's 512-byte block, and `small`.
+    assert (peak, now) == (3 * 32 * MiB + 512 + 4096, 4096), run.text("peak")
+    oom = run.error("oom").evalue
+    assert "out of memory on cuda:0: tried to allocate" in oom and "free" in oom, oom
+    with_graph, without = run.numbers("no-grad")
+    assert without == 512 * 10 * 4 and with_graph >= 3 * 8 * MiB, run.text("no-grad")
+    svg = run.svg("memory-plot")
+    assert "Allocated memory after each cell" in svg and "cuda:0" in svg
+
+
+@pytest.mark.limit(400)
+def test_06_mixed_precision():
+    run = execute("06-mixed-precision.ipynb")
+    assert "f32 4194304 bytes · f16 2097152 bytes · bf16 2097152 bytes" in run.text("start")
+    assert run.card("half-card").startswith("Tensor f16[1024, 1024] · cuda:0"), run.card("half-card")
+    assert "f16:  [1.0, inf, 0.0]" in run.text("range"), run.text("range")
+    assert "logits f16 · loss f32 · parameters f32" in run.text("autocast")
+    assert "step taken: true · scale now 65536 · gradients stay f32" in run.text("scaler-step"), run.text("scaler-step")
+    found = re.search(r"f32 (\d+) bytes · mixed (\d+) bytes", run.text("savings"))
+    assert found and int(found.group(2)) < int(found.group(1)), run.text("savings")
+
+
+@pytest.mark.limit(400)
+def test_07_several_gpus():
+    run = execute("07-several-gpus.ipynb")
+    count = re.fullmatch(r"\((\d+), cuda:(\d+)\)", run.text("count").strip())
+    assert count, run.text("count")
+    n = int(count.group(1))
+    if not run.real_gpu:
+        assert n == 2
+    if n > 1:
+        assert run.text("on-each").strip() == f"(cuda:0, cuda:{n - 1})"
+        assert f"last .to(): cuda:0 → cuda:{n - 1}" in run.card("peer-copy"), run.card("peer-copy")
+        mismatch = run.error("gpu-mismatch").evalue
+        assert "device mismatch in add" in mismatch and "cuda:0" in mismatch and f"cuda:{n - 1}" in mismatch, mismatch
+        assert "on cuda:0" in run.text("data-parallel") and f"cuda:{n - 1}]" in run.text("data-parallel")
+    assert "DataParallel over one device does nothing" in run.text("one-device")
