@@ -148,5 +148,57 @@ fn optimizer_state_lives_on_the_parameters_device() -> Result<()> {
     // m and v: two more 4 MB tensors on cuda:1, none on the CPU.
     assert_eq!(cuda::memory_allocated(1)? - before, 2 * 4_000_256);
     assert!(memory::allocated(&Device::Cpu)? <= cpu_before + 1024);
+    let state = opt.state();
+    assert_eq!(state.len(), 2, "Adam keeps two moments per parameter");
+    assert!(
+        state
+            .iter()
+            .all(|t| t.device() == d && t.shape() == [1000, 1000])
+    );
+    Ok(())
+}
+
+/// `torch.tensor([1.0, 2.0, 3.0])` lands on the CPU; after `torch.set_default_device("cuda")`
+/// it lands on the GPU, while constructors given a device keep theirs.
+#[test]
+fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
+    cuda::simulate(2, None)?;
+    assert_eq!(default_device(), Device::Cpu);
+    let on_cpu = tensor![1.0, 2.0, 3.0]?;
+    assert_eq!((on_cpu.device(), on_cpu.dtype()), (Device::Cpu, DType::F32));
+    set_default_device(&Device::Cuda(1))?;
+    let moved_default = (
+        Tensor::new(&[[1, 2], [3, 4]]),
+        Tensor::zeros([2], ()),
+        Tensor::ones([2], DType::F16),
+        Tensor::zeros([2], Device::Cpu),
+        Tensor::from_slice(&[1u8, 2], [2], (DType::F32, Device::Cuda(0))),
+    );
+    set_default_device(&Device::Cpu)?;
+    let (ints, zeros, halves, explicit, converted) = moved_default;
+    let ints = ints?;
+    assert_eq!((ints.device(), ints.dtype()), (Device::Cuda(1), DType::I64));
+    assert_eq!(zeros?.device(), Device::Cuda(1));
+    let halves = halves?;
+    assert_eq!(
+        (halves.device(), halves.dtype()),
+        (Device::Cuda(1), DType::F16)
+    );
+    assert_eq!(explicit?.device(), Device::Cpu);
+    let converted = converted?;
+    assert_eq!(
+        (converted.device(), converted.dtype()),
+        (Device::Cuda(0), DType::F32)
+    );
+    assert_eq!(converted.to_vec::<f32>()?, vec![1.0, 2.0]);
+    assert!(
+        converted.last_transfer().is_none(),
+        "made on the device, not moved"
+    );
+    let missing = set_default_device(&Device::Cuda(5))
+        .unwrap_err()
+        .to_string();
+    assert!(missing.contains("cuda:5 is not available"), "{missing}");
+    assert_eq!(default_device(), Device::Cpu);
     Ok(())
 }
