@@ -53,7 +53,7 @@ fn first_steps_through_the_session() {
         &out,
         &[
             // Devices and .to(), with cards and memory lines.
-            ">> let device = Device::cuda_if_available();\n.. device\ncuda:0\n",
+            "\n.. device\ncuda:0\n",
             "Tensor f32[1000, 1000] · cuda:0 (simulated) · 3.81 MiB · last .to(): cpu → cuda:0, ",
             "── cpu allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB",
             "── cuda:0 (simulated) allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB · free 15.98 GiB / 16.00 GiB · this cell +3.81 MiB",
