@@ -168,7 +168,7 @@ fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
     assert_eq!((on_cpu.device(), on_cpu.dtype()), (Device::Cpu, DType::F32));
     set_default_device(&Device::Cuda(1))?;
     let moved_default = (
-        Tensor::new(&[[1, 2], [3, 4]]),
+        Tensor::new([[1, 2], [3, 4]]),
         Tensor::zeros([2], ()),
         Tensor::ones([2], DType::F16),
         Tensor::zeros([2], Device::Cpu),
