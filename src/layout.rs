@@ -183,8 +183,12 @@ impl Layout {
         self.shape.len()
     }
 
-    /// Row-major and gap-free (size-1 dims may have any stride).
+    /// Row-major and gap-free (size-1 dims may have any stride). An empty layout is contiguous,
+    /// as in PyTorch: it has no element to be out of place.
     pub fn is_contiguous(&self) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         let mut expected = 1;
         for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
             if d != 1 && s != expected {

@@ -189,7 +189,7 @@ fn bad_input_gets_clear_errors_and_never_panics() {
         (
             "max empty",
             Box::new(|| Tensor::zeros([0, 3], CPU)?.max_all()),
-            "the tensor is empty",
+            "the maximum of nothing does not exist",
         ),
         (
             "clamp none",
@@ -262,4 +262,107 @@ fn device_strings_parse_or_list_the_accepted_forms() {
         e,
         "cannot parse \"gpu0\" as a device. Accepted forms: \"cpu\", \"cuda\" (= cuda:0), \"cuda:N\" with N a device index, e.g. \"cuda:1\"."
     );
+}
+
+/// The slips a learner makes by accident: empty and 0-d shapes are ordinary tensors, and absurd
+/// sizes are errors naming the request; none may panic or abort the process (which would lose
+/// every variable of a REPL or notebook).
+#[test]
+fn empty_shapes_work_and_absurd_sizes_are_errors() {
+    let empty = Tensor::zeros([2, 0], CPU).unwrap();
+    assert_eq!(empty.exp().unwrap().shape(), &[2, 0]);
+    assert_eq!(
+        Tensor::zeros([0, 784], CPU)
+            .unwrap()
+            .mul(2.0)
+            .unwrap()
+            .shape(),
+        &[0, 784]
+    );
+    assert_eq!(empty.sum_all().unwrap().item::<f32>().unwrap(), 0.0);
+    assert!(empty.mean_all().unwrap().item::<f32>().unwrap().is_nan());
+    assert!(empty.to_vec::<f32>().unwrap().is_empty());
+    let sum = (&Tensor::zeros([3, 0], CPU).unwrap() + &Tensor::ones([1], CPU).unwrap()).unwrap();
+    assert_eq!(sum.shape(), &[3, 0]);
+    let e = empty.max_all().unwrap_err().to_string();
+    assert!(e.contains("maximum of nothing"), "{e}");
+    // The rows exist, each of three values: the maximum of each is defined (and there are none).
+    assert_eq!(
+        Tensor::zeros([0, 3], CPU)
+            .unwrap()
+            .max(1, false)
+            .unwrap()
+            .shape(),
+        &[0]
+    );
+
+    let e = Tensor::scalar(1.0, CPU)
+        .unwrap()
+        .narrow(0, 0, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("0-dimensional tensor has no dimension to narrow"),
+        "{e}"
+    );
+
+    let e = Tensor::arange(0i64, 1i64 << 40, CPU)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("out of memory on cpu: tried to allocate 8.00 TiB"),
+        "{e}"
+    );
+    let e = Tensor::arange(0i64, i64::MAX, CPU).unwrap_err().to_string();
+    assert!(
+        e.contains("in arange has more elements or bytes than this machine can address"),
+        "{e}"
+    );
+    let one = Tensor::ones([1], CPU).unwrap();
+    let e = one.broadcast_to([usize::MAX, 2]).unwrap_err().to_string();
+    assert!(e.contains("broadcast_to"), "{e}");
+    let wide = one.broadcast_to([1usize << 40]).unwrap();
+    assert_eq!(wide.numel(), 1 << 40);
+    let e = wide.to_vec::<f32>().unwrap_err().to_string();
+    assert!(
+        e.starts_with("out of memory on cpu: tried to allocate 4.00 TiB"),
+        "{e}"
+    );
+    let e = wide.exp().unwrap_err().to_string();
+    assert!(e.starts_with("out of memory on cpu"), "{e}");
+    let batch = Tensor::ones([1, 2, 2], CPU)
+        .unwrap()
+        .broadcast_to([1usize << 40, 2, 2])
+        .unwrap();
+    let e = batch.matmul(&batch).unwrap_err().to_string();
+    assert!(
+        e.contains("out of memory") || e.contains("too large"),
+        "{e}"
+    );
+}
+
+/// `index_select`'s gradient is a scatter-add into a zero gradient: an embedding-sized lookup
+/// needs the table's gradient, not a table × lookups one-hot matrix (here 400 GB).
+#[test]
+fn index_select_backward_adds_rows_back_without_a_dense_one_hot() {
+    let table = Tensor::randn([1_000_000, 4], CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    // Every tenth row once, and row 3 twice.
+    let picks: Vec<i64> = (0..100_000).map(|i| i * 10).chain([3, 3]).collect();
+    let n = picks.len();
+    let index = Tensor::from_vec(picks, [n], CPU).unwrap();
+    table
+        .index_select(0, &index)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    let grad = table.grad().unwrap();
+    assert_eq!(grad.shape(), &[1_000_000, 4]);
+    let rows = grad.sum(1, false).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!((rows[3], rows[0], rows[1]), (8.0, 4.0, 0.0));
+    assert_eq!(rows.iter().sum::<f32>(), 4.0 * n as f32);
 }

@@ -133,7 +133,9 @@ fn cuda_past_the_device_count_is_an_error() {
 #[test]
 fn same_seed_same_values_on_every_device() {
     cuda::simulate(2, None).unwrap();
-    // One generator serves every device; hold the sequence in one thread.
+    // One generator serves every device: hold the seed lock, so no test on another thread
+    // draws between the seed and the draw.
+    let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
     let a = {
         manual_seed(7);
         Tensor::randn([5], Device::Cpu)

@@ -3,6 +3,8 @@
 //! own tensor (which would be a reference cycle).
 
 use crate::cpu::elementwise::{BinaryOp, UnaryOp};
+use crate::layout::Layout;
+use crate::storage::Storage;
 use crate::{Result, Scalar, Tensor};
 
 type Grads = Result<Vec<Option<Tensor>>>;
@@ -227,31 +229,39 @@ pub(crate) fn cat(sizes: Vec<usize>, dim: usize) -> impl FnOnce(&Tensor) -> Grad
     }
 }
 
-/// Gradient of `index_select`: rows of the gradient added back at their positions (repeats
-/// add up), as a one-hot matrix product.
+/// Gradient of `index_select`: each row of the gradient added back at its position, into a
+/// zero gradient of the input's shape (a scatter-add; rows that picked the same position add
+/// up). Memory is the input's gradient and one row at a time, whatever the number of positions.
 pub(crate) fn index_select(
     input: Vec<usize>,
     dim: usize,
     positions: Vec<usize>,
 ) -> impl FnOnce(&Tensor) -> Grads + Send + Sync {
     move |g: &Tensor| {
-        let (size, n) = (input[dim], positions.len());
-        let mut onehot = vec![0.0f64; size * n];
-        for (i, &p) in positions.iter().enumerate() {
-            onehot[p * n + i] = 1.0;
+        let numel = crate::layout::numel_checked("index_select backward", &input)?;
+        let mut grad = Storage::full(g.device(), g.dtype(), numel, Scalar::Int(0))?;
+        let mut rows_of: std::collections::BTreeMap<usize, Vec<i64>> = Default::default();
+        for (row, &p) in positions.iter().enumerate() {
+            rows_of.entry(p).or_default().push(row as i64);
         }
-        let m = Tensor::from_vec(onehot, [size, n], (g.dtype(), g.device()))?;
-        let gt = g.transpose(0, dim)?.contiguous()?;
-        let rest: Vec<usize> = gt.shape()[1..].to_vec();
-        let flat = gt.reshape([n as i64, -1])?;
-        let mut shape = vec![size];
-        shape.extend(rest);
-        let gi = m
-            .matmul(&flat)?
-            .reshape(shape)?
-            .transpose(0, dim)?
-            .contiguous()?;
-        Ok(vec![Some(gi), None])
+        let layout = Layout::contiguous(input.clone());
+        for (p, rows) in rows_of {
+            let summed = match rows.as_slice() {
+                [row] => g.narrow(dim, *row as usize, 1)?,
+                _ => {
+                    let n = rows.len();
+                    let index = Tensor::from_vec(rows, [n], g.device())?;
+                    g.index_select(dim, &index)?
+                        .sum(dim, true)?
+                        .to_dtype(g.dtype())?
+                }
+            };
+            let mut dst = layout.clone();
+            dst.offset = p * dst.strides[dim];
+            dst.shape[dim] = 1;
+            grad.write_view(&dst, summed.storage(), summed.layout())?;
+        }
+        Ok(vec![Some(Tensor::from_storage(grad, input)), None])
     }
 }
 

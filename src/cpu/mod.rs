@@ -29,6 +29,16 @@ pub struct Strided<const N: usize> {
 impl<const N: usize> Strided<N> {
     pub fn new(layouts: [&Layout; N]) -> Self {
         let (mut shape, strides) = coalesce(&layouts);
+        if shape.contains(&0) {
+            // Nothing to walk: no rows, of one element each (so `start / inner` stays defined).
+            return Strided {
+                outer: vec![0],
+                outer_strides: std::array::from_fn(|_| vec![0]),
+                inner: 1,
+                inner_strides: [0; N],
+                offsets: layouts.map(|l| l.offset),
+            };
+        }
         let mut strides: [Vec<usize>; N] = std::array::from_fn(|k| strides[k].clone());
         let inner = shape.pop().unwrap_or(1);
         let inner_strides = std::array::from_fn(|k| strides[k].pop().unwrap_or(0));
@@ -48,6 +58,9 @@ impl<const N: usize> Strided<N> {
     /// Calls `f(row, base offsets)` for each row in `rows`, stepping the multi-index like an
     /// odometer instead of dividing per row.
     pub fn for_rows(&self, rows: std::ops::Range<usize>, mut f: impl FnMut(usize, [usize; N])) {
+        if rows.is_empty() {
+            return;
+        }
         let rank = self.outer.len();
         let mut idx = vec![0usize; rank];
         let mut rem = rows.start;
@@ -131,6 +144,9 @@ pub fn map1<A: Copy + Sync, O: Send>(
     out: &mut [O],
     f: impl Fn(A) -> O + Sync,
 ) {
+    if out.is_empty() {
+        return;
+    }
     if la.is_contiguous() {
         let a = &a[la.offset..la.offset + out.len()];
         chunked(out, 1, |start, o| {
@@ -212,6 +228,9 @@ pub fn map2<A: Copy + Sync, B: Copy + Sync, O: Send>(
     out: &mut [O],
     f: impl Fn(A, B) -> O + Sync,
 ) {
+    if out.is_empty() {
+        return;
+    }
     if la.is_contiguous() && lb.is_contiguous() && la.numel() == out.len() {
         let a = &a[la.offset..la.offset + out.len()];
         let b = &b[lb.offset..lb.offset + out.len()];
@@ -257,6 +276,9 @@ pub fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Send>(
     out: &mut [O],
     f: impl Fn(A, B, C) -> O + Sync,
 ) {
+    if out.is_empty() {
+        return;
+    }
     let s = Strided::new([la, lb, lc]);
     let (inner, [sa, sb, sc]) = (s.inner, s.inner_strides);
     chunked(out, inner, |start, o| {
@@ -316,6 +338,9 @@ pub fn copy_strided<T: Copy + Send + Sync>(src: &[T], ls: &Layout, dst: &mut [T]
 
 /// Converts `src` (layout `ls`) into contiguous `out`, element by element.
 pub fn cast<S: Element, D: Element>(src: &[S], ls: &Layout, out: &mut [D]) {
+    if out.is_empty() {
+        return;
+    }
     let contiguous = ls.is_contiguous();
     let s = &src[ls.offset.min(src.len())..];
     // Fast paths for the conversions mixed precision lives on.

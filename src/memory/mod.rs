@@ -263,3 +263,40 @@ pub(crate) fn forget_simulated_devices() {
 pub fn segments(device: &Device) -> Result<Vec<caching::Segment>> {
     with_memory(device, |m| m.alloc.segments())
 }
+
+/// A host `Vec` of `n` copies of `fill`, for the buffers the engine makes outside the allocator
+/// (`to_vec`, `to_f64_vec`): `SizeOverflow` or `OutOfMemory` instead of a process abort when `n`
+/// is absurd.
+pub(crate) fn host_vec<T: Clone>(op: &'static str, n: usize, fill: T) -> Result<Vec<T>> {
+    let mut v = host_vec_with_capacity(op, n)?;
+    v.resize(n, fill);
+    Ok(v)
+}
+
+/// An empty host `Vec` with room for `n` values, checked as `host_vec` is. Refuses what the
+/// machine's available memory cannot back: with overcommit the reservation would succeed and
+/// the process be killed on first touch.
+pub(crate) fn host_vec_with_capacity<T>(op: &'static str, n: usize) -> Result<Vec<T>> {
+    let bytes = n
+        .checked_mul(std::mem::size_of::<T>())
+        .filter(|b| *b <= isize::MAX as usize)
+        .ok_or(Error::SizeOverflow { op, shape: vec![n] })?;
+    let (available, total) = host::host_memory_info();
+    let out_of_memory = || {
+        let cpu = stats(&Device::Cpu).unwrap_or_default();
+        Error::OutOfMemory {
+            device: Device::Cpu,
+            requested: bytes,
+            free: available,
+            total,
+            allocated: cpu.allocated_bytes,
+            reserved: cpu.reserved_bytes,
+        }
+    };
+    if bytes > available {
+        return Err(out_of_memory());
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| out_of_memory())?;
+    Ok(v)
+}

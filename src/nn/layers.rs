@@ -154,10 +154,10 @@ pub struct Dropout {
 
 impl Dropout {
     pub fn new(p: f64) -> Result<Dropout> {
-        if !(0.0..1.0).contains(&p) {
+        if !(0.0..=1.0).contains(&p) {
             return Err(Error::invalid(
                 "Dropout::new",
-                format!("p = {p} must be in [0, 1): the probability of zeroing an element"),
+                format!("p = {p} must be in [0, 1]: the probability of zeroing an element"),
             ));
         }
         Ok(Dropout { p, training: true })
@@ -168,6 +168,10 @@ impl Module for Dropout {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
+        }
+        if self.p == 1.0 {
+            // Everything is dropped (PyTorch's special case: no division by 1 − p = 0).
+            return x.mul(0.0);
         }
         let keep = Tensor::rand(x.shape(), (x.dtype().to_float(), x.device()))?.ge(self.p)?;
         x.mul(&keep.to_dtype(x.dtype())?)?.div(1.0 - self.p)

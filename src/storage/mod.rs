@@ -552,14 +552,14 @@ impl Storage {
     }
 
     /// The values of view `l` as f64 (for previews and tests), read on the host.
-    pub(crate) fn read_f64(&self, l: &Layout) -> Vec<f64> {
-        let mut out = vec![0.0; l.numel()];
+    pub(crate) fn read_f64(&self, l: &Layout) -> Result<Vec<f64>> {
+        let mut out = crate::memory::host_vec("to_f64_vec", l.numel(), 0.0)?;
         crate::with_dtype!(
             self.dtype,
             T,
             cpu::map1(self.slice::<T>(), l, &mut out, |x: T| x.to_f64())
         );
-        out
+        Ok(out)
     }
 
     /// The elements at the given storage offsets, as f64 (for previews).

@@ -110,9 +110,40 @@ impl Tensor {
                 ),
             ));
         }
-        let count = ((b - a) / s).ceil() as usize;
-        let values: Vec<f64> = (0..count).map(|i| a + i as f64 * s).collect();
-        Tensor::from_vec(values, [count], (dtype, o.device))
+        let count = ((b - a) / s).ceil();
+        if count >= usize::MAX as f64 {
+            return Err(Error::SizeOverflow {
+                op: "arange",
+                shape: vec![usize::MAX],
+            });
+        }
+        let count = count as usize;
+        if count
+            .checked_mul(dtype.size_in_bytes())
+            .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(Error::SizeOverflow {
+                op: "arange",
+                shape: vec![count],
+            });
+        }
+        // Made in the device's memory (or its host stand-in) through the allocator, so an
+        // absurd length is an `OutOfMemory` error before any value is written.
+        let mut st = Storage::alloc(o.device.host_stand_in(), dtype, count)?;
+        let int_steps = match (start, step) {
+            (Scalar::Int(a), Scalar::Int(s)) if !any_float => Some((a, s)),
+            _ => None,
+        };
+        crate::with_dtype!(dtype, T, {
+            for (i, v) in st.slice_mut::<T>().iter_mut().enumerate() {
+                *v = match int_steps {
+                    // Exact for every i64 (f64 steps would round above 2⁵³), as in PyTorch.
+                    Some((a, s)) => T::from_i64(a.wrapping_add((i as i64).wrapping_mul(s))),
+                    None => T::from_f64(a + i as f64 * s),
+                };
+            }
+        });
+        Ok(Tensor::from_storage(st.moved_to(o.device)?, vec![count]))
     }
 
     /// The `n × n` identity matrix.

@@ -319,9 +319,11 @@ impl Tensor {
         let l = host.layout();
         let s = host.storage().slice::<T>();
         if l.is_contiguous() {
-            return Ok(s[l.offset..l.offset + l.numel()].to_vec());
+            let mut out = crate::memory::host_vec_with_capacity("to_vec", l.numel())?;
+            out.extend_from_slice(&s[l.offset..l.offset + l.numel()]);
+            return Ok(out);
         }
-        let mut out = vec![T::zero(); l.numel()];
+        let mut out = crate::memory::host_vec("to_vec", l.numel(), T::zero())?;
         crate::cpu::map1(s, l, &mut out, |x| x);
         Ok(out)
     }
@@ -349,7 +351,7 @@ impl Tensor {
     /// Every element as f64, whatever the dtype (bools as 0/1).
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
         let host = self.host_readable()?;
-        Ok(host.storage().read_f64(host.layout()))
+        host.storage().read_f64(host.layout())
     }
 
     /// The value of a one-element tensor.

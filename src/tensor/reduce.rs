@@ -111,22 +111,15 @@ impl Tensor {
         keepdim: bool,
         greater: bool,
     ) -> Result<(Tensor, Tensor)> {
-        if self.numel() == 0 {
-            return Err(Error::invalid(
-                op,
-                format!(
-                    "the tensor is empty (shape {:?}), so it has no {}",
-                    self.shape(),
-                    if greater { "maximum" } else { "minimum" }
-                ),
-            ));
-        }
         let r = self.to_rows(op, dims, keepdim)?;
+        // Over an empty dimension there is no extreme (PyTorch refuses too); an empty tensor
+        // reduced over non-empty dimensions gives an empty result.
         if r.len == 0 {
             return Err(Error::invalid(
                 op,
                 format!(
-                    "cannot reduce over a dimension of size 0 (shape {:?})",
+                    "the {} of nothing does not exist: the reduced dimensions of shape {:?} hold no element. Reduce over a non-empty dimension, or check the tensor's size first",
+                    if greater { "maximum" } else { "minimum" },
                     self.shape()
                 ),
             ));
@@ -322,6 +315,9 @@ impl Tensor {
             });
         }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+        // Broadcast views can name more matrices than memory holds: checked before any buffer.
+        let batches = crate::layout::numel_checked("matmul", &batch)?;
+        crate::layout::numel_checked("matmul", &[batches, m, n])?;
         // cuBLAS takes bf16 (accumulating in f32); the CPU's GEMM has no bf16 kernel.
         let compute = if dtype == DType::BF16 && a.storage().is_host() {
             DType::F32
@@ -342,22 +338,22 @@ impl Tensor {
         };
         let (la, lb) = (full(&a, m, k), full(&b, k, n));
         let nb = batch.len();
-        let offsets = |l: &Layout| -> Vec<usize> {
+        let offsets = |l: &Layout| -> Result<Vec<usize>> {
             let bl = Layout {
                 shape: batch.clone(),
                 strides: l.strides[..nb].to_vec(),
                 offset: l.offset,
             };
-            (0..batch.iter().product::<usize>())
-                .map(|i| bl.offset_of(i))
-                .collect()
+            let mut v = crate::memory::host_vec_with_capacity("matmul", batches)?;
+            v.extend((0..batches).map(|i| bl.offset_of(i)));
+            Ok(v)
         };
         let s = Storage::matmul(
             a.storage(),
-            &offsets(&la),
+            &offsets(&la)?,
             (la.strides[nb], la.strides[nb + 1]),
             b.storage(),
-            &offsets(&lb),
+            &offsets(&lb)?,
             (lb.strides[nb], lb.strides[nb + 1]),
             (m, n, k),
         )?;

@@ -94,8 +94,15 @@ impl Tensor {
                 ),
             });
         }
+        if numel == 0 {
+            // No element to place: any strides will do, and there is nothing to copy.
+            return Ok(self.view_as(Layout {
+                offset: self.storage_offset(),
+                ..Layout::contiguous(shape)
+            }));
+        }
         match self.layout().view_strides(&shape) {
-            Some(strides) if numel > 0 => Ok(self.view_as(Layout {
+            Some(strides) => Ok(self.view_as(Layout {
                 shape,
                 strides,
                 offset: self.storage_offset(),
@@ -181,6 +188,12 @@ impl Tensor {
 
     /// `len` elements of dimension `dim` from `start` (a view).
     pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return Err(Error::invalid(
+                "narrow",
+                "a 0-dimensional tensor has no dimension to narrow; `unsqueeze(0)` it first",
+            ));
+        }
         let d = resolve_dim("narrow", dim.as_i64(), self.rank())?;
         let size = self.shape()[d];
         if start.checked_add(len).is_none_or(|end| end > size) {
@@ -255,6 +268,7 @@ impl Tensor {
     /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
     pub fn broadcast_to(&self, shape: impl crate::layout::IntoShape) -> Result<Tensor> {
         let shape = shape.into_shape();
+        crate::layout::numel_checked("broadcast_to", &shape)?;
         let b = broadcast_shapes("broadcast_to", self.shape(), &shape)?;
         if b != shape {
             return Err(Error::ShapeMismatch {

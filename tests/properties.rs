@@ -1,0 +1,397 @@
+//! Property-based: random shapes (with 0- and 1-sized dimensions), dtypes and views, on the CPU
+//! and a simulated GPU, through the engine's ops. Whatever the input, an op returns `Ok` or a
+//! clear `Err`, never panics; the CPU and the simulated GPU agree exactly; float results agree
+//! with plain reference loops (f64) here; shapes follow broadcasting.
+//!
+//! `PLACELAB_PROPTEST_CASES` sets the number of cases per property (default 1,000, about a
+//! second; on the code before empty shapes were handled, the first case already failed).
+
+use placelab::prelude::*;
+use proptest::prelude::*;
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PLACELAB_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+const DTYPES: [DType; 8] = [
+    DType::F32,
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I64,
+    DType::I32,
+    DType::U8,
+    DType::Bool,
+];
+
+/// A view applied after the tensor is made; its numbers are reduced modulo the shape, so every
+/// draw is a valid request or a request the engine must refuse with an `Err`.
+#[derive(Debug, Clone)]
+enum View {
+    Plain,
+    Transpose(usize, usize),
+    Narrow(usize, usize, usize),
+    /// All dimensions reversed.
+    Permute,
+    /// Prepend a dimension and expand the size-1 ones to these sizes.
+    Broadcast(usize, Vec<usize>),
+}
+
+#[derive(Debug, Clone)]
+struct Input {
+    shape: Vec<usize>,
+    values: Vec<f64>,
+    dtype: DType,
+    view: View,
+}
+
+fn dim_size() -> impl Strategy<Value = usize> {
+    prop_oneof![2 => Just(0usize), 3 => Just(1usize), 5 => 2usize..=4]
+}
+
+fn view() -> impl Strategy<Value = View> {
+    prop_oneof![
+        3 => Just(View::Plain),
+        1 => (0usize..4, 0usize..4).prop_map(|(a, b)| View::Transpose(a, b)),
+        1 => (0usize..4, 0usize..5, 0usize..5).prop_map(|(d, s, l)| View::Narrow(d, s, l)),
+        1 => Just(View::Permute),
+        1 => (1usize..4, prop::collection::vec(1usize..4, 0..4)).prop_map(|(n, s)| View::Broadcast(n, s)),
+    ]
+}
+
+fn input_with(shape: impl Strategy<Value = Vec<usize>>) -> impl Strategy<Value = Input> {
+    (shape, prop::sample::select(DTYPES.to_vec()), view()).prop_flat_map(|(shape, dtype, view)| {
+        let n = shape.iter().product::<usize>();
+        let value = prop_oneof![
+            8 => -4.0f64..4.0,
+            1 => Just(0.0),
+            1 => prop::sample::select(vec![f64::NAN, f64::INFINITY, -f64::INFINITY, 1e30, -1e30]),
+        ];
+        prop::collection::vec(value, n).prop_map(move |values| Input {
+            shape: shape.clone(),
+            values,
+            dtype,
+            view: view.clone(),
+        })
+    })
+}
+
+fn input() -> impl Strategy<Value = Input> {
+    input_with(prop::collection::vec(dim_size(), 0..=3))
+}
+
+/// Two inputs whose shapes broadcast (the second drops leading dimensions and sets some to 1),
+/// or, one time in eight, shapes drawn apart, which may not.
+fn pair() -> impl Strategy<Value = (Input, Input)> {
+    prop::collection::vec(dim_size(), 0..=3).prop_flat_map(|a| {
+        let rank = a.len();
+        let first = a.clone();
+        let related = (0..=rank, prop::collection::vec(any::<bool>(), rank)).prop_map(move |(drop, ones)| {
+            first
+                .iter()
+                .zip(&ones)
+                .skip(drop)
+                .map(|(&d, &one)| if one { 1 } else { d })
+                .collect::<Vec<usize>>()
+        });
+        let shape_b = prop_oneof![7 => related.boxed(), 1 => prop::collection::vec(dim_size(), 0..=3).boxed()];
+        (input_with(Just(a)), input_with(shape_b))
+    })
+}
+
+fn make(input: &Input, device: Device) -> Result<Tensor> {
+    let base = Tensor::from_vec(input.values.clone(), input.shape.clone(), device)?
+        .to_dtype(input.dtype)?;
+    let rank = base.rank();
+    match &input.view {
+        View::Plain => Ok(base),
+        View::Transpose(a, b) if rank > 0 => base.transpose(a % rank, b % rank),
+        View::Transpose(a, b) => base.transpose(*a as i64, *b as i64),
+        View::Narrow(d, s, l) if rank > 0 => {
+            let size = base.shape()[d % rank];
+            base.narrow(d % rank, s % (size + 1), l % (size + 1))
+        }
+        View::Narrow(d, s, l) => base.narrow(*d, *s, *l),
+        View::Permute => base.permute((0..rank).rev().collect::<Vec<_>>()),
+        View::Broadcast(lead, sizes) => {
+            let mut shape = vec![*lead];
+            for (i, &d) in base.shape().iter().enumerate() {
+                shape.push(if d == 1 {
+                    sizes.get(i).copied().unwrap_or(1)
+                } else {
+                    d
+                });
+            }
+            base.broadcast_to(shape)
+        }
+    }
+}
+
+/// What an op gave: shape, dtype and values (as f64), or that it refused.
+type Outcome = std::result::Result<(Vec<usize>, DType, Vec<f64>), String>;
+
+fn outcome(t: Result<Tensor>) -> Outcome {
+    let t = t.map_err(|e| e.to_string())?;
+    let values = t.to_f64_vec().map_err(|e| e.to_string())?;
+    assert_eq!(values.len(), t.numel(), "to_f64_vec returns every element");
+    Ok((t.shape().to_vec(), t.dtype(), values))
+}
+
+type UnaryOp = (&'static str, fn(&Tensor) -> Result<Tensor>);
+type BinaryOp = (&'static str, fn(&Tensor, &Tensor) -> Result<Tensor>);
+
+const UNARY: &[UnaryOp] = &[
+    ("neg", |x| x.neg()),
+    ("abs", |x| x.abs()),
+    ("relu", |x| x.relu()),
+    ("exp", |x| x.exp()),
+    ("log", |x| x.log()),
+    ("sqrt", |x| x.sqrt()),
+    ("sigmoid", |x| x.sigmoid()),
+    ("tanh", |x| x.tanh()),
+    ("gelu", |x| x.gelu()),
+    ("clamp", |x| x.clamp(Some(-1.0), Some(1.0))),
+    ("mul_scalar", |x| x.mul(2.0)),
+    ("to_f32", |x| x.to_dtype(DType::F32)),
+    ("to_i64", |x| x.to_dtype(DType::I64)),
+    ("contiguous", |x| x.contiguous()),
+    ("flatten", |x| x.flatten()),
+    ("reshape_flat", |x| x.reshape([x.numel()])),
+    ("unsqueeze", |x| x.unsqueeze(0)),
+    ("squeeze_all", |x| x.squeeze_all()),
+    ("t", |x| x.t()),
+    ("narrow_first", |x| x.narrow(0, 0, 1)),
+    ("sum_all", |x| x.sum_all()),
+    ("mean_all", |x| x.mean_all()),
+    ("max_all", |x| x.max_all()),
+    ("min_all", |x| x.min_all()),
+    ("argmax_all", |x| x.argmax_all()),
+    ("sum_dim0", |x| x.sum(0, false)),
+    ("mean_dim0", |x| x.mean(0, true)),
+    ("max_dim0", |x| x.max(0, false)),
+    ("argmax_dim0", |x| x.argmax(0, false)),
+    ("softmax_last", |x| x.softmax(-1)),
+    ("log_softmax_last", |x| x.log_softmax(-1)),
+    ("gram", |x| x.matmul(&x.t()?)),
+    ("cat_self", |x| Tensor::cat(&[x, x], 0)),
+    ("stack_self", |x| Tensor::stack(&[x, x], 0)),
+    ("index_select_0", |x| {
+        let index = Tensor::from_vec(vec![0i64], [1], x.device())?;
+        x.index_select(0, &index)
+    }),
+];
+
+const BINARY: &[BinaryOp] = &[
+    ("add", |a, b| a.add(b)),
+    ("sub", |a, b| a.sub(b)),
+    ("mul", |a, b| a.mul(b)),
+    ("div", |a, b| a.div(b)),
+    ("maximum", |a, b| a.maximum(b)),
+    ("minimum", |a, b| a.minimum(b)),
+    ("pow", |a, b| a.pow(b)),
+    ("eq", |a, b| a.eq(b)),
+    ("lt", |a, b| a.lt(b)),
+    ("matmul", |a, b| a.matmul(b)),
+    ("cat", |a, b| Tensor::cat(&[a, b], 0)),
+];
+
+/// Bitwise equality, with every NaN equal to every other.
+fn same_values(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+}
+
+fn agree(name: &str, cpu: &Outcome, gpu: &Outcome) -> std::result::Result<(), TestCaseError> {
+    match (cpu, gpu) {
+        (Ok(c), Ok(g)) => {
+            prop_assert_eq!(&c.0, &g.0, "{}: shapes differ between cpu and cuda:0", name);
+            prop_assert_eq!(c.1, g.1, "{}: dtypes differ", name);
+            prop_assert!(
+                same_values(&c.2, &g.2),
+                "{}: values differ: cpu {:?} cuda:0 {:?}",
+                name,
+                c.2,
+                g.2
+            );
+        }
+        (Err(_), Err(_)) => {}
+        // What PyTorch's CUDA refuses and its CPU does (integer matmul): the simulated GPU
+        // refuses it too, so a lesson behaves as on a real one.
+        (Ok(_), Err(e)) if e.contains("on a CUDA device") => {}
+        _ => prop_assert!(
+            false,
+            "{}: one device refused and the other did not: cpu {:?}, cuda:0 {:?}",
+            name,
+            cpu,
+            gpu
+        ),
+    }
+    Ok(())
+}
+
+/// NumPy's broadcasting, written out here to check the engine's.
+fn broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    (0..n)
+        .map(|i| {
+            let size = |s: &[usize]| {
+                if i + s.len() >= n {
+                    s[i + s.len() - n]
+                } else {
+                    1
+                }
+            };
+            let (da, db) = (size(a), size(b));
+            match (da, db) {
+                (x, y) if x == y => Some(x),
+                (1, y) => Some(y),
+                (x, 1) => Some(x),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The element of a row-major `values` of `shape` that broadcast index `at` (of `out`) reads.
+fn broadcast_read(values: &[f64], shape: &[usize], out: &[usize], at: usize) -> f64 {
+    let mut rem = at;
+    let mut index = 0;
+    let mut stride = 1;
+    for (k, &size) in out.iter().enumerate().rev() {
+        let coord = rem % size.max(1);
+        rem /= size.max(1);
+        let offset = out.len() - shape.len();
+        if k >= offset {
+            let d = shape[k - offset];
+            index += if d == 1 { 0 } else { coord * stride };
+            stride *= d;
+        }
+    }
+    values[index]
+}
+
+fn close(got: f64, want: f64, tol: f64) -> bool {
+    (got.is_nan() && want.is_nan()) || got == want || (got - want).abs() <= tol * (1.0 + want.abs())
+}
+
+/// The reference value as the result dtype holds it (an f32 product of two 1e30 is inf).
+fn rounded(v: f64, dtype: DType) -> f64 {
+    if dtype == DType::F32 {
+        v as f32 as f64
+    } else {
+        v
+    }
+}
+
+fn exact_float(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F64)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn unary_ops_never_panic_and_agree_across_devices(x in input()) {
+        cuda::simulate(2, None).unwrap();
+        let values = make(&x, Device::Cpu).and_then(|t| t.to_f64_vec());
+        for (name, op) in UNARY {
+            let cpu = outcome(make(&x, Device::Cpu).and_then(|t| op(&t)));
+            let gpu = outcome(make(&x, Device::Cuda(0)).and_then(|t| op(&t)));
+            agree(name, &cpu, &gpu)?;
+            let (Ok(v), Ok((shape, dtype, got))) = (&values, &cpu) else { continue };
+            if !exact_float(x.dtype) {
+                continue;
+            }
+            let tol = if *dtype == DType::F64 { 1e-12 } else { 1e-5 };
+            let sum: f64 = v.iter().sum();
+            match *name {
+                "sum_all" => prop_assert!(close(got[0], rounded(sum, *dtype), tol * v.iter().map(|a| a.abs()).sum::<f64>().max(1.0)), "sum_all {:?} of {:?}", got, v),
+                "mean_all" if v.is_empty() => prop_assert!(got[0].is_nan(), "the mean of nothing is NaN, got {:?}", got),
+                "mean_all" => prop_assert!(close(got[0], sum / v.len() as f64, tol * v.iter().map(|a| a.abs()).sum::<f64>().max(1.0)), "mean_all {:?} of {:?}", got, v),
+                "neg" => prop_assert!(got.iter().zip(v).all(|(g, a)| close(*g, -a, 0.0)), "neg"),
+                "relu" => prop_assert!(got.iter().zip(v).all(|(g, a)| close(*g, if *a > 0.0 || a.is_nan() { *a } else { 0.0 }, 0.0)), "relu {:?} of {:?}", got, v),
+                "exp" => prop_assert!(got.iter().zip(v).all(|(g, a)| close(*g, rounded(a.exp(), *dtype), tol)), "exp {:?} of {:?}", got, v),
+                "flatten" | "contiguous" => prop_assert!(same_values(got, v), "{} changed values", name),
+                "max_all" if !v.is_empty() => {
+                    let want = if v.iter().any(|a| a.is_nan()) { f64::NAN } else { v.iter().copied().fold(f64::NEG_INFINITY, f64::max) };
+                    prop_assert!(close(got[0], want, 0.0), "max_all {:?} of {:?}", got, v);
+                }
+                "gram" if shape.len() == 2 => {
+                    // x · xᵀ by plain loops, in f64.
+                    let view = make(&x, Device::Cpu).unwrap();
+                    let (m, k) = (view.shape()[0], view.shape()[1]);
+                    for i in 0..m {
+                        for j in 0..m {
+                            let want: f64 = (0..k).map(|c| v[i * k + c] * v[j * k + c]).sum();
+                            let scale: f64 = (0..k).map(|c| (v[i * k + c] * v[j * k + c]).abs()).sum();
+                            let g = got[i * m + j];
+                            prop_assert!(
+                                (g.is_nan() && want.is_nan()) || !rounded(want, *dtype).is_finite() || !scale.is_finite() || (g - want).abs() <= tol * 4.0 * (1.0 + scale),
+                                "gram[{}][{}] = {} but the loops give {}", i, j, g, want
+                            );
+                        }
+                    }
+                }
+                _ => {}
+            }
+            if *name == "max_all" && v.is_empty() {
+                prop_assert!(false, "the max of an empty tensor must be an error, got shape {:?}", shape);
+            }
+        }
+    }
+
+    #[test]
+    fn binary_ops_broadcast_never_panic_and_agree(pair in pair()) {
+        cuda::simulate(2, None).unwrap();
+        let (a, b) = pair;
+        let av = make(&a, Device::Cpu).and_then(|t| Ok((t.shape().to_vec(), t.to_f64_vec()?)));
+        let bv = make(&b, Device::Cpu).and_then(|t| Ok((t.shape().to_vec(), t.to_f64_vec()?)));
+        for (name, op) in BINARY {
+            let on = |d: Device| outcome(make(&a, d).and_then(|x| op(&x, &make(&b, d)?)));
+            let cpu = on(Device::Cpu);
+            agree(name, &cpu, &on(Device::Cuda(0)))?;
+            let (Ok((sa, va)), Ok((sb, vb))) = (&av, &bv) else { continue };
+            if !matches!(*name, "add" | "sub" | "mul" | "div" | "maximum" | "minimum") {
+                continue;
+            }
+            if !(exact_float(a.dtype) && exact_float(b.dtype)) {
+                // Other dtypes may be refused (bool arithmetic); only the no-panic and
+                // cross-device properties apply to them.
+                continue;
+            }
+            let expected = broadcast(sa, sb);
+            match (&cpu, &expected) {
+                (Ok((shape, dtype, got)), Some(out)) => {
+                    prop_assert_eq!(shape, out, "{} of {:?} and {:?}", name, sa, sb);
+                    let tol = if *dtype == DType::F64 { 1e-12 } else { 1e-6 };
+                    for (i, g) in got.iter().enumerate() {
+                        let (x, y) = (broadcast_read(va, sa, out, i), broadcast_read(vb, sb, out, i));
+                        let want = match *name {
+                            "add" => x + y,
+                            "sub" => x - y,
+                            "mul" => x * y,
+                            "div" => x / y,
+                            "maximum" => if x.is_nan() || y.is_nan() { f64::NAN } else { x.max(y) },
+                            _ => if x.is_nan() || y.is_nan() { f64::NAN } else { x.min(y) },
+                        };
+                        let want = rounded(want, *dtype);
+                        prop_assert!(close(*g, want, tol), "{}[{}] = {} but {} {} {} = {}", name, i, g, x, name, y, want);
+                    }
+                }
+                (Err(_), None) => {}
+                (Ok((shape, ..)), None) => prop_assert!(false, "{} of {:?} and {:?} gave {:?}; they do not broadcast", name, sa, sb, shape),
+                (Err(e), Some(out)) => prop_assert!(false, "{} of {:?} and {:?} should give {:?}: {}", name, sa, sb, out, e),
+            }
+        }
+    }
+}
