@@ -21,17 +21,6 @@ fn config() -> ProptestConfig {
     }
 }
 
-const DTYPES: [DType; 8] = [
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I64,
-    DType::I32,
-    DType::U8,
-    DType::Bool,
-];
-
 /// A view applied after the tensor is made; its numbers are reduced modulo the shape, so every
 /// draw is a valid request or a request the engine must refuse with an `Err`.
 #[derive(Debug, Clone)]
@@ -68,7 +57,7 @@ fn view() -> impl Strategy<Value = View> {
 }
 
 fn input_with(shape: impl Strategy<Value = Vec<usize>>) -> impl Strategy<Value = Input> {
-    (shape, prop::sample::select(DTYPES.to_vec()), view()).prop_flat_map(|(shape, dtype, view)| {
+    (shape, prop::sample::select(DType::ALL.to_vec()), view()).prop_flat_map(|(shape, dtype, view)| {
         let n = shape.iter().product::<usize>();
         let value = prop_oneof![
             8 => -4.0f64..4.0,
