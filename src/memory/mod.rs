@@ -275,14 +275,14 @@ pub(crate) fn host_vec<T: Clone>(op: &'static str, n: usize, fill: T) -> Result<
 
 /// An empty host `Vec` with room for `n` values, checked as `host_vec` is. Refuses what the
 /// machine's available memory cannot back: with overcommit the reservation would succeed and
-/// the process be killed on first touch.
+/// the process be killed on first touch. (Below 64 MiB the reservation alone decides: reading
+/// `/proc/meminfo` would cost more than a small `item()`.)
 pub(crate) fn host_vec_with_capacity<T>(op: &'static str, n: usize) -> Result<Vec<T>> {
     let bytes = n
         .checked_mul(std::mem::size_of::<T>())
         .filter(|b| *b <= isize::MAX as usize)
         .ok_or(Error::SizeOverflow { op, shape: vec![n] })?;
-    let (available, total) = host::host_memory_info();
-    let out_of_memory = || {
+    let out_of_memory = |(available, total): (usize, usize)| {
         let cpu = stats(&Device::Cpu).unwrap_or_default();
         Error::OutOfMemory {
             device: Device::Cpu,
@@ -293,10 +293,14 @@ pub(crate) fn host_vec_with_capacity<T>(op: &'static str, n: usize) -> Result<Ve
             reserved: cpu.reserved_bytes,
         }
     };
-    if bytes > available {
-        return Err(out_of_memory());
+    if bytes >= 64 << 20 {
+        let info = host::host_memory_info();
+        if bytes > info.0 {
+            return Err(out_of_memory(info));
+        }
     }
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| out_of_memory())?;
+    v.try_reserve_exact(n)
+        .map_err(|_| out_of_memory(host::host_memory_info()))?;
     Ok(v)
 }
