@@ -366,3 +366,41 @@ fn index_select_backward_adds_rows_back_without_a_dense_one_hot() {
     assert_eq!((rows[3], rows[0], rows[1]), (8.0, 4.0, 0.0));
     assert_eq!(rows.iter().sum::<f32>(), 4.0 * n as f32);
 }
+
+/// Empty batches through the layers a training step uses, as PyTorch treats them.
+#[test]
+fn empty_batches_flow_through_layers_losses_and_indexing() {
+    use placelab::nn::{CrossEntropyLoss, Linear, MSELoss};
+    let layer = Linear::new(784, 10, Device::Cpu).unwrap();
+    let none = Tensor::zeros([0, 784], CPU).unwrap();
+    let out = layer.forward(&none).unwrap();
+    assert_eq!(out.shape(), &[0, 10]);
+    assert_eq!(out.softmax(1).unwrap().shape(), &[0, 10]);
+    assert_eq!(out.argmax(1, false).unwrap().shape(), &[0]);
+    // The mean over no samples is NaN, as in PyTorch.
+    let targets = Tensor::zeros([0], (DType::I64, CPU)).unwrap();
+    let loss = CrossEntropyLoss::new().forward(&out, &targets).unwrap();
+    assert!(loss.item::<f32>().unwrap().is_nan());
+    let mse = MSELoss::new().forward(&out, &out).unwrap();
+    assert!(mse.item::<f32>().unwrap().is_nan());
+    let picked = Tensor::randn([5, 3], CPU)
+        .unwrap()
+        .index_select(0, &Tensor::zeros([0], (DType::I64, CPU)).unwrap())
+        .unwrap();
+    assert_eq!(picked.shape(), &[0, 3]);
+    let joined = Tensor::cat(&[&none, &Tensor::ones([2, 784], CPU).unwrap()], 0).unwrap();
+    assert_eq!(joined.shape(), &[2, 784]);
+    let cond = Tensor::zeros([0, 784], (DType::Bool, CPU)).unwrap();
+    assert_eq!(
+        Tensor::where_cond(&cond, &none, &none).unwrap().shape(),
+        &[0, 784]
+    );
+    assert_eq!(
+        Tensor::zeros([3, 0], CPU)
+            .unwrap()
+            .softmax(1)
+            .unwrap()
+            .shape(),
+        &[3, 0]
+    );
+}
