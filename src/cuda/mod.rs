@@ -261,7 +261,7 @@ pub fn is_available() -> bool {
 pub fn device_count() -> usize {
     match current_simulation() {
         Some(s) => s.count,
-        None => probe_real().as_ref().copied().unwrap_or(0),
+        None => real_device_count(),
     }
 }
 
@@ -270,11 +270,7 @@ pub fn unavailable_reason() -> Option<String> {
     if is_available() {
         return None;
     }
-    probe_real()
-        .as_ref()
-        .err()
-        .cloned()
-        .or_else(|| Some("no CUDA device".into()))
+    no_real_gpu_reason().or_else(|| Some("no CUDA device".into()))
 }
 
 /// What backs `cuda:index`, or why it does not exist.
