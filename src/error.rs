@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::display::human_bytes;
+use crate::units::human_bytes;
 use crate::{DType, Device};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

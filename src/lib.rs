@@ -12,28 +12,45 @@
 //! # Ok(()) }
 //! ```
 
-pub mod amp;
-pub mod autograd;
-pub mod cell_io;
-pub mod cpu;
-pub mod cuda;
-pub mod device;
-pub mod display;
+// The engine's layers, lowest first: each module imports only those above it in this list
+// (`tensor` and `autograd` use each other). `.ci/layers.py` checks it; ARCHITECTURE.md draws it.
+// 0. leaves
 pub mod dtype;
+pub mod op;
+pub mod units;
+// 1. devices and errors (the `Device` value, `error`, then the registry of what exists)
+pub mod device;
 pub mod error;
-#[cfg(feature = "frontend")]
-pub mod frontend;
-mod inflight;
 pub mod interrupt;
 pub mod layout;
+// 2. backends, on pointers, slices and layouts: the CPU kernels, the CUDA backend, the caching
+//    allocator's policy and host memory
+mod alloc;
+pub mod cpu;
+mod gpu;
+// 3. per-device memory and its ledger
 pub mod memory;
+// 4. storage: the only place that matches on the backend
+mod storage;
+// 5. transfers: the record, the log, copies still in flight
+pub mod transfer;
+// 6. tensors and autograd
+pub mod autograd;
+pub mod tensor;
+// 7. what is built from tensors
+pub mod amp;
 pub mod nn;
 pub mod optim;
 pub mod parallel;
+// 8. the `torch.cuda` facade, cards, and what runs inside a REPL cell's process
+pub mod cell_io;
+pub mod cuda;
+pub mod display;
 pub mod probe;
-mod storage;
-pub mod tensor;
-pub mod transfer;
+mod show;
+// 9. the REPL and the Jupyter kernel
+#[cfg(feature = "frontend")]
+pub mod frontend;
 
 pub use device::{Device, default_device, set_default_device};
 pub use dtype::{DType, Element, Scalar};

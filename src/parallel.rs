@@ -5,8 +5,10 @@
 
 use std::sync::Mutex;
 
+use crate::device::registry::device_count;
 use crate::nn::{Module, ModuleExt};
-use crate::{Device, Error, Result, Tensor, cuda};
+use crate::tensor::expect_device;
+use crate::{Device, Error, Result, Tensor};
 
 pub struct DataParallel {
     /// Behind a lock: a forward swaps each replica's parameters in, then the originals back.
@@ -19,7 +21,7 @@ impl DataParallel {
     /// move it to the first device (`dp.to(&Device::Cuda(0))?`); outputs are gathered there.
     pub fn new(module: impl Module + 'static, devices: Vec<Device>) -> Result<DataParallel> {
         let devices = if devices.is_empty() {
-            (0..cuda::device_count()).map(Device::Cuda).collect()
+            (0..device_count()).map(Device::Cuda).collect()
         } else {
             devices
         };
@@ -87,20 +89,10 @@ impl Module for DataParallel {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let first = self.devices[0];
         let mut module = self.lock();
-        if let Some((name, p)) = module
-            .named_parameters()
-            .into_iter()
-            .find(|(_, p)| p.device() != first)
-        {
-            return Err(Error::invalid(
-                "DataParallel",
-                format!(
-                    "the module's parameters must be on {first} (the first device) but `{name}` is on {}; call `model.to(&{})?` first",
-                    p.device(),
-                    first.rust_expr()
-                ),
-            ));
-        }
+        // The module's parameters must be on the first device (`model.to(&first)?`).
+        let params = module.named_parameters();
+        let named: Vec<(&str, &Tensor)> = params.iter().map(|(n, p)| (n.as_str(), p)).collect();
+        expect_device("DataParallel", ("the first device", first), &named)?;
         if self.devices.len() == 1 || x.rank() == 0 {
             return module.forward(&x.to(&first)?);
         }

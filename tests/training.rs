@@ -390,7 +390,9 @@ fn data_parallel_matches_one_device() {
     let mut wrapped = DataParallel::new(mlp(Device::Cpu), vec![]).unwrap();
     let e = wrapped.forward(&x).unwrap_err().to_string();
     assert!(
-        e.contains("must be on cuda:0 (the first device) but `0.weight` is on cpu"),
+        e.contains(
+            "device mismatch in DataParallel: `the first device` is on cuda:0 but `0.weight` is on cpu"
+        ),
         "{e}"
     );
     wrapped.to(&Device::Cuda(0)).unwrap();

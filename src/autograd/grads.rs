@@ -2,8 +2,8 @@
 //! the output's gradient to the inputs'. Saved outputs are `detach`ed so a node never holds its
 //! own tensor (which would be a reference cycle).
 
-use crate::cpu::elementwise::{BinaryOp, UnaryOp};
 use crate::layout::Layout;
+use crate::op::{BinaryOp, UnaryOp};
 use crate::storage::Storage;
 use crate::{Result, Scalar, Tensor};
 

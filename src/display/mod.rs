@@ -4,53 +4,12 @@
 mod preview;
 
 use std::fmt;
-use std::time::Duration;
 
 pub use preview::preview;
 
+pub use crate::units::{human_bytes, human_duration, human_rate};
+
 use crate::{Device, Tensor};
-
-/// `512 B`, `3.81 MiB`, `20.00 MiB`, `1.50 GiB` (binary units, as PyTorch's memory tools).
-pub fn human_bytes(n: usize) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2} {}", UNITS[u])
-}
-
-/// `850 ns`, `41.2 µs`, `0.41 ms`, `1.25 s`.
-pub fn human_duration(d: Duration) -> String {
-    let ns = d.as_nanos();
-    if ns < 1_000 {
-        format!("{ns} ns")
-    } else if ns < 1_000_000 {
-        format!("{:.1} µs", ns as f64 / 1e3)
-    } else if ns < 1_000_000_000 {
-        format!("{:.2} ms", ns as f64 / 1e6)
-    } else {
-        format!("{:.2} s", ns as f64 / 1e9)
-    }
-}
-
-/// `9.7 GB/s`, `850 MB/s` (decimal units, as bandwidth is quoted for PCIe and HBM).
-pub fn human_rate(bytes_per_s: f64) -> String {
-    if !bytes_per_s.is_finite() {
-        "∞ GB/s".into()
-    } else if bytes_per_s >= 1e9 {
-        format!("{:.1} GB/s", bytes_per_s / 1e9)
-    } else if bytes_per_s >= 1e6 {
-        format!("{:.0} MB/s", bytes_per_s / 1e6)
-    } else {
-        format!("{:.0} kB/s", bytes_per_s / 1e3)
-    }
-}
 
 fn shape_text(t: &Tensor) -> String {
     let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
@@ -129,14 +88,20 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// A device's HTML badge, as cards and memory strips show it: its colour (blue for the CPU,
+/// green for a GPU, amber for a simulated one) and its text.
+pub fn device_badge(name: &str, simulated: bool) -> (&'static str, String) {
+    match (name, simulated) {
+        ("cpu", _) => ("#3b6ea5", name.to_string()),
+        (_, true) => ("#b7791f", format!("{name} · simulated")),
+        _ => ("#5a8f00", name.to_string()),
+    }
+}
+
 /// The HTML card: a coloured device badge, shape and dtype, bytes, the last transfer, values.
 pub fn card_html(t: &Tensor) -> String {
     let d = t.device();
-    let (bg, label) = match d {
-        Device::Cpu => ("#3b6ea5", d.to_string()),
-        d if d.is_simulated() => ("#b7791f", format!("{d} · simulated")),
-        d => ("#5a8f00", d.to_string()),
-    };
+    let (bg, label) = device_badge(&d.to_string(), d.is_simulated());
     let values = preview(t, 0);
     let transfer = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
         Ok(q) => escape(&in_flight_text(q)),
@@ -172,39 +137,3 @@ pub const CARD_BEGIN: &str = "PLACELAB_CARD_BEGIN";
 pub const CARD_PLAIN: &str = "PLACELAB_CARD_PLAIN";
 pub const CARD_HTML: &str = "PLACELAB_CARD_HTML";
 pub const CARD_END: &str = "PLACELAB_CARD_END";
-
-impl Tensor {
-    /// Prints this tensor's card now, in the REPL as a card of its own (several per cell are
-    /// fine), elsewhere as text.
-    pub fn show(&self) {
-        use std::io::Write;
-        let block = if std::env::var_os(crate::probe::ENV).is_some() {
-            format!(
-                "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_HTML}\n{}\n{CARD_END}\n",
-                card_text(self, true),
-                card_text(self, false),
-                card_html(self)
-            )
-        } else {
-            format!("{}\n", card_text(self, false))
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(block.as_bytes());
-        let _ = out.flush();
-    }
-
-    /// Shows the card in evcxr (the REPL and Jupyter): HTML, `text/plain` and an ANSI-coloured
-    /// copy for terminals, in one write so the blocks never interleave with other output.
-    pub fn evcxr_display(&self) {
-        use std::io::Write;
-        let block = format!(
-            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/x-ansi\n{}\nEVCXR_END_CONTENT\n",
-            card_html(self),
-            card_text(self, false),
-            card_text(self, true)
-        );
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(block.as_bytes());
-        let _ = out.flush();
-    }
-}

@@ -3,9 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use crate::device::device_label;
 use crate::display::{human_bytes, human_duration, human_rate};
+use crate::transfer::SIMULATED_CLOCK_NOTE;
 
 use super::plot::TransferAxis;
+use super::probe_client::{Reply, Request};
 use super::session::{CellReport, Output, Session};
 
 type Handler = fn(&mut Session, &str) -> CellReport;
@@ -127,7 +130,7 @@ fn del(s: &mut Session, args: &str) -> CellReport {
                 let b = before.devices.get(dev)?;
                 let gone = b.allocated.saturating_sub(a.allocated);
                 (gone > 0).then(|| {
-                    let label = if a.simulated { format!("{dev} (simulated)") } else { dev.clone() };
+                    let label = device_label(dev, a.simulated);
                     format!(
                         "{} on {label} (kept in the cache: reserved stays {}; `:empty_cache` releases it)",
                         human_bytes(gone as usize),
@@ -275,9 +278,9 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
                 human_rate(t.bytes as f64 / d.as_secs_f64().max(1e-12)),
                 if t.pinned { "pinned" } else { "pageable" },
                 if t.simulated {
-                    " (simulated: host copy time)"
+                    format!(" ({SIMULATED_CLOCK_NOTE})")
                 } else {
-                    ""
+                    String::new()
                 }
             )
         })
@@ -286,19 +289,14 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
 }
 
 fn empty_cache(s: &mut Session, _: &str) -> CellReport {
-    match s.probe.ask("empty_cache") {
-        Some(reply) => {
-            let bytes = reply
-                .lines()
-                .find_map(|l| l.strip_prefix("released bytes="))
-                .and_then(|b| b.parse::<usize>().ok())
-                .unwrap_or(0);
-            CellReport::info(format!(
-                "released {} of cached memory back to the devices",
-                human_bytes(bytes)
-            ))
-        }
-        None => CellReport::info("no device memory used yet"),
+    match s.probe.ask(Request::EmptyCache) {
+        Some(Reply::Released { bytes }) => CellReport::info(format!(
+            "released {} of cached memory back to the devices",
+            human_bytes(bytes as usize)
+        )),
+        Some(Reply::Error(why)) => CellReport::info(format!("could not empty the cache: {why}")),
+        // Not answering: no cell has run yet.
+        _ => CellReport::info("no device memory used yet"),
     }
 }
 
@@ -317,7 +315,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
             "usage: :simulate cuda N [CAPACITY] [--if-no-gpu], e.g. `:simulate cuda 2` or `:simulate cuda 1 8GiB` (0 turns simulation off)",
         );
     };
-    let cap = match cap.map(crate::cuda::parse_bytes) {
+    let cap = match cap.map(crate::units::parse_bytes) {
         Some(None) => {
             return CellReport::error(format!(
                 "{:?} is not a size; write e.g. 8GiB or 512MiB",

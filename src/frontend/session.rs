@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
 
 use super::cell_output::CellOutput;
-use super::probe_client::{ProbeClient, Snapshot};
+use super::probe_client::{ProbeClient, Request, Snapshot};
 use super::setup;
 use super::strip::MemoryChange;
 
@@ -327,7 +327,7 @@ impl Session {
         let mut variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
         variables.sort();
         // A new cell: an interrupt that came while none ran is forgotten.
-        let _ = self.probe.ask("begin");
+        let _ = self.probe.ask(Request::Begin);
         let pid = self
             .ctx
             .process_handle()
@@ -344,7 +344,9 @@ impl Session {
         self.sync_token += 1;
         if self
             .probe
-            .ask(&format!("sync {}", self.sync_token))
+            .ask(Request::Sync {
+                token: self.sync_token,
+            })
             .is_some()
         {
             self.cell_output

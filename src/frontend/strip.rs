@@ -104,11 +104,7 @@ impl MemoryChange {
         let mut rows = String::new();
         for r in self.rows() {
             let d = r.stats;
-            let (badge, name) = match (d.name.as_str(), d.simulated) {
-                ("cpu", _) => ("#3b6ea5", d.name.clone()),
-                (_, true) => ("#b7791f", format!("{} · simulated", d.name)),
-                _ => ("#5a8f00", d.name.clone()),
-            };
+            let (badge, name) = crate::display::device_badge(&d.name, d.simulated);
             let change = match r.delta {
                 0 => "<span style=\"color:#888\">±0</span>".to_string(),
                 delta if delta > 0 => format!(
@@ -165,9 +161,9 @@ impl MemoryChange {
         let bytes: u64 = t.iter().map(|t| t.bytes).sum();
         let nanos: u64 = t.iter().map(|t| t.nanos).sum();
         let simulated = if t.iter().any(|t| t.simulated) {
-            ", simulated: host copy time"
+            format!(", {}", crate::transfer::SIMULATED_CLOCK_NOTE)
         } else {
-            ""
+            String::new()
         };
         Some(format!(
             "{} transfer{} this cell: {} in {} ({}{simulated})",
@@ -205,11 +201,7 @@ fn free_text(d: &DeviceStats) -> Option<String> {
 }
 
 pub fn label(d: &DeviceStats) -> String {
-    if d.simulated {
-        format!("{} (simulated)", d.name)
-    } else {
-        d.name.clone()
-    }
+    crate::device::device_label(&d.name, d.simulated)
 }
 
 pub fn escape(s: &str) -> String {

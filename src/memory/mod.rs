@@ -4,13 +4,15 @@
 //! Process-global on purpose: every tensor of a device, in every REPL cell, draws on the same
 //! pool, exactly as in PyTorch.
 
-pub mod caching;
-pub mod host;
 mod summary;
+
+// The allocator's policy and raw host memory, under the paths they always had.
+pub use crate::alloc::{caching, host};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::device::registry::{Backend, backend};
 use crate::{DType, Device, Error, Result};
 pub use caching::MemoryStats;
 use caching::{CachingAllocator, RawAllocator};
@@ -57,11 +59,9 @@ fn registry() -> &'static Mutex<HashMap<Device, Shared>> {
 fn raw_allocator_for(device: Device) -> Result<Box<dyn RawAllocator>> {
     match device {
         Device::Cpu => Ok(Box::new(host::HostMemory::cpu())),
-        Device::Cuda(i) => match crate::cuda::backend(i)? {
-            crate::cuda::Backend::Simulated { capacity } => {
-                Ok(Box::new(host::HostMemory::simulated(capacity)))
-            }
-            crate::cuda::Backend::Real => Ok(Box::new(crate::cuda::runtime::CudaMemory::new(i)?)),
+        Device::Cuda(i) => match backend(i)? {
+            Backend::Simulated { capacity } => Ok(Box::new(host::HostMemory::simulated(capacity))),
+            Backend::Real => Ok(Box::new(crate::gpu::runtime::CudaMemory::new(i)?)),
         },
     }
 }
@@ -133,7 +133,7 @@ impl Block {
                     device,
                     msg: format!(
                         "the driver failed to allocate {} ({msg}). This usually means an earlier GPU operation failed and left the device unusable in this process; restart the session (REPL or kernel) to get a fresh one",
-                        crate::display::human_bytes(requested)
+                        crate::units::human_bytes(requested)
                     ),
                 },
                 None => Error::OutOfMemory {

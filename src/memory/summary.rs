@@ -24,16 +24,12 @@ pub fn memory_summary(device: &Device) -> Result<String> {
     let line = "=".repeat(75);
     let thin = "-".repeat(75);
     let mut o = String::new();
-    let kind = if crate::cuda::is_simulated(device) {
-        " (simulated)"
-    } else {
-        ""
-    };
+
     let _ = writeln!(o, "{line}");
     let _ = writeln!(
         o,
         "|{:^73}|",
-        format!("placelab memory summary, {device}{kind}")
+        format!("placelab memory summary, {}", device.label())
     );
     let _ = writeln!(o, "{thin}");
     let counts = format!(

@@ -2,7 +2,7 @@
 //! are spread over several devices (the "I moved the model but one tensor stayed" bug).
 
 use super::{Module, ModuleExt};
-use crate::display::human_bytes;
+use crate::units::human_bytes;
 
 /// `12,345` — counts read better with separators.
 fn grouped(n: usize) -> String {

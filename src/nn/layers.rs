@@ -74,7 +74,11 @@ impl Module for Linear {
         let y = x.matmul(&self.weight.t()?)?;
         match &self.bias {
             // Under autocast the whole layer runs in the low precision, bias included.
-            Some(b) => y.add(crate::amp::for_matmul(b)?.as_ref().unwrap_or(b)),
+            Some(b) => y.add(
+                crate::tensor::autocast::for_matmul(b)?
+                    .as_ref()
+                    .unwrap_or(b),
+            ),
             None => Ok(y),
         }
     }

@@ -122,9 +122,9 @@ impl std::fmt::Display for MoveReport {
             f,
             "moved {} parameter tensor(s), {} to {} in {}",
             self.tensors,
-            crate::display::human_bytes(self.bytes),
+            crate::units::human_bytes(self.bytes),
             self.to,
-            crate::display::human_duration(self.duration)
+            crate::units::human_duration(self.duration)
         )
     }
 }

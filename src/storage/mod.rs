@@ -1,23 +1,21 @@
 //! The bytes of a tensor, on some backend. This is the only place that matches on the backend:
-//! every op the tensor layer needs is one function here that sends host-backed storages (the CPU
-//! and simulated CUDA devices) to the `cpu` kernels and GPU storages to the `cuda` kernels.
-//! Copies to other devices are in `transfer.rs`.
+//! every op the tensor layer needs is one function here (`ops.rs`) that sends host-backed
+//! storages (the CPU and simulated CUDA devices) to the `cpu` kernels and GPU storages to the
+//! CUDA backend (`gpu`), allocating every buffer itself and passing pointers down. Copies to
+//! other devices are in `copy.rs`.
 
-mod transfer;
+mod copy;
+mod ops;
 
 use std::sync::{Arc, Mutex};
 
-use half::f16;
+pub(crate) use copy::{Completion, copy_engine_between, open_devices, wait_for_queued_work};
 
-use crate::cpu::elementwise::{self as ew, BinaryOp, CmpOp, UnaryOp};
-use crate::cpu::{self, matmul::Matmul, reduce};
-
-use crate::cuda::copy::PinnedHost;
-use crate::cuda::{blas, ops};
-use crate::inflight::InFlight;
-use crate::layout::Layout;
+use crate::cpu;
+use crate::gpu::copy::PinnedHost;
+use crate::gpu::runtime::Gpu;
 use crate::memory::Block;
-use crate::{DType, Device, Element, Result, Scalar};
+use crate::{DType, Device, Element, Result};
 
 pub(crate) enum Backing {
     /// Host memory from the device's caching allocator: the CPU, or a simulated GPU.
@@ -28,6 +26,14 @@ pub(crate) enum Backing {
     Pinned(PinnedHost),
 }
 
+/// A non-blocking copy that reads or writes a storage's bytes and may still be running (the
+/// transfer layer's `InFlight`): host access and freeing wait for it.
+pub(crate) trait PendingCopy: Send + Sync {
+    /// Returns once the copy has finished (its error, if any, is reported where the copy is
+    /// completed and logged).
+    fn wait_done(&self);
+}
+
 pub(crate) struct Storage {
     dtype: DType,
     numel: usize,
@@ -35,7 +41,7 @@ pub(crate) struct Storage {
     pub(crate) pinned: bool,
     backing: Backing,
     /// Non-blocking copies that read or write these bytes and may still be running.
-    in_flight: Mutex<Vec<Arc<InFlight>>>,
+    in_flight: Mutex<Vec<Arc<dyn PendingCopy>>>,
 }
 
 impl Drop for Storage {
@@ -47,59 +53,9 @@ impl Drop for Storage {
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
         {
-            let _ = f.wait();
+            f.wait_done();
         }
     }
-}
-
-/// Binds `$t` to the Rust type of `$dtype` for the dtypes with native arithmetic kernels;
-/// f16/bf16 are computed in f32 by the tensor layer and never reach these kernels.
-macro_rules! with_arith {
-    ($dtype:expr, $t:ident, $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            DType::I64 => {
-                type $t = i64;
-                $body
-            }
-            DType::I32 => {
-                type $t = i32;
-                $body
-            }
-            DType::U8 => {
-                type $t = u8;
-                $body
-            }
-            DType::Bool => {
-                type $t = bool;
-                $body
-            }
-            DType::F16 | DType::BF16 => unreachable!("f16/bf16 arithmetic runs in f32"),
-        }
-    };
-}
-
-macro_rules! with_float {
-    ($dtype:expr, $t:ident, $body:expr) => {
-        match $dtype {
-            DType::F32 => {
-                type $t = f32;
-                $body
-            }
-            DType::F64 => {
-                type $t = f64;
-                $body
-            }
-            d => unreachable!("{d} has no native float kernel"),
-        }
-    };
 }
 
 fn gpu_index(device: Device) -> usize {
@@ -121,7 +77,7 @@ impl Storage {
     /// since not every byte is a valid `bool`).
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Storage> {
         let block = Block::alloc(device, dtype, numel)?;
-        if crate::cuda::is_real(device) {
+        if crate::device::registry::is_real(device) {
             return Ok(Storage::new(dtype, numel, false, Backing::Cuda(block)));
         }
         let mut s = Storage::new(dtype, numel, false, Backing::Host(block));
@@ -158,8 +114,16 @@ impl Storage {
         !matches!(self.backing, Backing::Cuda(_))
     }
 
+    /// The real GPU this storage lives on, or `None` for host memory.
+    fn gpu(&self) -> Option<Result<Arc<Gpu>>> {
+        match &self.backing {
+            Backing::Cuda(b) => Some(crate::gpu::runtime::gpu(gpu_index(b.device()))),
+            _ => None,
+        }
+    }
+
     /// The device address of a real GPU's storage, as kernels and cuBLAS take it.
-    pub(crate) fn device_ptr(&self) -> u64 {
+    fn device_ptr(&self) -> u64 {
         match &self.backing {
             Backing::Cuda(b) => b.ptr() as u64,
             _ => unreachable!("a host storage has no device pointer"),
@@ -170,7 +134,7 @@ impl Storage {
     fn host_ptr(&self) -> *mut u8 {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
         for f in in_flight.drain(..) {
-            let _ = f.wait();
+            f.wait_done();
         }
         drop(in_flight);
         match &self.backing {
@@ -180,6 +144,15 @@ impl Storage {
                 unreachable!("GPU memory is read through a copy (`Tensor::host_readable`)")
             }
         }
+    }
+
+    /// Records that a non-blocking copy reads or writes these bytes: host access and freeing
+    /// wait for it.
+    pub(crate) fn mark_in_flight(&self, f: Arc<dyn PendingCopy>) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(f);
     }
 
     pub(crate) fn dtype(&self) -> DType {
@@ -238,335 +211,21 @@ impl Storage {
         s.moved_to(device)
     }
 
-    /// `numel` copies of `value`, converted to `dtype`.
-    pub(crate) fn full(
-        device: Device,
+    /// A new storage of `numel` elements of `dtype` on this storage's device, filled by `host`
+    /// (given the new storage) when the bytes are host memory, else by `gpu` (given the device
+    /// and the new storage's address): the one place each op meets the backend.
+    fn produce(
+        &self,
         dtype: DType,
         numel: usize,
-        value: Scalar,
+        host: impl FnOnce(&mut Storage),
+        gpu: impl FnOnce(&Gpu, u64) -> Result<()>,
     ) -> Result<Storage> {
-        let mut s = Storage::alloc(device, dtype, numel)?;
-        if !s.is_host() {
-            ops::fill(&s, value)?;
-            return Ok(s);
-        }
-        crate::with_dtype!(
-            dtype,
-            T,
-            cpu::fill(s.slice_mut::<T>(), value.to_element::<T>())
-        );
-        Ok(s)
-    }
-
-    /// A contiguous copy of the view `l`, converted to `dtype`.
-    pub(crate) fn copy_as(&self, l: &Layout, dtype: DType) -> Result<Storage> {
-        if !self.is_host() {
-            return ops::cast(self, l, dtype);
-        }
-        let mut out = Storage::alloc(self.device(), dtype, l.numel())?;
-        crate::with_dtype!(self.dtype, S, {
-            let src = self.slice::<S>();
-            crate::with_dtype!(dtype, D, cpu::cast::<S, D>(src, l, out.slice_mut::<D>()))
-        });
-        Ok(out)
-    }
-
-    /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).
-    pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) -> Result<()> {
-        if !self.is_host() {
-            return ops::write_view(self, ld, src, ls);
-        }
-        crate::with_dtype!(
-            self.dtype,
-            T,
-            cpu::copy_strided(src.slice::<T>(), ls, self.slice_mut::<T>(), ld)
-        );
-        Ok(())
-    }
-
-    /// Overwrites the view `ld` of a storage that other tensors may share (in-place updates:
-    /// optimizer steps). `src` must not overlap `self`.
-    ///
-    /// # Safety
-    /// No other thread may read or write this storage during the call, and no slice of it may be
-    /// alive: the engine calls this only from `Tensor::assign_`, outside any kernel.
-    pub(crate) unsafe fn write_view_shared(
-        &self,
-        ld: &Layout,
-        src: &Storage,
-        ls: &Layout,
-    ) -> Result<()> {
-        if !self.is_host() {
-            return ops::write_view(self, ld, src, ls);
-        }
-        let ptr = self.host_ptr();
-        let bytes = self.numel * self.dtype.size_in_bytes();
-        crate::with_dtype!(self.dtype, T, {
-            // SAFETY: the caller guarantees exclusive access; the block holds `numel` elements.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(ptr as *mut T, bytes / self.dtype.size_in_bytes())
-            };
-            cpu::copy_strided(src.slice::<T>(), ls, dst, ld)
-        });
-        Ok(())
-    }
-
-    pub(crate) fn binary(
-        op: BinaryOp,
-        a: &Storage,
-        la: &Layout,
-        b: &Storage,
-        lb: &Layout,
-    ) -> Result<Storage> {
-        if !a.is_host() {
-            return ops::binary(op, a, la, b, lb);
-        }
-        let mut out = Storage::alloc(a.device(), a.dtype, la.numel())?;
-        with_arith!(
-            a.dtype,
-            T,
-            ew::binary::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut())
-        );
-        Ok(out)
-    }
-
-    pub(crate) fn compare(
-        op: CmpOp,
-        a: &Storage,
-        la: &Layout,
-        b: &Storage,
-        lb: &Layout,
-    ) -> Result<Storage> {
-        if !a.is_host() {
-            return ops::compare(op, a, la, b, lb);
-        }
-        let mut out = Storage::alloc(a.device(), DType::Bool, la.numel())?;
-        crate::with_dtype!(
-            a.dtype,
-            T,
-            ew::compare::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut())
-        );
-        Ok(out)
-    }
-
-    /// `a op number` (`number op a` when `reverse`) for an f16/bf16 storage of a real GPU, the
-    /// number kept in f32 (host storages compute half precision in f32 throughout).
-    pub(crate) fn binary_number(
-        op: BinaryOp,
-        a: &Storage,
-        la: &Layout,
-        number: f32,
-        reverse: bool,
-    ) -> Result<Storage> {
-        debug_assert!(!a.is_host(), "host storages take the f32 path");
-        ops::binary_number(op, a, la, number, reverse)
-    }
-
-    /// `a op number` for an f16/bf16 storage of a real GPU, compared in f32.
-    pub(crate) fn compare_number(
-        op: CmpOp,
-        a: &Storage,
-        la: &Layout,
-        number: f32,
-    ) -> Result<Storage> {
-        debug_assert!(!a.is_host(), "host storages take the f32 path");
-        ops::compare_number(op, a, la, number)
-    }
-
-    pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
-        if !self.is_host() {
-            return ops::unary(op, self, l);
-        }
-        let mut out = Storage::alloc(self.device(), self.dtype, l.numel())?;
-        if op.keeps_ints() {
-            with_arith!(
-                self.dtype,
-                T,
-                ew::unary_arith::<T>(op, self.slice(), l, out.slice_mut())
-            );
-        } else {
-            with_float!(
-                self.dtype,
-                T,
-                ew::unary_float::<T>(op, self.slice(), l, out.slice_mut())
-            );
+        let mut out = Storage::alloc(self.device(), dtype, numel)?;
+        match self.gpu() {
+            Some(g) => gpu(&*g?, out.device_ptr())?,
+            None => host(&mut out),
         }
         Ok(out)
-    }
-
-    pub(crate) fn clamp(
-        &self,
-        l: &Layout,
-        lo: Option<Scalar>,
-        hi: Option<Scalar>,
-    ) -> Result<Storage> {
-        if !self.is_host() {
-            return ops::clamp(self, l, lo, hi);
-        }
-        let mut out = Storage::alloc(self.device(), self.dtype, l.numel())?;
-        with_arith!(self.dtype, T, {
-            let (lo, hi) = (
-                lo.map(|s| s.to_element::<T>()),
-                hi.map(|s| s.to_element::<T>()),
-            );
-            ew::clamp::<T>(self.slice(), l, lo, hi, out.slice_mut())
-        });
-        Ok(out)
-    }
-
-    pub(crate) fn where_(
-        c: (&Storage, &Layout),
-        a: (&Storage, &Layout),
-        b: (&Storage, &Layout),
-    ) -> Result<Storage> {
-        if !a.0.is_host() {
-            return ops::where_(c, a, b);
-        }
-        let mut out = Storage::alloc(a.0.device(), a.0.dtype, a.1.numel())?;
-        crate::with_dtype!(a.0.dtype, T, {
-            ew::where_::<T>(
-                (c.0.slice(), c.1),
-                (a.0.slice(), a.1),
-                (b.0.slice(), b.1),
-                out.slice_mut(),
-            )
-        });
-        Ok(out)
-    }
-
-    /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
-    pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
-        if !self.is_host() {
-            return ops::sum_rows(self, rows, len, mean);
-        }
-        let mut out = Storage::alloc(self.device(), self.dtype, rows)?;
-        match self.dtype {
-            DType::F32 => reduce::sum_rows::<f32>(self.slice(), len, mean, out.slice_mut()),
-            DType::F64 => reduce::sum_rows::<f64>(self.slice(), len, mean, out.slice_mut()),
-            DType::I64 => reduce::sum_rows::<i64>(self.slice(), len, mean, out.slice_mut()),
-            d => unreachable!("sum over {d} runs in a wider dtype"),
-        }
-        Ok(out)
-    }
-
-    /// Per-row max (or min) values and their i64 indices.
-    pub(crate) fn extreme_rows(
-        &self,
-        rows: usize,
-        len: usize,
-        greater: bool,
-    ) -> Result<(Storage, Storage)> {
-        if !self.is_host() {
-            return ops::extreme_rows(self, rows, len, greater);
-        }
-        let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
-        let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
-        crate::with_dtype!(self.dtype, T, {
-            reduce::extreme_rows::<T>(
-                self.slice(),
-                len,
-                greater,
-                values.slice_mut(),
-                indices.slice_mut(),
-            )
-        });
-        Ok((values, indices))
-    }
-
-    pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
-        if !self.is_host() {
-            return ops::softmax_rows(self, len, log);
-        }
-        let mut out = Storage::alloc(self.device(), self.dtype, self.numel)?;
-        with_float!(
-            self.dtype,
-            T,
-            reduce::softmax_rows::<T>(self.slice(), len, log, out.slice_mut())
-        );
-        Ok(out)
-    }
-
-    /// Batched `a · b` into a contiguous `batch × m × n` storage. `a_off`/`b_off` give each
-    /// batch's matrix offset; `(rs, cs)` are row and column strides.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn matmul(
-        a: &Storage,
-        a_off: &[usize],
-        (a_rs, a_cs): (usize, usize),
-        b: &Storage,
-        b_off: &[usize],
-        (b_rs, b_cs): (usize, usize),
-        (m, n, k): (usize, usize, usize),
-    ) -> Result<Storage> {
-        if !a.is_host() {
-            return blas::matmul(a, a_off, (a_rs, a_cs), b, b_off, (b_rs, b_cs), (m, n, k));
-        }
-        let mut out = Storage::alloc(a.device(), a.dtype, a_off.len() * m * n)?;
-        fn run<T: Matmul>(
-            a: &Storage,
-            ao: &[usize],
-            ars: (usize, usize),
-            b: &Storage,
-            bo: &[usize],
-            brs: (usize, usize),
-            mnk: (usize, usize, usize),
-            out: &mut Storage,
-        ) {
-            let a = cpu::matmul::Operand {
-                data: a.slice::<T>(),
-                offsets: ao,
-                row_stride: ars.0,
-                col_stride: ars.1,
-            };
-            let b = cpu::matmul::Operand {
-                data: b.slice::<T>(),
-                offsets: bo,
-                row_stride: brs.0,
-                col_stride: brs.1,
-            };
-            T::matmul(&a, &b, mnk.0, mnk.1, mnk.2, out.slice_mut::<T>());
-        }
-        let args = (a, a_off, (a_rs, a_cs), b, b_off, (b_rs, b_cs), (m, n, k));
-        match a.dtype {
-            DType::F32 => run::<f32>(
-                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
-            ),
-            DType::F64 => run::<f64>(
-                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
-            ),
-            DType::F16 => run::<f16>(
-                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
-            ),
-            DType::I64 => run::<i64>(
-                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
-            ),
-            DType::I32 => run::<i32>(
-                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
-            ),
-            DType::U8 => run::<u8>(
-                args.0, args.1, args.2, args.3, args.4, args.5, args.6, &mut out,
-            ),
-            d @ (DType::BF16 | DType::Bool) => unreachable!("matmul of {d} runs in another dtype"),
-        }
-        Ok(out)
-    }
-
-    /// The values of view `l` as f64 (for previews and tests), read on the host.
-    pub(crate) fn read_f64(&self, l: &Layout) -> Result<Vec<f64>> {
-        let mut out = crate::memory::host_vec("to_f64_vec", l.numel(), 0.0)?;
-        crate::with_dtype!(
-            self.dtype,
-            T,
-            cpu::map1(self.slice::<T>(), l, &mut out, |x: T| x.to_f64())
-        );
-        Ok(out)
-    }
-
-    /// The elements at the given storage offsets, as f64 (for previews).
-    pub(crate) fn read_f64_at(&self, offsets: &[usize]) -> Vec<f64> {
-        crate::with_dtype!(self.dtype, T, {
-            let s = self.slice::<T>();
-            offsets.iter().map(|&o| s[o].to_f64()).collect()
-        })
     }
 }

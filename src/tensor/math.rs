@@ -5,8 +5,8 @@ use std::ops;
 
 use super::{Tensor, same_device};
 use crate::autograd::{grads, is_grad_enabled, no_grad, record};
-use crate::cpu::elementwise::{BinaryOp, CmpOp, UnaryOp};
 use crate::layout::broadcast_shapes;
+use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Scalar};
 
@@ -72,7 +72,7 @@ fn result_type(a: &Tensor, b: &Tensor) -> DType {
 /// once at the end; a GPU's kernels take f16/bf16 directly (and compute in f32 inside, with the
 /// same single rounding), saving the two casts' memory traffic.
 fn compute_dtype(dtype: DType, device: crate::Device) -> DType {
-    if matches!(dtype, DType::F16 | DType::BF16) && !crate::cuda::is_real(device) {
+    if matches!(dtype, DType::F16 | DType::BF16) && !Storage::computes_half_natively(device) {
         DType::F32
     } else {
         dtype
@@ -155,7 +155,7 @@ impl Tensor {
                 // number to f16 before adding. Host devices compute half precision in f32
                 // throughout; a GPU's kernels take the f16/bf16 tensor and the f32 number.
                 let half = matches!(dtype, DType::F16 | DType::BF16);
-                if half && self.dtype() == dtype && crate::cuda::is_real(self.device()) {
+                if half && self.dtype() == dtype && Storage::computes_half_natively(self.device()) {
                     return Ok(Rhs::HalfNumber(s));
                 }
                 let compute = if half { DType::F32 } else { dtype };

@@ -1,19 +1,21 @@
 //! `Tensor`: a cheap handle (an `Arc`) over a storage, a view layout and the record of the
 //! `.to()` that made it. Ops live in the submodules; the one device check is here.
 
+pub(crate) mod autocast;
 mod create;
 mod data;
 mod math;
 mod reduce;
 mod shape_ops;
+mod to;
 
 use std::sync::Arc;
 
 use crate::autograd::GradMeta;
-use crate::inflight::InFlight;
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::transfer::Transfer;
+use crate::transfer::inflight::InFlight;
 use crate::{DType, Device, Element, Error, Result};
 
 pub use create::manual_seed;
@@ -122,22 +124,31 @@ impl IntoOptions for TensorOptions {
     }
 }
 
-/// The one device check of the engine: every op with several tensor arguments calls it with
-/// the arguments' names, and gets their common device or an error naming the odd one out.
+/// The one device check: every tensor of `args` must be where the first one is. Returns that
+/// device, or `DeviceMismatch` naming both arguments and the fix.
 pub(crate) fn same_device(op: &'static str, args: &[(&str, &Tensor)]) -> Result<Device> {
     let (first_name, first) = args[0];
-    for &(name, t) in &args[1..] {
-        if t.device() != first.device() {
-            return Err(Error::DeviceMismatch {
-                op,
-                arg: name.to_string(),
-                arg_device: t.device(),
-                first_arg: first_name.to_string(),
-                first_device: first.device(),
-            });
-        }
-    }
+    expect_device(op, (first_name, first.device()), &args[1..])?;
     Ok(first.device())
+}
+
+/// The same check against a device named in the call rather than held by a tensor
+/// (`DataParallel`'s first device): every tensor of `args` must be on `expected`.
+pub(crate) fn expect_device(
+    op: &'static str,
+    (expected_name, expected): (&str, Device),
+    args: &[(&str, &Tensor)],
+) -> Result<()> {
+    match args.iter().find(|(_, t)| t.device() != expected) {
+        Some(&(name, t)) => Err(Error::DeviceMismatch {
+            op,
+            arg: name.to_string(),
+            arg_device: t.device(),
+            first_arg: expected_name.to_string(),
+            first_device: expected,
+        }),
+        None => Ok(()),
+    }
 }
 
 impl Tensor {
@@ -316,16 +327,7 @@ impl Tensor {
             });
         }
         let host = self.host_readable()?;
-        let l = host.layout();
-        let s = host.storage().slice::<T>();
-        if l.is_contiguous() {
-            let mut out = crate::memory::host_vec_with_capacity("to_vec", l.numel())?;
-            out.extend_from_slice(&s[l.offset..l.offset + l.numel()]);
-            return Ok(out);
-        }
-        let mut out = crate::memory::host_vec("to_vec", l.numel(), T::zero())?;
-        crate::cpu::map1(s, l, &mut out, |x| x);
-        Ok(out)
+        host.storage().read_vec::<T>(host.layout())
     }
 
     /// The rows of a 2-D tensor.

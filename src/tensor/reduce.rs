@@ -59,7 +59,7 @@ impl Tensor {
     }
 
     fn sum_impl(&self, dims: Option<Vec<i64>>, keepdim: bool, mean: bool) -> Result<Tensor> {
-        if let Some(x) = crate::amp::for_full_precision(self)? {
+        if let Some(x) = super::autocast::for_full_precision(self)? {
             return x.sum_impl(dims, keepdim, mean);
         }
         let op = if mean { "mean" } else { "sum" };
@@ -223,7 +223,7 @@ impl Tensor {
     }
 
     fn softmax_recorded(&self, dim: i64, log: bool) -> Result<Tensor> {
-        if let Some(x) = crate::amp::for_full_precision(self)? {
+        if let Some(x) = super::autocast::for_full_precision(self)? {
             return x.softmax_recorded(dim, log);
         }
         let out = no_grad(|| self.softmax_impl(dim, log))?;
@@ -251,8 +251,8 @@ impl Tensor {
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         same_device("matmul", &[("self", self), ("other", other)])?;
         let (a, b) = (
-            crate::amp::for_matmul(self)?,
-            crate::amp::for_matmul(other)?,
+            super::autocast::for_matmul(self)?,
+            super::autocast::for_matmul(other)?,
         );
         if a.is_some() || b.is_some() {
             return a
@@ -281,7 +281,7 @@ impl Tensor {
         }
         if self.device().is_cuda() {
             // Simulated GPUs refuse what cuBLAS refuses, so a lesson behaves the same on both.
-            crate::cuda::blas::check_dtype(dtype)?;
+            Storage::check_matmul_dtype(self.device(), dtype)?;
         }
         if self.rank() == 0 || other.rank() == 0 {
             return Err(Error::ShapeMismatch {
@@ -348,13 +348,10 @@ impl Tensor {
             v.extend((0..batches).map(|i| bl.offset_of(i)));
             Ok(v)
         };
+        let (a_off, b_off) = (offsets(&la)?, offsets(&lb)?);
         let s = Storage::matmul(
-            a.storage(),
-            &offsets(&la)?,
-            (la.strides[nb], la.strides[nb + 1]),
-            b.storage(),
-            &offsets(&lb)?,
-            (lb.strides[nb], lb.strides[nb + 1]),
+            (a.storage(), &a_off, (la.strides[nb], la.strides[nb + 1])),
+            (b.storage(), &b_off, (lb.strides[nb], lb.strides[nb + 1])),
             (m, n, k),
         )?;
         let mut shape = batch;
@@ -379,7 +376,7 @@ fn gemm_ready(t: &Tensor) -> Result<Tensor> {
     let r = t.rank();
     let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
     let (rs, cs) = (t.layout().strides[r - 2], t.layout().strides[r - 1]);
-    if t.storage().is_host() || crate::cuda::blas::reads_in_place(rows, cols, rs, cs) {
+    if t.storage().matmul_reads_in_place(rows, cols, rs, cs) {
         Ok(t.clone())
     } else {
         t.contiguous()

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{CudaEvent, result, sys};
 
 use super::runtime::{Gpu, gpu};
-use crate::storage::Storage;
 use crate::{Device, Error, Result};
 
 /// How long a copy took.
@@ -46,8 +45,8 @@ impl PinnedHost {
             .map_err(|_| Error::OutOfMemory {
                 device: Device::Cpu,
                 requested: bytes,
-                free: crate::memory::host::host_memory_info().0,
-                total: crate::memory::host::host_memory_info().1,
+                free: crate::alloc::host::host_memory_info().0,
+                total: crate::alloc::host::host_memory_info().1,
                 allocated: pinned_bytes(),
                 reserved: pinned_bytes(),
             })?;
@@ -133,54 +132,46 @@ fn timed(g: &Arc<Gpu>, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -
     })
 }
 
-/// Queues a copy of the host storage `src` onto `cuda:index`. From pageable memory the driver
-/// stages the bytes through its own pinned buffer before the call returns; from pinned memory
-/// the copy engine reads `src` while the host goes on, so `src` must outlive the copy.
-pub(crate) fn host_to_device(src: &Storage, index: usize) -> Result<(Storage, Timing)> {
+/// Queues a copy of the host bytes `src` to the device address `dst` of `cuda:index`. From
+/// pageable memory the driver stages the bytes through its own pinned buffer before the call
+/// returns; from pinned memory the copy engine reads `src` while the host goes on, so `src` must
+/// stay allocated and untouched until the copy completes.
+pub(crate) fn host_to_device(index: usize, src: &[u8], dst: u64) -> Result<Timing> {
     let g = gpu(index)?;
-    let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
-    let bytes = src.bytes();
-    let time = timed(&g, ".to()", || {
-        if bytes.is_empty() {
+    timed(&g, ".to()", || {
+        if src.is_empty() {
             return Ok(()); // an empty tensor's block has no device address to copy to
         }
-        unsafe { result::memcpy_htod_async(out.device_ptr(), bytes, g.stream.cu_stream()) }
+        unsafe { result::memcpy_htod_async(dst, src, g.stream.cu_stream()) }
             .map_err(|e| g.err(".to()", e))
-    })?;
-    Ok((out, time))
+    })
 }
 
-/// Queues a CPU copy of the device storage `src` (pinned when `pinned`; into pageable memory
-/// the driver finishes the copy before returning).
-pub(crate) fn device_to_host(src: &Storage, pinned: bool) -> Result<(Storage, Timing)> {
-    let g = super::ops::gpu_of(src)?;
-    let mut out = if pinned {
-        Storage::alloc_pinned(src.dtype(), src.numel())?
-    } else {
-        Storage::alloc(Device::Cpu, src.dtype(), src.numel())?
-    };
-    let ptr = src.device_ptr();
-    let dst = out.bytes_mut();
-    let time = timed(&g, ".to()", || {
+/// Queues a copy of `dst.len()` bytes at the device address `src` of `cuda:index` into host
+/// memory (into pageable memory the driver finishes the copy before returning; into pinned
+/// memory the copy engine writes `dst` after this returns, so it must stay allocated).
+pub(crate) fn device_to_host(index: usize, src: u64, dst: &mut [u8]) -> Result<Timing> {
+    let g = gpu(index)?;
+    timed(&g, ".to()", || {
         if dst.is_empty() {
             return Ok(());
         }
-        unsafe { result::memcpy_dtoh_async(dst, ptr, g.stream.cu_stream()) }
+        unsafe { result::memcpy_dtoh_async(dst, src, g.stream.cu_stream()) }
             .map_err(|e| g.err(".to()", e))
-    })?;
-    Ok((out, time))
+    })
 }
 
-/// Queues a copy of the device storage `src` on another GPU, directly between the devices (peer
-/// to peer where the hardware allows it, else staged by the driver). The destination's stream
-/// waits for the copy, so its later kernels read the copied values.
-pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, Timing)> {
-    let from = super::ops::gpu_of(src)?;
-    let to = gpu(index)?;
-    let out = Storage::alloc(Device::Cuda(index), src.dtype(), src.numel())?;
-    // The new block may have been freed by a kernel still queued on the destination.
+/// Queues a copy of `bytes` bytes from `src` on `cuda:from` to `dst` on `cuda:to`, directly
+/// between the devices (peer to peer where the hardware allows it, else staged by the driver).
+/// The destination's stream waits for the copy, so its later kernels read the copied values.
+pub(crate) fn device_to_device(
+    (from, src): (usize, u64),
+    (to, dst): (usize, u64),
+    bytes: usize,
+) -> Result<Timing> {
+    let (from, to) = (gpu(from)?, gpu(to)?);
+    // The destination block may have been freed by a kernel still queued on its device.
     to.synchronize()?;
-    let bytes = src.numel() * src.dtype().size_in_bytes();
     let time = timed(&from, ".to()", || {
         if bytes == 0 {
             return Ok(());
@@ -188,9 +179,9 @@ pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, 
         unsafe {
             result::memcpy_peer_async(
                 to.ctx.cu_ctx(),
-                out.device_ptr(),
+                dst,
                 from.ctx.cu_ctx(),
-                src.device_ptr(),
+                src,
                 bytes,
                 from.stream.cu_stream(),
             )
@@ -198,13 +189,5 @@ pub(crate) fn device_to_device(src: &Storage, index: usize) -> Result<(Storage, 
         .map_err(|e| from.err(".to()", e))
     })?;
     to.stream.wait(&time.end).map_err(|e| to.err(".to()", e))?;
-    Ok((out, time))
-}
-
-/// The values of a device storage as a host storage, for reading (previews, `to_vec`); not a
-/// user's transfer, so nothing is timed or logged.
-pub(crate) fn read_back(src: &Storage) -> Result<Storage> {
-    let (out, time) = device_to_host(src, false)?;
-    time.wait()?;
-    Ok(out)
+    Ok(time)
 }

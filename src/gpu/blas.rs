@@ -7,11 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::cublas::{CudaBlas, result, sys};
 
-use super::ops::gpu_of;
 use super::runtime::Gpu;
-use crate::memory::Block;
-use crate::storage::Storage;
+use crate::device::guard::guarded;
 use crate::{DType, Error, Result};
+
+/// Memory for cuBLAS's workspace, asked of the caller at a device's first GEMM: the device
+/// address of `bytes` bytes, and what keeps them allocated for as long as the handle lives.
+pub(crate) type WorkspaceSource<'a> = &'a dyn Fn(usize) -> Result<(u64, Box<dyn Send>)>;
+
+/// One operand of a batched GEMM: a device pointer, each batch's matrix offset (in elements) and
+/// the (row, column) strides.
+pub(crate) type Operand<'a> = (u64, &'a [usize], (usize, usize));
 
 static ALLOW_TF32: AtomicBool = AtomicBool::new(false);
 
@@ -94,16 +100,19 @@ fn blas_error(g: &Gpu, e: impl std::fmt::Display) -> Error {
 }
 
 /// Runs `f` with the device's cuBLAS handle, creating it and its workspace on first use.
-fn with_handle<R>(g: &Gpu, f: impl FnOnce(sys::cublasHandle_t) -> Result<R>) -> Result<R> {
+fn with_handle<R>(
+    g: &Gpu,
+    workspace: WorkspaceSource,
+    f: impl FnOnce(sys::cublasHandle_t) -> Result<R>,
+) -> Result<R> {
     let mut slot = g.blas.lock().unwrap_or_else(|e| e.into_inner());
     if slot.is_none() {
-        let blas = super::guarded("loading cuBLAS", || CudaBlas::new(g.stream.clone()))
+        let blas = guarded("loading cuBLAS", || CudaBlas::new(g.stream.clone()))
             .map_err(|m| blas_error(g, m))?
             .map_err(|e| blas_error(g, e))?;
         let bytes = workspace_bytes(g.cc.0);
-        let ws = Block::alloc_engine_buffer(g.device(), bytes, "cuBLAS workspace")?;
-        let status =
-            unsafe { sys::cublasSetWorkspace_v2(*blas.handle(), ws.ptr() as *mut _, bytes) };
+        let (ptr, ws) = workspace(bytes)?;
+        let status = unsafe { sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, bytes) };
         if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
             return Err(blas_error(g, format!("{status:?}")));
         }
@@ -114,29 +123,24 @@ fn with_handle<R>(g: &Gpu, f: impl FnOnce(sys::cublasHandle_t) -> Result<R>) -> 
     f(handle)
 }
 
-/// `a · b` for each batch into a contiguous `batch × m × n` storage; `a_off`/`b_off` give each
-/// batch's matrix offset and `(rs, cs)` the row and column strides, as `Storage::matmul` takes.
-#[allow(clippy::too_many_arguments)]
+/// `a · b` for each batch into the contiguous `batch × m × n` buffer at `out`; the batch count
+/// is `a`'s number of offsets.
 pub(crate) fn matmul(
-    a: &Storage,
-    a_off: &[usize],
-    (a_rs, a_cs): (usize, usize),
-    b: &Storage,
-    b_off: &[usize],
-    (b_rs, b_cs): (usize, usize),
+    g: &Gpu,
+    dtype: DType,
+    (pa, a_off, (a_rs, a_cs)): Operand,
+    (pb, b_off, (b_rs, b_cs)): Operand,
     (m, n, k): (usize, usize, usize),
-) -> Result<Storage> {
-    let g = gpu_of(a)?;
-    let dtype = a.dtype();
+    out: u64,
+    workspace: WorkspaceSource,
+) -> Result<()> {
     let (data_type, compute) = types(dtype)?;
     let batches = a_off.len();
-    let out = Storage::alloc(a.device(), dtype, batches * m * n)?;
     if batches == 0 || m == 0 || n == 0 {
-        return Ok(out);
+        return Ok(());
     }
     if k == 0 {
-        super::ops::fill(&out, crate::Scalar::Int(0))?;
-        return Ok(out);
+        return super::ops::fill(g, dtype, out, batches * m * n, crate::Scalar::Int(0));
     }
     let (Some((op_a, lda)), Some((op_b, ldb))) =
         (operand(m, k, a_rs, a_cs), operand(k, n, b_rs, b_cs))
@@ -170,9 +174,9 @@ pub(crate) fn matmul(
             &zero32 as *const f32 as *const _,
         )
     };
-    let (pa, pb, pc) = (a.device_ptr(), b.device_ptr(), out.device_ptr());
+    let pc = out;
     // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B comes first.
-    with_handle(&g, |h| {
+    with_handle(g, workspace, |h| {
         // Evenly spaced batches (the usual case) are one strided-batched call; others one call
         // per batch.
         let step = |o: &[usize]| o.get(1).map_or(0, |&x| x as i64 - o[0] as i64);
@@ -210,11 +214,10 @@ pub(crate) fn matmul(
                     sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                 )
             }
-            .map_err(|e| blas_error(&g, e))?;
+            .map_err(|e| blas_error(g, e))?;
         }
         Ok(())
-    })?;
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

@@ -8,43 +8,10 @@
 //! every copy touching `cuda:i`, and the session polls at the end of each cell.
 
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
-use std::time::Duration;
 
-use crate::cuda::copy::Timing;
-use crate::storage::Storage;
-use crate::transfer::Transfer;
+use super::Transfer;
+use crate::storage::{Completion, PendingCopy, Storage};
 use crate::{Device, Error, Result};
-
-/// What a copy's completion is waited on.
-pub(crate) enum Completion {
-    /// CUDA events around the copy on a real GPU's stream.
-    Events(Timing),
-    /// A host thread copying between host-backed storages (simulated GPUs, pinned CPU memory);
-    /// it returns how long the copy itself ran.
-    Thread(JoinHandle<Duration>),
-}
-
-impl Completion {
-    fn is_done(&self) -> bool {
-        match self {
-            Completion::Events(t) => t.is_done(),
-            Completion::Thread(h) => h.is_finished(),
-        }
-    }
-
-    /// Waits and returns the copy's duration.
-    fn wait(self) -> Result<Duration> {
-        match self {
-            Completion::Events(t) => Ok(t.wait()?.events),
-            Completion::Thread(h) => h.join().map_err(|_| Error::Cuda {
-                op: "non-blocking .to()",
-                device: Device::Cpu,
-                msg: "the host thread running the copy panicked".into(),
-            }),
-        }
-    }
-}
 
 /// One copy that may still be running.
 pub(crate) struct InFlight {
@@ -123,7 +90,7 @@ impl InFlight {
         };
         if let Some(c) = completion.take_if(|c| block || c.is_done()) {
             let done = c.wait().map(|duration| {
-                crate::transfer::record(Transfer {
+                super::record(Transfer {
                     duration,
                     ..self.queued.clone()
                 })
@@ -138,6 +105,12 @@ impl InFlight {
         let kept = lock(&self.keep_alive).take();
         drop(kept);
         true
+    }
+}
+
+impl PendingCopy for InFlight {
+    fn wait_done(&self) {
+        let _ = self.wait();
     }
 }
 

@@ -11,10 +11,9 @@ use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, result};
 use cudarc::nvrtc::Ptx;
 
-use super::guarded;
 use super::nvrtc::{self, KernelSource};
-use crate::memory::Block;
-use crate::memory::caching::RawAllocator;
+use crate::alloc::caching::RawAllocator;
+use crate::device::guard::guarded;
 use crate::{Device, Error, Result};
 
 pub(crate) struct Gpu {
@@ -27,8 +26,8 @@ pub(crate) struct Gpu {
     pub context_setup: Duration,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
-    /// The cuBLAS handle and its workspace, made at the first GEMM.
-    pub(super) blas: Mutex<Option<(CudaBlas, Block)>>,
+    /// The cuBLAS handle and what keeps its workspace allocated, made at the first GEMM.
+    pub(super) blas: Mutex<Option<(CudaBlas, Box<dyn Send>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -87,20 +86,6 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     lock(unreported_setups()).push((index, context_setup));
     map.insert(index, g.clone());
     Ok(g)
-}
-
-/// Waits until every kernel and copy queued on `cuda:index` has finished
-/// (`torch.cuda.synchronize`): what a benchmark must do before reading a clock, and the point
-/// where the non-blocking `.to()` copies from or to the device complete and are timed.
-pub fn synchronize(index: usize) -> Result<()> {
-    if crate::cuda::is_real(Device::Cuda(index)) {
-        gpu(index)?.synchronize()?;
-    } else {
-        // Host-backed devices run their kernels to completion before returning; only their
-        // non-blocking copies can still be running.
-        crate::cuda::backend(index)?;
-    }
-    crate::inflight::wait_device(Device::Cuda(index))
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.

@@ -6,7 +6,7 @@ use std::ffi::{CString, c_char};
 
 use cudarc::nvrtc::{result, sys};
 
-use super::guarded;
+use crate::device::guard::guarded;
 use crate::{Error, Result};
 
 /// Text placed before every kernel file: element types, conversions and strided indexing.

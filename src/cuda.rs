@@ -1,0 +1,169 @@
+//! The `torch.cuda`-style facade: `cuda::is_available()`, `device_count()`, `simulate`,
+//! `synchronize`, and PyTorch's memory functions (`memory_allocated`, `empty_cache`, …). It only
+//! gathers what the layers below provide: the device registry, the per-device memory, the CUDA
+//! backend (`gpu/`) and the copies still in flight.
+
+pub use crate::device::registry::{
+    Backend, DEFAULT_SIMULATED_CAPACITY, backend, device_count, driver_version, is_available,
+    no_real_gpu_reason, real_device_count, unavailable_reason,
+};
+// The CUDA backend's modules, under the paths they always had (`placelab::cuda::launch`, …).
+pub use crate::gpu::blas::{allow_tf32, set_allow_tf32};
+pub use crate::gpu::copy::pinned_bytes;
+pub use crate::gpu::runtime::context_setup_time;
+pub use crate::gpu::{blas, copy, launch, libs, nvrtc, runtime};
+pub use crate::units::parse_bytes;
+
+use crate::device::guard::guarded;
+use crate::device::registry::Simulation;
+use crate::memory::{self, MemoryStats};
+use crate::{Device, Error, Result};
+
+/// Waits until every kernel and copy queued on `cuda:index` has finished
+/// (`torch.cuda.synchronize`): what a benchmark must do before reading a clock, and the point
+/// where the non-blocking `.to()` copies from or to the device complete and are timed.
+pub fn synchronize(index: usize) -> Result<()> {
+    let device = Device::Cuda(index);
+    device.check_available()?;
+    crate::storage::wait_for_queued_work(device)?;
+    crate::transfer::inflight::wait_device(device)
+}
+
+/// A human name for `cuda:index`.
+pub fn device_name(index: usize) -> Result<String> {
+    Ok(match backend(index)? {
+        Backend::Simulated { capacity } => {
+            format!("on host memory, {}", crate::units::human_bytes(capacity))
+        }
+        Backend::Real => {
+            let name = guarded("naming the GPU", || {
+                runtime::gpu(index).and_then(|g| g.ctx.name().map_err(|e| g.err("name", e)))
+            });
+            match name {
+                Ok(Ok(n)) => n,
+                _ => "NVIDIA GPU".into(),
+            }
+        }
+    })
+}
+
+fn stats_of(index: usize) -> Result<MemoryStats> {
+    memory::stats(&Device::Cuda(index))
+}
+
+/// Bytes held by live tensors on `cuda:index` (`torch.cuda.memory_allocated`).
+pub fn memory_allocated(index: usize) -> Result<usize> {
+    Ok(stats_of(index)?.allocated_bytes)
+}
+
+/// The peak of `memory_allocated` since start or the last `reset_peak_memory_stats`.
+pub fn max_memory_allocated(index: usize) -> Result<usize> {
+    Ok(stats_of(index)?.peak_allocated_bytes)
+}
+
+/// Bytes held by the caching allocator of `cuda:index` (`torch.cuda.memory_reserved`).
+pub fn memory_reserved(index: usize) -> Result<usize> {
+    Ok(stats_of(index)?.reserved_bytes)
+}
+
+pub fn max_memory_reserved(index: usize) -> Result<usize> {
+    Ok(stats_of(index)?.peak_reserved_bytes)
+}
+
+/// All counters of `cuda:index` (`torch.cuda.memory_stats`).
+pub fn memory_stats(index: usize) -> Result<MemoryStats> {
+    stats_of(index)
+}
+
+pub fn reset_peak_memory_stats(index: usize) -> Result<()> {
+    memory::reset_peak(&Device::Cuda(index))
+}
+
+/// Releases the unused cached segments of every CUDA device in use; returns the bytes released.
+pub fn empty_cache() -> usize {
+    memory::used_devices()
+        .iter()
+        .filter(|d| d.is_cuda())
+        .map(|d| memory::empty_cache(d).unwrap_or(0))
+        .sum()
+}
+
+/// (free, total) bytes of `cuda:index` as the driver reports them (`torch.cuda.mem_get_info`).
+pub fn mem_get_info(index: usize) -> Result<(usize, usize)> {
+    memory::mem_get_info(&Device::Cuda(index))
+}
+
+/// A table of `cuda:index`'s allocator state (`torch.cuda.memory_summary`).
+pub fn memory_summary(index: usize) -> Result<String> {
+    memory::memory_summary(&Device::Cuda(index))
+}
+
+/// Turns simulated CUDA devices on (`count > 0`) or off (`count == 0`) for this process, as
+/// `PLACELAB_SIMULATE_CUDA` does at start-up. Fails while tensors live on a device that would
+/// disappear or change size.
+pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
+    let new = (count > 0).then(|| Simulation {
+        count,
+        capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
+    });
+    crate::device::registry::replace_simulation(new, |old| {
+        if old.is_none() && new.is_some() {
+            // Real GPUs in use: their tensors would be mistaken for a simulated device's.
+            for d in memory::used_devices().into_iter().filter(|d| d.is_cuda()) {
+                let live = memory::live_storages_if_used(&d);
+                let tensors = live.iter().filter(|l| l.is_tensor()).count();
+                if tensors > 0 {
+                    return Err(Error::invalid(
+                        "cuda::simulate",
+                        format!(
+                            "{tensors} tensor storage(s) live on the real GPU {d}; a process never mixes real and simulated CUDA devices. Move them to the CPU (`.cpu()?`) and drop the GPU copies first"
+                        ),
+                    ));
+                }
+                if let Some(what) = live.iter().find_map(|l| l.engine_buffer) {
+                    return Err(Error::invalid(
+                        "cuda::simulate",
+                        format!(
+                            "this process has used the real GPU {d}, which still holds the engine's {what}; a process never mixes real and simulated CUDA devices. Start a new session with PLACELAB_SIMULATE_CUDA set to simulate devices"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(old) = old {
+            for i in 0..old.count {
+                let keeps = new.is_some_and(|n| i < n.count && n.capacity == old.capacity);
+                let d = Device::Cuda(i);
+                if !keeps {
+                    let live = memory::live_storages_if_used(&d).len();
+                    if live > 0 {
+                        return Err(Error::invalid(
+                            "cuda::simulate",
+                            format!(
+                                "{live} tensor storage(s) still live on {}; drop them before changing the simulated devices",
+                                crate::device::device_label(d, true)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    })?;
+    memory::forget_simulated_devices();
+    Ok(())
+}
+
+/// `CUDA driver 12.4 · NVRTC 13.0` for `:devices`; `None` where the devices are simulated or
+/// there is no real GPU.
+pub fn versions_line() -> Option<String> {
+    if crate::device::registry::is_simulating() {
+        return None;
+    }
+    let (major, minor) = driver_version()?;
+    let nvrtc = match nvrtc::version() {
+        Ok((a, b)) => format!("NVRTC {a}.{b}"),
+        Err(why) => format!("NVRTC unavailable: {why}"),
+    };
+    Some(format!("CUDA driver {major}.{minor} · {nvrtc}"))
+}

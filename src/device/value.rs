@@ -1,0 +1,70 @@
+//! The small copyable `Device` value: where a tensor lives, and how it prints. What exists on this
+//! machine is asked of the registry (`registry.rs`), which sits above `error`.
+
+use std::fmt;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+impl Device {
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
+    }
+
+    pub fn is_cpu(&self) -> bool {
+        matches!(self, Device::Cpu)
+    }
+
+    /// The index PyTorch reports as `device.index` (`None` for the CPU).
+    pub fn index(&self) -> Option<usize> {
+        match self {
+            Device::Cpu => None,
+            Device::Cuda(i) => Some(*i),
+        }
+    }
+
+    /// The Rust expression that names this device, for fix-it hints.
+    pub fn rust_expr(&self) -> String {
+        match self {
+            Device::Cpu => "Device::Cpu".into(),
+            Device::Cuda(i) => format!("Device::Cuda({i})"),
+        }
+    }
+}
+
+/// The name shown wherever a device is named for a person: `cuda:0 (simulated)` for a simulated
+/// device, so that no card, strip or table passes one off as a GPU.
+pub fn device_label(name: impl fmt::Display, simulated: bool) -> String {
+    if simulated {
+        format!("{name} (simulated)")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Prints as PyTorch does: `cpu`, `cuda:0`.
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+/// Debug-prints as it displays (`cuda:0`), so a device inside a tuple or a `Vec` shown in a cell
+/// reads the same as in a card.
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl From<&Device> for Device {
+    fn from(d: &Device) -> Self {
+        *d
+    }
+}

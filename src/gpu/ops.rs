@@ -1,0 +1,551 @@
+//! The ops on a real GPU: each one launches a kernel of `kernels/*.cu` on the device's stream.
+//! The caller (the storage layer) allocates every buffer and passes device pointers: an input is
+//! a pointer and its view (`Input`), read through strided views with dims merged on the host;
+//! outputs are contiguous. Nothing here waits for the GPU.
+
+use cudarc::driver::{DeviceRepr, LaunchConfig};
+
+use super::launch;
+use super::runtime::Gpu;
+use crate::layout::{Layout, coalesce};
+use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::{DType, Error, Result, Scalar};
+
+/// An input of an op: a device pointer to the start of its buffer, and the view read from it.
+pub(crate) type Input<'a> = (u64, &'a Layout);
+
+/// As `MAX_DIMS` in `kernels/common.cuh`.
+pub(crate) const MAX_DIMS: usize = 8;
+/// As `REDUCE_THREADS` in `kernels/reduce.cu`.
+const REDUCE_THREADS: u32 = 256;
+
+/// A view as the kernels read it (`Strided` in `kernels/common.cuh`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Strided {
+    offset: u64,
+    rank: u64,
+    shape: [u64; MAX_DIMS],
+    strides: [u64; MAX_DIMS],
+}
+// SAFETY: a plain `repr(C)` struct of integers, laid out as the kernels' `Strided`.
+unsafe impl DeviceRepr for Strided {}
+
+/// The kernels' views of `layouts` (one shape), with mergeable dims merged.
+pub(crate) fn views(op: &'static str, layouts: &[&Layout]) -> Result<Vec<Strided>> {
+    let (shape, strides) = coalesce(layouts);
+    if shape.len() > MAX_DIMS {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "on CUDA a tensor view may have at most {MAX_DIMS} dims that cannot be merged, this one has {}; reshape the tensor to fewer dims first",
+                shape.len()
+            ),
+        ));
+    }
+    Ok(layouts
+        .iter()
+        .zip(strides)
+        .map(|(l, st)| {
+            let mut v = Strided {
+                offset: l.offset as u64,
+                rank: shape.len() as u64,
+                shape: [0; MAX_DIMS],
+                strides: [0; MAX_DIMS],
+            };
+            for d in 0..shape.len() {
+                v.shape[d] = shape[d] as u64;
+                v.strides[d] = st[d] as u64;
+            }
+            v
+        })
+        .collect())
+}
+
+/// The suffix of a dtype's kernels (`binary_f32`).
+pub(crate) fn tag(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F64 => "f64",
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        DType::I64 => "i64",
+        DType::I32 => "i32",
+        DType::U8 => "u8",
+        DType::Bool => "bool",
+    }
+}
+
+/// The dtype codes of `kernels/cast.cu` (`DT_F32` …).
+fn code(d: DType) -> i32 {
+    match d {
+        DType::F32 => 0,
+        DType::F64 => 1,
+        DType::F16 => 2,
+        DType::BF16 => 3,
+        DType::I64 => 4,
+        DType::I32 => 5,
+        DType::U8 => 6,
+        DType::Bool => 7,
+    }
+}
+
+/// The copy and fill kernels move bits: one per element width.
+fn width_tag(d: DType) -> &'static str {
+    match d.size_in_bytes() {
+        1 => "b1",
+        2 => "b2",
+        4 => "b4",
+        _ => "b8",
+    }
+}
+
+/// `value` converted to `dtype`, as the bits a kernel's `from_bits<T>` reads.
+pub(crate) fn scalar_bits(dtype: DType, value: Scalar) -> u64 {
+    crate::with_dtype!(dtype, T, {
+        let v: T = value.to_element::<T>();
+        let mut bits = 0u64;
+        // SAFETY: every element type is at most 8 bytes and plain data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                std::ptr::from_ref(&v).cast::<u8>(),
+                std::ptr::from_mut(&mut bits).cast::<u8>(),
+                std::mem::size_of::<T>(),
+            )
+        };
+        bits
+    })
+}
+
+fn elementwise_grid(n: usize) -> LaunchConfig {
+    // Grid-stride loops: enough blocks to fill any GPU, never more than the work needs.
+    let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A reduction grid for `count` blocks' worth of work: the kernels walk their blocks
+/// `blockIdx.x, blockIdx.x + gridDim.x, …`, so the grid stays within the launch limits however
+/// many rows there are.
+fn blocks(count: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (count.clamp(1, 1 << 16) as u32, 1, 1),
+        block_dim: (REDUCE_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn binary_code(op: BinaryOp) -> i32 {
+    match op {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+        BinaryOp::Pow => 4,
+        BinaryOp::Maximum => 5,
+        BinaryOp::Minimum => 6,
+    }
+}
+
+/// `out = a op b` over `a`'s view (`b`'s view has the same shape), in `dtype`.
+pub(crate) fn binary(
+    g: &Gpu,
+    op: BinaryOp,
+    dtype: DType,
+    out: u64,
+    a: Input,
+    b: Input,
+) -> Result<()> {
+    pairwise(
+        g,
+        launch::binary,
+        binary_code(op),
+        op.name(),
+        dtype,
+        out,
+        a,
+        b,
+    )
+}
+
+fn compare_code(op: CmpOp) -> i32 {
+    match op {
+        CmpOp::Eq => 0,
+        CmpOp::Ne => 1,
+        CmpOp::Lt => 2,
+        CmpOp::Le => 3,
+        CmpOp::Gt => 4,
+        CmpOp::Ge => 5,
+    }
+}
+
+/// `out = a op b` as bools, the inputs in `dtype`.
+pub(crate) fn compare(
+    g: &Gpu,
+    op: CmpOp,
+    dtype: DType,
+    out: u64,
+    a: Input,
+    b: Input,
+) -> Result<()> {
+    pairwise(
+        g,
+        launch::compare,
+        compare_code(op),
+        op.name(),
+        dtype,
+        out,
+        a,
+        b,
+    )
+}
+
+/// The launcher of the binary or the compare kernels, which take the same parameters.
+type PairwiseKernel = fn(
+    &Gpu,
+    &str,
+    LaunchConfig,
+    &'static str,
+    i32,
+    u64,
+    u64,
+    u64,
+    Strided,
+    u64,
+    Strided,
+) -> Result<()>;
+
+/// `kernel(op, n, out, a, la, b, lb)` for the binary and compare kernels.
+#[allow(clippy::too_many_arguments)]
+fn pairwise(
+    g: &Gpu,
+    kernel: PairwiseKernel,
+    code: i32,
+    op: &'static str,
+    dtype: DType,
+    out: u64,
+    (pa, la): Input,
+    (pb, lb): Input,
+) -> Result<()> {
+    let n = la.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let v = views(op, &[la, lb])?;
+    let grid = elementwise_grid(n);
+    kernel(
+        g,
+        tag(dtype),
+        grid,
+        op,
+        code,
+        n as u64,
+        out,
+        pa,
+        v[0],
+        pb,
+        v[1],
+    )
+}
+
+/// `a op number` (`number op a` when `reverse`) for f16/bf16 input, with the number in f32.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn binary_number(
+    g: &Gpu,
+    op: BinaryOp,
+    dtype: DType,
+    out: u64,
+    a: Input,
+    number: f32,
+    reverse: bool,
+) -> Result<()> {
+    let (oc, rev) = (binary_code(op), reverse as i32);
+    map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::binary_number(g, t, cfg, op.name(), oc, n, po, pa, v, number, rev)
+    })
+}
+
+/// `a op number` as bools for f16/bf16 input, compared in f32.
+pub(crate) fn compare_number(
+    g: &Gpu,
+    op: CmpOp,
+    dtype: DType,
+    out: u64,
+    a: Input,
+    number: f32,
+) -> Result<()> {
+    let oc = compare_code(op);
+    map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::compare_number(g, t, cfg, op.name(), oc, n, po, pa, v, number)
+    })
+}
+
+/// The shape of every one-input element-wise op: fills (unless empty) the contiguous output of
+/// the input view's shape through `launch`, which gets the input's dtype suffix, the grid,
+/// `[element count, output pointer, input pointer]` and the input's view.
+fn map_one(
+    op: &'static str,
+    dtype: DType,
+    out: u64,
+    (pa, l): Input,
+    launch: impl FnOnce(&str, LaunchConfig, [u64; 3], Strided) -> Result<()>,
+) -> Result<()> {
+    let n = l.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let v = views(op, &[l])?;
+    launch(tag(dtype), elementwise_grid(n), [n as u64, out, pa], v[0])
+}
+
+pub(crate) fn unary(g: &Gpu, op: UnaryOp, dtype: DType, out: u64, a: Input) -> Result<()> {
+    let oc: i32 = match op {
+        UnaryOp::Neg => 0,
+        UnaryOp::Abs => 1,
+        UnaryOp::Relu => 2,
+        UnaryOp::Exp => 3,
+        UnaryOp::Log => 4,
+        UnaryOp::Sqrt => 5,
+        UnaryOp::Sigmoid => 6,
+        UnaryOp::Tanh => 7,
+        UnaryOp::Gelu => 8,
+        UnaryOp::GeluDerivative => 9,
+    };
+    map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::unary(g, t, cfg, op.name(), oc, n, po, pa, v)
+    })
+}
+
+pub(crate) fn clamp(
+    g: &Gpu,
+    dtype: DType,
+    out: u64,
+    a: Input,
+    (lo, hi): (Option<Scalar>, Option<Scalar>),
+) -> Result<()> {
+    let bits = |x: Option<Scalar>| x.map_or(0, |x| scalar_bits(dtype, x));
+    let (has_lo, lo_bits) = (lo.is_some() as i32, bits(lo));
+    let (has_hi, hi_bits) = (hi.is_some() as i32, bits(hi));
+    map_one("clamp", dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::clamp(
+            g, t, cfg, "clamp", n, po, pa, v, has_lo, lo_bits, has_hi, hi_bits,
+        )
+    })
+}
+
+/// `out = c ? a : b`, the values in `dtype`.
+pub(crate) fn where_(
+    g: &Gpu,
+    dtype: DType,
+    out: u64,
+    (pc, lc): Input,
+    (pa, la): Input,
+    (pb, lb): Input,
+) -> Result<()> {
+    let n = la.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let v = views("where", &[lc, la, lb])?;
+    let grid = elementwise_grid(n);
+    launch::where_cond(
+        g,
+        tag(dtype),
+        grid,
+        "where",
+        n as u64,
+        out,
+        pc,
+        v[0],
+        pa,
+        v[1],
+        pb,
+        v[2],
+    )
+}
+
+/// A contiguous copy of the view of `a` (in `from`), converted to `to`.
+pub(crate) fn cast(g: &Gpu, from: DType, to: DType, out: u64, a: Input) -> Result<()> {
+    map_one("to_dtype", from, out, a, |t, cfg, [n, po, pa], v| {
+        launch::cast(g, t, cfg, "to_dtype", code(to), n, po, pa, v)
+    })
+}
+
+/// Writes the view `src` into the view `dst` (same shape and dtype). The destination may be
+/// shared: the write is ordered on the device's stream like every other op.
+pub(crate) fn write_view(g: &Gpu, dtype: DType, (pd, ld): Input, (ps, ls): Input) -> Result<()> {
+    let n = ld.numel();
+    if n == 0 {
+        return Ok(());
+    }
+    let v = views("copy", &[ld, ls])?;
+    let grid = elementwise_grid(n);
+    launch::copy(
+        g,
+        width_tag(dtype),
+        grid,
+        "copy",
+        n as u64,
+        pd,
+        v[0],
+        ps,
+        v[1],
+    )
+}
+
+/// Sets the `n` elements of `dtype` at `ptr` to `value`.
+pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let bits = scalar_bits(dtype, value);
+    launch::fill(
+        g,
+        width_tag(dtype),
+        elementwise_grid(n),
+        "fill",
+        n as u64,
+        ptr,
+        bits,
+    )
+}
+
+/// How many blocks share one row of a reduction: enough blocks to fill a large GPU when there
+/// are few rows, never chunks under 4096 elements. The caller allocates `rows × parts` partial
+/// results.
+pub(crate) fn reduce_parts(rows: usize, len: usize) -> usize {
+    (2048usize.div_ceil(rows.max(1)))
+        .min(len.div_ceil(4096))
+        .max(1)
+}
+
+/// The dtype a sum's partial results are kept in.
+pub(crate) fn sum_accumulator(dtype: DType) -> DType {
+    if dtype == DType::I64 {
+        DType::I64
+    } else {
+        DType::F64
+    }
+}
+
+/// Sums (or means) of `rows` contiguous rows of `len` elements of `dtype` at `input` into `out`,
+/// through `partial` (`rows × reduce_parts(rows, len)` values of `sum_accumulator(dtype)`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sum_rows(
+    g: &Gpu,
+    dtype: DType,
+    input: u64,
+    (rows, len): (usize, usize),
+    mean: bool,
+    partial: u64,
+    out: u64,
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let parts = reduce_parts(rows, len);
+    let t = tag(dtype);
+    let (cn, ln, pn) = ((rows * parts) as u64, len as u64, parts as u64);
+    launch::sum_partials(
+        g,
+        t,
+        blocks(rows * parts),
+        "sum",
+        cn,
+        ln,
+        pn,
+        input,
+        partial,
+    )?;
+    let (rn, m) = (rows as u64, mean as i32);
+    launch::sum_finish(
+        g,
+        t,
+        elementwise_grid(rows),
+        "sum",
+        rn,
+        pn,
+        m,
+        ln,
+        partial,
+        out,
+    )
+}
+
+/// Per-row max (or min) values and their i64 indices of `rows` non-empty contiguous rows, through
+/// `partials` (`rows × reduce_parts(rows, len)` values of `dtype`, and as many i64 indices).
+pub(crate) fn extreme_rows(
+    g: &Gpu,
+    dtype: DType,
+    input: u64,
+    (rows, len, greater): (usize, usize, bool),
+    (partial_values, partial_indices): (u64, u64),
+    (values, indices): (u64, u64),
+) -> Result<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let parts = reduce_parts(rows, len);
+    let t = tag(dtype);
+    let (cn, ln, pn, gr) = (
+        (rows * parts) as u64,
+        len as u64,
+        parts as u64,
+        greater as i32,
+    );
+    launch::extreme_partials(
+        g,
+        t,
+        blocks(rows * parts),
+        "max",
+        cn,
+        ln,
+        pn,
+        gr,
+        input,
+        partial_values,
+        partial_indices,
+    )?;
+    launch::extreme_finish(
+        g,
+        t,
+        elementwise_grid(rows),
+        "max",
+        rows as u64,
+        pn,
+        gr,
+        partial_values,
+        partial_indices,
+        values,
+        indices,
+    )
+}
+
+/// Softmax (or log-softmax) of each of `rows` contiguous rows of `len` elements.
+pub(crate) fn softmax_rows(
+    g: &Gpu,
+    dtype: DType,
+    input: u64,
+    (rows, len): (usize, usize),
+    log: bool,
+    out: u64,
+) -> Result<()> {
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let (rn, ln, lg) = (rows as u64, len as u64, log as i32);
+    launch::softmax_rows(
+        g,
+        tag(dtype),
+        blocks(rows),
+        "softmax",
+        rn,
+        ln,
+        lg,
+        input,
+        out,
+    )
+}

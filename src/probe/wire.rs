@@ -1,0 +1,263 @@
+//! The probe's wire protocol, in one place: the cell process writes it (`probe::answer`) and the
+//! front end reads it (`frontend/probe_client.rs`) with these same types.
+//!
+//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN` or `begin`.
+//! A reply is lines of `kind key=value …` ending with `end`: for `stats`, one `device` line per
+//! used device, one `transfer` line per transfer with `seq > AFTER_SEQ`, and `seq last=N`; for
+//! `empty_cache`, `released bytes=N`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// What the front end asks the cell process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// Memory of every used device, and the transfers after `after_seq`.
+    Stats { after_seq: u64 },
+    /// Release every device's unused cached memory.
+    EmptyCache,
+    /// Write a sync marker with `token` to stderr, so the front end knows the cell's output up
+    /// to here has been read.
+    Sync { token: u64 },
+    /// A cell starts: an interrupt that came while none ran is forgotten.
+    Begin,
+}
+
+impl Request {
+    /// The request's line, without its newline.
+    pub fn encode(&self) -> String {
+        match self {
+            Request::Stats { after_seq } => format!("stats {after_seq}"),
+            Request::EmptyCache => "empty_cache".into(),
+            Request::Sync { token } => format!("sync {token}"),
+            Request::Begin => "begin".into(),
+        }
+    }
+
+    /// Reads a request line; `None` for one this protocol does not have.
+    pub fn parse(line: &str) -> Option<Request> {
+        let mut words = line.split_whitespace();
+        let number = |w: Option<&str>| w.and_then(|w| w.parse().ok()).unwrap_or(0);
+        match words.next()? {
+            "stats" => Some(Request::Stats {
+                after_seq: number(words.next()),
+            }),
+            "empty_cache" => Some(Request::EmptyCache),
+            "sync" => Some(Request::Sync {
+                token: number(words.next()),
+            }),
+            "begin" => Some(Request::Begin),
+            _ => None,
+        }
+    }
+}
+
+/// One device's memory, as a `device` line carries it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceStats {
+    pub name: String,
+    pub simulated: bool,
+    pub allocated: u64,
+    pub reserved: u64,
+    pub peak: u64,
+    pub tensors: u64,
+    pub free: u64,
+    pub total: u64,
+}
+
+/// One transfer, as a `transfer` line carries it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransferLine {
+    pub seq: u64,
+    pub from: String,
+    pub to: String,
+    pub bytes: u64,
+    pub nanos: u64,
+    pub pinned: bool,
+    pub simulated: bool,
+}
+
+/// The reply to `stats`: devices by name, and the transfers asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub devices: BTreeMap<String, DeviceStats>,
+    pub transfers: Vec<TransferLine>,
+    pub last_seq: u64,
+}
+
+/// A whole reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Snapshot(Snapshot),
+    Released {
+        bytes: u64,
+    },
+    /// `begin` and `sync`: nothing but `end`.
+    Done,
+    Error(String),
+}
+
+impl Reply {
+    /// The reply's lines, `end` last.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        match self {
+            Reply::Snapshot(s) => {
+                for d in s.devices.values() {
+                    let _ = writeln!(
+                        out,
+                        "device name={} simulated={} allocated={} reserved={} peak={} tensors={} free={} total={}",
+                        d.name,
+                        d.simulated as u8,
+                        d.allocated,
+                        d.reserved,
+                        d.peak,
+                        d.tensors,
+                        d.free,
+                        d.total
+                    );
+                }
+                for t in &s.transfers {
+                    let _ = writeln!(
+                        out,
+                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} simulated={}",
+                        t.seq, t.from, t.to, t.bytes, t.nanos, t.pinned as u8, t.simulated as u8
+                    );
+                }
+                let _ = writeln!(out, "seq last={}", s.last_seq);
+            }
+            Reply::Released { bytes } => {
+                let _ = writeln!(out, "released bytes={bytes}");
+            }
+            Reply::Done => {}
+            Reply::Error(why) => {
+                let _ = writeln!(out, "error {why}");
+            }
+        }
+        out.push_str("end\n");
+        out
+    }
+
+    /// Reads a whole reply to `request`; `None` when it is cut short (no `end`).
+    pub fn parse(request: Request, text: &str) -> Option<Reply> {
+        if !text.ends_with("end\n") {
+            return None;
+        }
+        if let Some(why) = text.lines().find_map(|l| l.strip_prefix("error ")) {
+            return Some(Reply::Error(why.to_string()));
+        }
+        Some(match request {
+            Request::Stats { .. } => Reply::Snapshot(parse_snapshot(text)),
+            Request::EmptyCache => {
+                let f = text
+                    .lines()
+                    .find(|l| l.starts_with("released "))
+                    .map(fields);
+                Reply::Released {
+                    bytes: f.map_or(0, |f| number(&f, "bytes")),
+                }
+            }
+            Request::Sync { .. } | Request::Begin => Reply::Done,
+        })
+    }
+}
+
+fn fields(line: &str) -> BTreeMap<&str, &str> {
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|kv| kv.split_once('='))
+        .collect()
+}
+
+fn number(f: &BTreeMap<&str, &str>, k: &str) -> u64 {
+    f.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn text(f: &BTreeMap<&str, &str>, k: &str) -> String {
+    f.get(k).unwrap_or(&"?").to_string()
+}
+
+fn parse_snapshot(reply: &str) -> Snapshot {
+    let mut snap = Snapshot::default();
+    for line in reply.lines() {
+        let f = fields(line);
+        match line.split_whitespace().next() {
+            Some("device") => {
+                let d = DeviceStats {
+                    name: text(&f, "name"),
+                    simulated: number(&f, "simulated") == 1,
+                    allocated: number(&f, "allocated"),
+                    reserved: number(&f, "reserved"),
+                    peak: number(&f, "peak"),
+                    tensors: number(&f, "tensors"),
+                    free: number(&f, "free"),
+                    total: number(&f, "total"),
+                };
+                snap.devices.insert(d.name.clone(), d);
+            }
+            Some("transfer") => snap.transfers.push(TransferLine {
+                seq: number(&f, "seq"),
+                from: text(&f, "from"),
+                to: text(&f, "to"),
+                bytes: number(&f, "bytes"),
+                nanos: number(&f, "ns"),
+                pinned: number(&f, "pinned") == 1,
+                simulated: number(&f, "simulated") == 1,
+            }),
+            Some("seq") => snap.last_seq = number(&f, "last"),
+            _ => {}
+        }
+    }
+    snap
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_and_reply_reads_back_as_written() {
+        for r in [
+            Request::Stats { after_seq: 7 },
+            Request::EmptyCache,
+            Request::Sync { token: 3 },
+            Request::Begin,
+        ] {
+            assert_eq!(Request::parse(&r.encode()), Some(r));
+        }
+        let mut snap = Snapshot {
+            last_seq: 9,
+            ..Snapshot::default()
+        };
+        let d = DeviceStats {
+            name: "cuda:0".into(),
+            simulated: true,
+            allocated: 4_000_768,
+            reserved: 20 << 20,
+            peak: 5,
+            tensors: 1,
+            free: 1,
+            total: 2,
+        };
+        snap.devices.insert(d.name.clone(), d);
+        snap.transfers.push(TransferLine {
+            seq: 9,
+            from: "cpu".into(),
+            to: "cuda:0".into(),
+            bytes: 4_000_000,
+            nanos: 1_000_000,
+            pinned: false,
+            simulated: true,
+        });
+        let stats = Request::Stats { after_seq: 8 };
+        let reply = Reply::Snapshot(snap);
+        assert_eq!(Reply::parse(stats, &reply.encode()), Some(reply));
+        let released = Reply::Released { bytes: 1 << 21 };
+        assert_eq!(
+            Reply::parse(Request::EmptyCache, &released.encode()),
+            Some(released)
+        );
+        assert_eq!(Reply::parse(Request::Begin, "end\n"), Some(Reply::Done));
+        assert_eq!(Reply::parse(stats, "device name=cpu"), None, "cut short");
+    }
+}

@@ -1,0 +1,209 @@
+//! Copies of a whole storage to another device (blocking, or queued and waited on later), host
+//! copies of GPU views for reading, and pinned copies: the backend matching that `.to()` needs.
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{Storage, gpu_index};
+use crate::cpu;
+use crate::device::registry::is_real;
+pub(crate) use crate::gpu::copy::CopyTime;
+use crate::gpu::copy::{self, Timing};
+use crate::layout::Layout;
+use crate::{Device, Error, Result};
+
+/// What a queued copy's completion is waited on.
+pub(crate) enum Completion {
+    /// CUDA events around the copy on a real GPU's stream.
+    Events(Timing),
+    /// A host thread copying between host-backed storages (simulated GPUs, pinned CPU memory);
+    /// it returns how long the copy itself ran.
+    Thread(JoinHandle<Duration>),
+}
+
+impl Completion {
+    /// Whether the copy has finished (never waits).
+    pub(crate) fn is_done(&self) -> bool {
+        match self {
+            Completion::Events(t) => t.is_done(),
+            Completion::Thread(h) => h.is_finished(),
+        }
+    }
+
+    /// Waits and returns the copy's duration.
+    pub(crate) fn wait(self) -> Result<Duration> {
+        match self {
+            Completion::Events(t) => Ok(t.wait()?.events),
+            Completion::Thread(h) => h.join().map_err(|_| Error::Cuda {
+                op: "non-blocking .to()",
+                device: Device::Cpu,
+                msg: "the host thread running the copy panicked".into(),
+            }),
+        }
+    }
+}
+
+/// Makes `devices` ready for a copy (a real GPU's context is created on its first use) and
+/// returns the context setup time none has reported yet: a one-time cost that must never be
+/// counted in a copy's time.
+pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
+    for &d in devices {
+        if let Device::Cuda(i) = d
+            && is_real(d)
+        {
+            crate::gpu::runtime::gpu(i)?;
+        }
+    }
+    Ok(crate::gpu::runtime::take_unreported_setup(devices))
+}
+
+/// Waits for every kernel and copy queued on `device`'s stream (a real GPU's); host-backed
+/// devices run their kernels to completion before returning, so there is nothing to wait for.
+pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
+    match device {
+        Device::Cuda(i) if is_real(device) => crate::gpu::runtime::gpu(i)?.synchronize(),
+        _ => Ok(()),
+    }
+}
+
+/// Whether a copy between `from` and `to` runs on a GPU's copy engine and is timed with CUDA
+/// events (else it is a host memcpy timed by the host clock).
+pub(crate) fn copy_engine_between(from: Device, to: Device) -> bool {
+    is_real(from) || is_real(to)
+}
+
+impl Storage {
+    /// This host storage on `device`: itself when that is where it is, else an upload.
+    pub(crate) fn moved_to(self, device: Device) -> Result<Storage> {
+        if self.device() == device {
+            Ok(self)
+        } else {
+            Ok(self.transfer(device, false)?.0)
+        }
+    }
+
+    /// A copy of the whole storage on `device`, and how long the copy took on a GPU's clock
+    /// (`None`: a host-to-host copy, a parallel memcpy, timed by the caller). `pinned_dst` asks
+    /// for page-locked memory when the copy lands on the CPU.
+    pub(crate) fn transfer(
+        &self,
+        device: Device,
+        pinned_dst: bool,
+    ) -> Result<(Storage, Option<CopyTime>)> {
+        if self.stays_on_host(device) {
+            let mut out = Storage::alloc(device, self.dtype, self.numel)?;
+            cpu::copy_bytes(self.bytes(), out.bytes_mut());
+            return Ok((out, None));
+        }
+        let (out, timing) = self.gpu_copy(device, pinned_dst)?;
+        Ok((out, Some(timing.wait()?)))
+    }
+
+    /// Queues a copy of the whole storage on `device` and returns before it finishes; both
+    /// storages must then be marked with the copy's tracker (`mark_in_flight`). Between
+    /// host-backed storages a host thread does the copy.
+    pub(crate) fn transfer_non_blocking(
+        &self,
+        device: Device,
+        pinned_dst: bool,
+    ) -> Result<(Storage, Completion)> {
+        if !self.stays_on_host(device) {
+            let (out, timing) = self.gpu_copy(device, pinned_dst)?;
+            return Ok((out, Completion::Events(timing)));
+        }
+        let mut out = Storage::alloc(device, self.dtype, self.numel)?;
+        out.pinned = pinned_dst && device.is_cpu();
+        let n = self.numel * self.dtype.size_in_bytes();
+        // Waits for earlier copies into the source. Once marked with the new copy's tracker,
+        // both storages wait for it before any host access or free, so these addresses stay
+        // valid and untouched until the thread is done.
+        let (src, dst) = (self.host_ptr() as usize, out.host_ptr() as usize);
+        let thread = std::thread::Builder::new()
+            .name("placelab-copy".into())
+            .spawn(move || {
+                let start = Instant::now();
+                // SAFETY: see above; both blocks hold `n` bytes and do not overlap.
+                let (src, dst) = unsafe {
+                    (
+                        std::slice::from_raw_parts(src as *const u8, n),
+                        std::slice::from_raw_parts_mut(dst as *mut u8, n),
+                    )
+                };
+                // One thread, not rayon's pool: a pool thread may be the one waiting for this.
+                dst.copy_from_slice(src);
+                start.elapsed()
+            })
+            .map_err(|e| {
+                Error::invalid(
+                    ".to_non_blocking()",
+                    format!("could not start the copy thread: {e}"),
+                )
+            })?;
+        Ok((out, Completion::Thread(thread)))
+    }
+
+    /// Whether a copy to `device` is between host-backed storages (no real GPU involved).
+    fn stays_on_host(&self, device: Device) -> bool {
+        self.is_host() && !is_real(device)
+    }
+
+    /// Queues a copy that a real GPU's copy engine does, into a new storage.
+    fn gpu_copy(&self, device: Device, pinned_dst: bool) -> Result<(Storage, Timing)> {
+        let bytes = self.numel * self.dtype.size_in_bytes();
+        match (self.is_host(), is_real(device)) {
+            (true, true) => {
+                let out = Storage::alloc(device, self.dtype, self.numel)?;
+                let timing =
+                    copy::host_to_device(gpu_index(device), self.bytes(), out.device_ptr())?;
+                Ok((out, timing))
+            }
+            (false, false) => {
+                let mut out = if pinned_dst {
+                    Storage::alloc_pinned(self.dtype, self.numel)?
+                } else {
+                    Storage::alloc(Device::Cpu, self.dtype, self.numel)?
+                };
+                let from = gpu_index(self.device());
+                let timing = copy::device_to_host(from, self.device_ptr(), out.bytes_mut())?;
+                Ok((out, timing))
+            }
+            (false, true) => {
+                let out = Storage::alloc(device, self.dtype, self.numel)?;
+                let from = (gpu_index(self.device()), self.device_ptr());
+                let to = (gpu_index(device), out.device_ptr());
+                Ok((out, copy::device_to_device(from, to, bytes)?))
+            }
+            (true, false) => unreachable!("a host-to-host copy needs no GPU"),
+        }
+    }
+
+    /// A host copy of the view `l` of a GPU storage, contiguous, for reading values: not a
+    /// user's transfer, so nothing is timed or logged.
+    pub(crate) fn read_back(&self, l: &Layout) -> Result<Storage> {
+        let whole = l.is_contiguous() && l.offset == 0 && l.numel() == self.numel;
+        let contiguous;
+        let src = if whole {
+            self
+        } else {
+            contiguous = self.copy_as(l, self.dtype)?;
+            &contiguous
+        };
+        let (out, timing) = src.gpu_copy(Device::Cpu, false)?;
+        timing.wait()?;
+        Ok(out)
+    }
+
+    /// A copy of the view `l` of a CPU storage in page-locked memory: from the driver when a
+    /// real GPU exists (its copy engine reads it directly), else ordinary host memory marked
+    /// pinned, so transfers to a simulated GPU say "pinned" as they would on a real one.
+    pub(crate) fn pinned_copy(&self, l: &Layout) -> Result<Storage> {
+        if is_real(Device::Cuda(0)) {
+            let mut s = Storage::alloc_pinned(self.dtype, l.numel())?;
+            s.write_view(&Layout::contiguous(l.shape.clone()), self, l)?;
+            return Ok(s);
+        }
+        let mut s = self.copy_as(l, self.dtype)?;
+        s.pinned = true;
+        Ok(s)
+    }
+}

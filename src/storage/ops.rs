@@ -1,0 +1,514 @@
+//! Each op the tensor layer needs, once: on host memory it runs the `cpu` kernels, on a real GPU
+//! the CUDA backend's (`gpu::ops`, `gpu::blas`), into a buffer allocated here.
+
+use half::f16;
+
+use super::Storage;
+use crate::cpu::elementwise as ew;
+use crate::cpu::{self, matmul::Matmul, reduce};
+use crate::gpu::{blas, ops as gpu};
+use crate::layout::Layout;
+use crate::memory::Block;
+use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::{DType, Device, Element, Result, Scalar};
+
+/// Binds `$t` to the Rust type of `$dtype` for the dtypes with native arithmetic kernels;
+/// f16/bf16 are computed in f32 by the tensor layer and never reach these kernels.
+macro_rules! with_arith {
+    ($dtype:expr, $t:ident, $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            DType::Bool => {
+                type $t = bool;
+                $body
+            }
+            DType::F16 | DType::BF16 => unreachable!("f16/bf16 arithmetic runs in f32"),
+        }
+    };
+}
+
+macro_rules! with_float {
+    ($dtype:expr, $t:ident, $body:expr) => {
+        match $dtype {
+            DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            d => unreachable!("{d} has no native float kernel"),
+        }
+    };
+}
+
+impl Storage {
+    /// Whether `device`'s kernels take f16/bf16 directly (a real GPU's, computing in f32
+    /// inside); host kernels get f16/bf16 values cast to f32 and back by the tensor layer.
+    pub(crate) fn computes_half_natively(device: Device) -> bool {
+        crate::device::registry::is_real(device)
+    }
+
+    /// Whether `device` multiplies matrices of `dtype`. CUDA devices refuse what cuBLAS refuses
+    /// (simulated ones too, so a lesson behaves the same on both).
+    pub(crate) fn check_matmul_dtype(device: Device, dtype: DType) -> Result<()> {
+        if device.is_cuda() {
+            blas::check_dtype(dtype)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `matmul` reads a `rows × cols` matrix of this storage with strides `(rs, cs)` as
+    /// it is: the CPU's GEMM takes any strides, cuBLAS needs a unit stride in one dim.
+    pub(crate) fn matmul_reads_in_place(
+        &self,
+        rows: usize,
+        cols: usize,
+        rs: usize,
+        cs: usize,
+    ) -> bool {
+        self.is_host() || blas::reads_in_place(rows, cols, rs, cs)
+    }
+
+    /// `numel` copies of `value`, converted to `dtype`.
+    pub(crate) fn full(
+        device: Device,
+        dtype: DType,
+        numel: usize,
+        value: Scalar,
+    ) -> Result<Storage> {
+        let mut s = Storage::alloc(device, dtype, numel)?;
+        match s.gpu() {
+            Some(g) => gpu::fill(&*g?, dtype, s.device_ptr(), numel, value)?,
+            None => crate::with_dtype!(
+                dtype,
+                T,
+                cpu::fill(s.slice_mut::<T>(), value.to_element::<T>())
+            ),
+        }
+        Ok(s)
+    }
+
+    /// A contiguous copy of the view `l`, converted to `dtype`.
+    pub(crate) fn copy_as(&self, l: &Layout, dtype: DType) -> Result<Storage> {
+        self.produce(
+            dtype,
+            l.numel(),
+            |out| {
+                crate::with_dtype!(self.dtype, S, {
+                    let src = self.slice::<S>();
+                    crate::with_dtype!(dtype, D, cpu::cast::<S, D>(src, l, out.slice_mut::<D>()))
+                })
+            },
+            |g, out| gpu::cast(g, self.dtype, dtype, out, (self.device_ptr(), l)),
+        )
+    }
+
+    /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).
+    pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) -> Result<()> {
+        if let Some(g) = self.gpu() {
+            let (dst, from) = ((self.device_ptr(), ld), (src.device_ptr(), ls));
+            return gpu::write_view(&*g?, self.dtype, dst, from);
+        }
+        crate::with_dtype!(
+            self.dtype,
+            T,
+            cpu::copy_strided(src.slice::<T>(), ls, self.slice_mut::<T>(), ld)
+        );
+        Ok(())
+    }
+
+    /// Overwrites the view `ld` of a storage that other tensors may share (in-place updates:
+    /// optimizer steps). `src` must not overlap `self`.
+    ///
+    /// # Safety
+    /// No other thread may read or write this storage during the call, and no slice of it may be
+    /// alive: the engine calls this only from `Tensor::assign_`, outside any kernel.
+    pub(crate) unsafe fn write_view_shared(
+        &self,
+        ld: &Layout,
+        src: &Storage,
+        ls: &Layout,
+    ) -> Result<()> {
+        if let Some(g) = self.gpu() {
+            // Ordered on the device's stream like every other op.
+            let (dst, from) = ((self.device_ptr(), ld), (src.device_ptr(), ls));
+            return gpu::write_view(&*g?, self.dtype, dst, from);
+        }
+        let ptr = self.host_ptr();
+        crate::with_dtype!(self.dtype, T, {
+            // SAFETY: the caller guarantees exclusive access; the block holds `numel` elements.
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut T, self.numel) };
+            cpu::copy_strided(src.slice::<T>(), ls, dst, ld)
+        });
+        Ok(())
+    }
+
+    pub(crate) fn binary(
+        op: BinaryOp,
+        a: &Storage,
+        la: &Layout,
+        b: &Storage,
+        lb: &Layout,
+    ) -> Result<Storage> {
+        a.produce(
+            a.dtype,
+            la.numel(),
+            |out| {
+                with_arith!(
+                    a.dtype,
+                    T,
+                    ew::binary::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut())
+                )
+            },
+            |g, out| {
+                gpu::binary(
+                    g,
+                    op,
+                    a.dtype,
+                    out,
+                    (a.device_ptr(), la),
+                    (b.device_ptr(), lb),
+                )
+            },
+        )
+    }
+
+    pub(crate) fn compare(
+        op: CmpOp,
+        a: &Storage,
+        la: &Layout,
+        b: &Storage,
+        lb: &Layout,
+    ) -> Result<Storage> {
+        a.produce(
+            DType::Bool,
+            la.numel(),
+            |out| {
+                crate::with_dtype!(
+                    a.dtype,
+                    T,
+                    ew::compare::<T>(op, a.slice(), la, b.slice(), lb, out.slice_mut())
+                )
+            },
+            |g, out| {
+                gpu::compare(
+                    g,
+                    op,
+                    a.dtype,
+                    out,
+                    (a.device_ptr(), la),
+                    (b.device_ptr(), lb),
+                )
+            },
+        )
+    }
+
+    /// `a op number` (`number op a` when `reverse`) for an f16/bf16 storage of a device that
+    /// computes half precision natively, the number kept in f32.
+    pub(crate) fn binary_number(
+        op: BinaryOp,
+        a: &Storage,
+        la: &Layout,
+        number: f32,
+        reverse: bool,
+    ) -> Result<Storage> {
+        a.produce(
+            a.dtype,
+            la.numel(),
+            |_| unreachable!("host storages compute half precision in f32"),
+            |g, out| gpu::binary_number(g, op, a.dtype, out, (a.device_ptr(), la), number, reverse),
+        )
+    }
+
+    /// `a op number` for an f16/bf16 storage of a device that computes half precision natively,
+    /// compared in f32.
+    pub(crate) fn compare_number(
+        op: CmpOp,
+        a: &Storage,
+        la: &Layout,
+        number: f32,
+    ) -> Result<Storage> {
+        a.produce(
+            DType::Bool,
+            la.numel(),
+            |_| unreachable!("host storages compute half precision in f32"),
+            |g, out| gpu::compare_number(g, op, a.dtype, out, (a.device_ptr(), la), number),
+        )
+    }
+
+    pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
+        self.produce(
+            self.dtype,
+            l.numel(),
+            |out| {
+                if op.keeps_ints() {
+                    with_arith!(
+                        self.dtype,
+                        T,
+                        ew::unary_arith::<T>(op, self.slice(), l, out.slice_mut())
+                    );
+                } else {
+                    with_float!(
+                        self.dtype,
+                        T,
+                        ew::unary_float::<T>(op, self.slice(), l, out.slice_mut())
+                    );
+                }
+            },
+            |g, out| gpu::unary(g, op, self.dtype, out, (self.device_ptr(), l)),
+        )
+    }
+
+    pub(crate) fn clamp(
+        &self,
+        l: &Layout,
+        lo: Option<Scalar>,
+        hi: Option<Scalar>,
+    ) -> Result<Storage> {
+        self.produce(
+            self.dtype,
+            l.numel(),
+            |out| {
+                with_arith!(self.dtype, T, {
+                    let (lo, hi) = (
+                        lo.map(|s| s.to_element::<T>()),
+                        hi.map(|s| s.to_element::<T>()),
+                    );
+                    ew::clamp::<T>(self.slice(), l, lo, hi, out.slice_mut())
+                })
+            },
+            |g, out| gpu::clamp(g, self.dtype, out, (self.device_ptr(), l), (lo, hi)),
+        )
+    }
+
+    pub(crate) fn where_(
+        c: (&Storage, &Layout),
+        a: (&Storage, &Layout),
+        b: (&Storage, &Layout),
+    ) -> Result<Storage> {
+        a.0.produce(
+            a.0.dtype,
+            a.1.numel(),
+            |out| {
+                crate::with_dtype!(a.0.dtype, T, {
+                    ew::where_::<T>(
+                        (c.0.slice(), c.1),
+                        (a.0.slice(), a.1),
+                        (b.0.slice(), b.1),
+                        out.slice_mut(),
+                    )
+                })
+            },
+            |g, out| {
+                let inputs = (
+                    (c.0.device_ptr(), c.1),
+                    (a.0.device_ptr(), a.1),
+                    (b.0.device_ptr(), b.1),
+                );
+                gpu::where_(g, a.0.dtype, out, inputs.0, inputs.1, inputs.2)
+            },
+        )
+    }
+
+    /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
+    pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
+        // The GPU's partial sums: one per block sharing a row.
+        let partial = match self.gpu() {
+            Some(_) if rows > 0 => {
+                let count = rows * gpu::reduce_parts(rows, len);
+                let dtype = gpu::sum_accumulator(self.dtype);
+                Some(Storage::alloc(self.device(), dtype, count)?)
+            }
+            _ => None,
+        };
+        self.produce(
+            self.dtype,
+            rows,
+            |out| match self.dtype {
+                DType::F32 => reduce::sum_rows::<f32>(self.slice(), len, mean, out.slice_mut()),
+                DType::F64 => reduce::sum_rows::<f64>(self.slice(), len, mean, out.slice_mut()),
+                DType::I64 => reduce::sum_rows::<i64>(self.slice(), len, mean, out.slice_mut()),
+                d => unreachable!("sum over {d} runs in a wider dtype"),
+            },
+            |g, out| match &partial {
+                Some(p) => {
+                    let (input, partial) = (self.device_ptr(), p.device_ptr());
+                    gpu::sum_rows(g, self.dtype, input, (rows, len), mean, partial, out)
+                }
+                None => Ok(()), // no rows
+            },
+        )
+    }
+
+    /// Per-row max (or min) values and their i64 indices.
+    pub(crate) fn extreme_rows(
+        &self,
+        rows: usize,
+        len: usize,
+        greater: bool,
+    ) -> Result<(Storage, Storage)> {
+        let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
+        let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
+        if let Some(g) = self.gpu() {
+            if rows == 0 {
+                return Ok((values, indices));
+            }
+            let count = rows * gpu::reduce_parts(rows, len);
+            let pv = Storage::alloc(self.device(), self.dtype, count)?;
+            let pi = Storage::alloc(self.device(), DType::I64, count)?;
+            gpu::extreme_rows(
+                &*g?,
+                self.dtype,
+                self.device_ptr(),
+                (rows, len, greater),
+                (pv.device_ptr(), pi.device_ptr()),
+                (values.device_ptr(), indices.device_ptr()),
+            )?;
+            return Ok((values, indices));
+        }
+        crate::with_dtype!(self.dtype, T, {
+            reduce::extreme_rows::<T>(
+                self.slice(),
+                len,
+                greater,
+                values.slice_mut(),
+                indices.slice_mut(),
+            )
+        });
+        Ok((values, indices))
+    }
+
+    pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
+        let rows = self.numel.checked_div(len).unwrap_or(0);
+        self.produce(
+            self.dtype,
+            self.numel,
+            |out| {
+                with_float!(
+                    self.dtype,
+                    T,
+                    reduce::softmax_rows::<T>(self.slice(), len, log, out.slice_mut())
+                )
+            },
+            |g, out| gpu::softmax_rows(g, self.dtype, self.device_ptr(), (rows, len), log, out),
+        )
+    }
+
+    /// Batched `a · b` into a contiguous `batch × m × n` storage. `a_off`/`b_off` give each
+    /// batch's matrix offset; `(rs, cs)` are row and column strides.
+    pub(crate) fn matmul(
+        (a, a_off, a_strides): (&Storage, &[usize], (usize, usize)),
+        (b, b_off, b_strides): (&Storage, &[usize], (usize, usize)),
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<Storage> {
+        let device = a.device();
+        a.produce(
+            a.dtype,
+            a_off.len() * m * n,
+            |out| {
+                let a = (a, a_off, a_strides);
+                let b = (b, b_off, b_strides);
+                match a.0.dtype {
+                    DType::F32 => host_matmul::<f32>(a, b, (m, n, k), out),
+                    DType::F64 => host_matmul::<f64>(a, b, (m, n, k), out),
+                    DType::F16 => host_matmul::<f16>(a, b, (m, n, k), out),
+                    DType::I64 => host_matmul::<i64>(a, b, (m, n, k), out),
+                    DType::I32 => host_matmul::<i32>(a, b, (m, n, k), out),
+                    DType::U8 => host_matmul::<u8>(a, b, (m, n, k), out),
+                    d @ (DType::BF16 | DType::Bool) => {
+                        unreachable!("matmul of {d} runs in another dtype")
+                    }
+                }
+            },
+            |g, out| {
+                // Like PyTorch, the first GEMM on a device takes cuBLAS's workspace from the
+                // caching allocator, so it shows in `memory_allocated` from then on.
+                let workspace = |bytes| {
+                    let block = Block::alloc_engine_buffer(device, bytes, "cuBLAS workspace")?;
+                    Ok((block.ptr() as u64, Box::new(block) as Box<dyn Send>))
+                };
+                let pa = (a.device_ptr(), a_off, a_strides);
+                let pb = (b.device_ptr(), b_off, b_strides);
+                blas::matmul(g, a.dtype, pa, pb, (m, n, k), out, &workspace)
+            },
+        )
+    }
+
+    /// The elements of the view `l` of a host storage, in row-major order, as `T` (the
+    /// storage's element type).
+    pub(crate) fn read_vec<T: Element>(&self, l: &Layout) -> Result<Vec<T>> {
+        let s = self.slice::<T>();
+        if l.is_contiguous() {
+            let mut out = crate::memory::host_vec_with_capacity("to_vec", l.numel())?;
+            out.extend_from_slice(&s[l.offset..l.offset + l.numel()]);
+            return Ok(out);
+        }
+        let mut out = crate::memory::host_vec("to_vec", l.numel(), T::zero())?;
+        cpu::map1(s, l, &mut out, |x| x);
+        Ok(out)
+    }
+
+    /// The values of view `l` as f64 (for previews and tests), read on the host.
+    pub(crate) fn read_f64(&self, l: &Layout) -> Result<Vec<f64>> {
+        let mut out = crate::memory::host_vec("to_f64_vec", l.numel(), 0.0)?;
+        crate::with_dtype!(
+            self.dtype,
+            T,
+            cpu::map1(self.slice::<T>(), l, &mut out, |x: T| x.to_f64())
+        );
+        Ok(out)
+    }
+
+    /// The elements at the given storage offsets, as f64 (for previews).
+    pub(crate) fn read_f64_at(&self, offsets: &[usize]) -> Vec<f64> {
+        crate::with_dtype!(self.dtype, T, {
+            let s = self.slice::<T>();
+            offsets.iter().map(|&o| s[o].to_f64()).collect()
+        })
+    }
+}
+
+/// One operand of a host GEMM: the storage, each batch's matrix offset, (row, column) strides.
+type HostOperand<'a> = (&'a Storage, &'a [usize], (usize, usize));
+
+fn host_matmul<T: Matmul>(
+    (a, a_off, (a_rs, a_cs)): HostOperand,
+    (b, b_off, (b_rs, b_cs)): HostOperand,
+    (m, n, k): (usize, usize, usize),
+    out: &mut Storage,
+) {
+    let a = cpu::matmul::Operand {
+        data: a.slice::<T>(),
+        offsets: a_off,
+        row_stride: a_rs,
+        col_stride: a_cs,
+    };
+    let b = cpu::matmul::Operand {
+        data: b.slice::<T>(),
+        offsets: b_off,
+        row_stride: b_rs,
+        col_stride: b_cs,
+    };
+    T::matmul(&a, &b, m, n, k, out.slice_mut::<T>());
+}

@@ -1,0 +1,164 @@
+//! `.to()` and its family: the one function that copies a tensor across devices, measures the
+//! copy, and records it on the new tensor and in the session's transfer log.
+
+use std::time::{Duration, Instant};
+
+use crate::storage;
+use crate::transfer::inflight::{self, InFlight};
+use crate::transfer::{Clock, CopyMode, HostMemoryKind, Transfer, record};
+use crate::{Device, Error, Result, Tensor};
+
+impl Tensor {
+    /// A copy of this tensor on `device`; this tensor stays where it is. Moving to the device it
+    /// is already on returns a handle to the same storage and records nothing, as in PyTorch.
+    #[must_use = "`.to()` returns a new tensor and leaves the original where it was: write `let y = x.to(&device)?;`"]
+    pub fn to(&self, device: &Device) -> Result<Tensor> {
+        self.transfer_to(device, false, false)
+    }
+
+    /// `.to(device, non_blocking=True)`: queues the copy and returns at once, so the host can
+    /// go on while the copy engine works. The copy overlaps only from pinned memory
+    /// (`pin_memory()`); from pageable memory it finishes before this returns, as in PyTorch.
+    /// To a CPU the copy lands in pinned memory. `cuda::synchronize(i)` is the explicit point
+    /// that waits for the copies of `cuda:i` and times them; `last_transfer()` waits for this
+    /// one. Reading the values waits too, so nothing is read half-copied.
+    #[must_use = "`.to_non_blocking()` returns a new tensor and leaves the original where it was"]
+    pub fn to_non_blocking(&self, device: &Device) -> Result<Tensor> {
+        self.transfer_to(device, device.is_cpu(), true)
+    }
+
+    /// A copy of this GPU tensor in page-locked CPU memory: the GPU's copy engine writes it
+    /// directly, about twice as fast as into pageable memory (PyTorch:
+    /// `torch.empty(..., pin_memory=True).copy_(x)`). On the CPU already: `pin_memory()`.
+    #[must_use = "`.cpu_pinned()` returns a new tensor and leaves the original where it was"]
+    pub fn cpu_pinned(&self) -> Result<Tensor> {
+        if self.is_cpu() {
+            return self.pin_memory();
+        }
+        if self.storage().is_host() {
+            // A simulated GPU: its memory is host memory already.
+            return self.cpu()?.pin_memory();
+        }
+        self.transfer_to(&Device::Cpu, true, false)
+    }
+
+    fn transfer_to(&self, device: &Device, pinned_dst: bool, non_blocking: bool) -> Result<Tensor> {
+        if *device == self.device() {
+            return Ok(self.clone());
+        }
+        device.check_available()?;
+        let src = crate::autograd::no_grad(|| self.contiguous())?;
+        let from = self.device();
+        let memory = if src.is_pinned() || pinned_dst {
+            HostMemoryKind::Pinned
+        } else {
+            HostMemoryKind::Pageable
+        };
+        // Creating a GPU's context happens here, outside the timed copy, and is reported apart.
+        let context_setup = storage::open_devices(&[from, *device])?;
+        let simulated = device.is_simulated() || from.is_simulated();
+        let on_real_gpu = storage::copy_engine_between(from, *device);
+        let mut t = Transfer {
+            seq: 0,
+            from,
+            to: *device,
+            bytes: src.nbytes(),
+            duration: Duration::ZERO,
+            wall: Duration::ZERO,
+            context_setup,
+            memory,
+            clock: if on_real_gpu {
+                Clock::CudaEvents
+            } else if simulated {
+                Clock::SimulatedHostCopy
+            } else {
+                Clock::Host
+            },
+            mode: match (
+                non_blocking,
+                from.is_cpu() && memory == HostMemoryKind::Pageable,
+            ) {
+                (false, _) => CopyMode::Blocking,
+                (true, true) => CopyMode::NonBlockingFromPageable,
+                (true, false) => CopyMode::NonBlocking,
+            },
+            dtype: self.dtype(),
+            shape: self.shape().to_vec(),
+        };
+        inflight::poll();
+        let out = if t.mode == CopyMode::NonBlocking {
+            let start = Instant::now();
+            let (storage, completion) = src.storage().transfer_non_blocking(*device, pinned_dst)?;
+            t.wall = start.elapsed();
+            // The copy reads a temporary when the source was strided: keep it until done.
+            let keep_alive = (!src.shares_storage_with(self)).then(|| src.0.storage.clone());
+            let f = InFlight::track(t, completion, keep_alive);
+            src.storage().mark_in_flight(f.clone());
+            storage.mark_in_flight(f.clone());
+            Tensor::from_storage(storage, self.shape().to_vec()).in_flight(f)
+        } else {
+            self.blocking_copy(&src, t, pinned_dst)?
+        };
+        // Differentiable: the gradient flows back to the source device.
+        Ok(crate::autograd::record(
+            out,
+            "to",
+            &[self],
+            crate::autograd::grads::identity(),
+        ))
+    }
+
+    /// Copies the contiguous `src` (this tensor's values) and records `t`, timed.
+    fn blocking_copy(&self, src: &Tensor, mut t: Transfer, pinned_dst: bool) -> Result<Tensor> {
+        let start = Instant::now();
+        let (storage, gpu_time) = src.storage().transfer(t.to, pinned_dst)?;
+        let wall = start.elapsed();
+        t.duration = gpu_time.map_or(wall, |g| g.events);
+        t.wall = gpu_time.map_or(wall, |g| g.wall);
+        Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(record(t)))
+    }
+
+    /// `to(&Device::Cuda(0))`.
+    #[must_use = "`.cuda()` returns a new tensor on the GPU and leaves the original on its device: write `let y = x.cuda()?;`"]
+    pub fn cuda(&self) -> Result<Tensor> {
+        self.to(&Device::Cuda(0))
+    }
+
+    /// `to(&Device::Cuda(index))`.
+    #[must_use = "`.cuda_at()` returns a new tensor and leaves the original where it was"]
+    pub fn cuda_at(&self, index: usize) -> Result<Tensor> {
+        self.to(&Device::Cuda(index))
+    }
+
+    /// `to(&Device::Cpu)`.
+    #[must_use = "`.cpu()` returns a new tensor on the CPU and leaves the original where it was: write `let y = x.cpu()?;`"]
+    pub fn cpu(&self) -> Result<Tensor> {
+        self.to(&Device::Cpu)
+    }
+
+    /// A copy of this CPU tensor in page-locked memory, so transfers to a GPU can use DMA
+    /// directly. Needs a CUDA device (real or simulated), as in PyTorch.
+    #[must_use = "`.pin_memory()` returns a pinned copy; the original stays pageable"]
+    pub fn pin_memory(&self) -> Result<Tensor> {
+        if !self.is_cpu() {
+            return Err(Error::invalid(
+                "pin_memory",
+                format!(
+                    "only CPU tensors can be pinned, this one is on {}",
+                    self.device()
+                ),
+            ));
+        }
+        if !crate::device::registry::is_available() {
+            return Err(Error::DeviceUnavailable {
+                device: Device::Cuda(0),
+                reason: "pinned memory is page-locked for a GPU's copy engine, and there is no CUDA device".into(),
+            });
+        }
+        if self.is_pinned() {
+            return Ok(self.clone());
+        }
+        let s = self.storage().pinned_copy(self.layout())?;
+        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+    }
+}

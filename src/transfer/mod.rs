@@ -1,0 +1,191 @@
+//! What a `.to()` leaves behind: the `Transfer` record (where from, where to, how much, how long,
+//! how it was measured), the session's transfer log, and the copies still in flight after a
+//! non-blocking `.to()` (`inflight.rs`). The copy itself is `Tensor::to` (`tensor/to.rs`).
+
+pub(crate) mod inflight;
+
+use std::fmt;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+pub use inflight::pending;
+
+use crate::{DType, Device};
+
+/// How a simulated GPU's transfer time was measured, wherever a time is shown: a host copy, not
+/// a bus transfer.
+pub const SIMULATED_CLOCK_NOTE: &str = "simulated: host copy time";
+
+/// Host memory a transfer read from or wrote to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostMemoryKind {
+    /// Ordinary (pageable) memory: the driver stages it through a pinned buffer.
+    Pageable,
+    /// Page-locked memory (`pin_memory()`): the copy engine reads it directly.
+    Pinned,
+}
+
+/// How a transfer's duration was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Clock {
+    /// CUDA events recorded around the copy on its stream.
+    CudaEvents,
+    /// A host clock around the whole copy.
+    Host,
+    /// A host clock around a host-memory copy standing in for a simulated GPU's transfer: a real
+    /// PCIe copy would take a different time.
+    SimulatedHostCopy,
+}
+
+/// Whether `.to()` waited for its copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyMode {
+    /// `.to()`: returned once the copy had finished.
+    Blocking,
+    /// `.to_non_blocking()`: returned as soon as the copy was queued; the host went on while
+    /// the copy ran.
+    NonBlocking,
+    /// `.to_non_blocking()` from pageable memory: the copy had finished by the time it
+    /// returned, because pageable memory is staged through the driver's own pinned buffer
+    /// first (as in PyTorch). `pin_memory()` the source to overlap.
+    NonBlockingFromPageable,
+}
+
+/// One completed `.to()`: where from, where to, how much, how long, and how it was measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    /// Position in the session's log (1 for the first transfer of the process).
+    pub seq: u64,
+    pub from: Device,
+    pub to: Device,
+    pub bytes: usize,
+    /// The copy's time: between CUDA events on a real GPU, else the host clock.
+    pub duration: Duration,
+    /// Host clock from the call to the copy's completion: what the user waited for (on a real
+    /// GPU it includes the driver's staging of pageable memory and the launch latency).
+    pub wall: Duration,
+    /// The one-time CUDA context creation this `.to()` triggered: paid before the copy started
+    /// and never part of `duration` or `wall`.
+    pub context_setup: Option<Duration>,
+    pub memory: HostMemoryKind,
+    pub clock: Clock,
+    /// Whether the call waited for the copy. For a non-blocking copy `wall` is how long the
+    /// call took to queue it.
+    pub mode: CopyMode,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl Transfer {
+    /// Bytes per second over the measured time.
+    pub fn bandwidth(&self) -> f64 {
+        let s = self.duration.as_secs_f64();
+        if s > 0.0 {
+            self.bytes as f64 / s
+        } else {
+            f64::INFINITY
+        }
+    }
+
+    /// `cpu → cuda:0`.
+    pub fn route(&self) -> String {
+        format!("{} → {}", self.from, self.to)
+    }
+}
+
+/// `cpu → cuda:0, 0.41 ms (9.7 GB/s, pageable)`, with `simulated` when it was.
+impl fmt::Display for Transfer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mem = match self.memory {
+            HostMemoryKind::Pageable => "pageable",
+            HostMemoryKind::Pinned => "pinned",
+        };
+        let clock = match self.clock {
+            Clock::SimulatedHostCopy => format!(", {SIMULATED_CLOCK_NOTE}"),
+            // Waiting noticeably longer than the copy ran: pageable staging or launch latency.
+            Clock::CudaEvents
+                if self.mode == CopyMode::Blocking && self.wall > self.duration.mul_f64(1.2) =>
+            {
+                format!(", waited {}", crate::units::human_duration(self.wall))
+            }
+            _ => String::new(),
+        };
+        let clock = match self.mode {
+            CopyMode::Blocking => clock,
+            CopyMode::NonBlocking => format!(
+                "{clock}, non-blocking: .to() returned after {}",
+                crate::units::human_duration(self.wall)
+            ),
+            CopyMode::NonBlockingFromPageable => format!(
+                "{clock}, non-blocking had no effect from pageable memory: pin_memory() first"
+            ),
+        };
+        write!(
+            f,
+            "{}, {} ({}, {mem}{clock})",
+            self.route(),
+            crate::units::human_duration(self.duration),
+            crate::units::human_rate(self.bandwidth())
+        )?;
+        if let Some(setup) = self.context_setup {
+            write!(
+                f,
+                "; creating the GPU's CUDA context took {} more, once per process, not in this time",
+                crate::units::human_duration(setup)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+const LOG_CAPACITY: usize = 100_000;
+
+fn log_store() -> &'static Mutex<(u64, Vec<Transfer>)> {
+    static LOG: OnceLock<Mutex<(u64, Vec<Transfer>)>> = OnceLock::new();
+    LOG.get_or_init(Default::default)
+}
+
+pub(crate) fn record(mut t: Transfer) -> Transfer {
+    let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
+    log.0 += 1;
+    t.seq = log.0;
+    if log.1.len() == LOG_CAPACITY {
+        log.1.remove(0);
+    }
+    log.1.push(t.clone());
+    t
+}
+
+/// Every transfer of this process so far (the most recent 100,000), oldest first.
+pub fn log() -> Vec<Transfer> {
+    log_store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .clone()
+}
+
+/// Transfers with `seq > after`: what a cell did, given the last `seq` seen before it.
+pub fn log_since(after: u64) -> Vec<Transfer> {
+    log_store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .iter()
+        .filter(|t| t.seq > after)
+        .cloned()
+        .collect()
+}
+
+/// The `seq` of the latest transfer (0 before the first).
+pub fn last_seq() -> u64 {
+    log_store().lock().unwrap_or_else(|e| e.into_inner()).0
+}
+
+pub fn clear_log() {
+    log_store()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .1
+        .clear();
+}
