@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py="${1:-/root/.cache/placelab/torch-venv/bin/python}"
 out="$(mktemp -d)"
-cargo bench --bench engine -- "${@:2}" >"$out/placelab.jsonl"
+cargo bench --no-default-features --bench engine -- "${@:2}" >"$out/placelab.jsonl"
 RAYON_NUM_THREADS=2 "$py" benches/torch_peer.py --threads 2 >"$out/torch.jsonl"
 "$py" - "$out/placelab.jsonl" "$out/torch.jsonl" <<'PY'
 import json, sys

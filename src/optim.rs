@@ -127,7 +127,7 @@ impl Optimizer for Sgd {
                     };
                     *buf = Some(b);
                 }
-                p.assign_(&p.sub(&g.mul(self.lr)?)?)?;
+                p.add_scaled_(&g, -self.lr)?;
             }
             Ok(())
         })

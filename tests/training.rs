@@ -203,6 +203,38 @@ fn mlp_learns_identically_on_cpu_and_simulated_gpu() {
 }
 
 #[test]
+fn a_linear_layers_gradients_are_laid_out_like_its_parameters() {
+    // The weight enters the product as `weight.t()`; its gradient comes back contiguous, as the
+    // weight is, so accumulating and stepping it needs no transposed copy. Values: xᵀ·g.
+    let model = mlp(Device::Cpu);
+    let x = Tensor::randn([64, 784], Device::Cpu).unwrap();
+    let out = model.forward(&x).unwrap();
+    out.sum_all().unwrap().backward().unwrap();
+    for (name, p) in model.named_parameters() {
+        let g = p.grad().unwrap();
+        assert!(g.is_contiguous(), "{name}: strides {:?}", g.strides());
+        assert_eq!(g.shape(), p.shape(), "{name}");
+    }
+    let w2 = &model.named_parameters()[2].1;
+    let h = model.named_parameters()[0].1.clone();
+    let hidden = x
+        .matmul(&h.t().unwrap())
+        .unwrap()
+        .add(&model.named_parameters()[1].1)
+        .unwrap()
+        .relu()
+        .unwrap();
+    // d(sum)/dW2[o, i] = Σ_batch hidden[b, i].
+    let want = hidden.sum(0, false).unwrap().to_vec::<f32>().unwrap();
+    let got = w2.grad().unwrap().to_vec2::<f32>().unwrap();
+    for row in got {
+        for (g, w) in row.iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-3 * w.abs().max(1.0), "{g} vs {w}");
+        }
+    }
+}
+
+#[test]
 fn moving_a_model_reports_and_mismatches_name_the_parameter() {
     let _g = seeded();
     cuda::simulate(2, None).unwrap();

@@ -179,13 +179,23 @@ pub(crate) fn matmul(
         } else {
             None
         };
-        let gb = if needs[1] {
-            Some(a.transpose(-1, -2)?.matmul(g)?.sum_to(b.shape())?)
-        } else {
+        let gb = if !needs[1] {
             None
+        } else if a.rank() == 2 && g.rank() == 2 && is_transposed_matrix(b.layout()) {
+            // `b` is the transpose of a contiguous matrix (`Linear`'s `weight.t()`): (gᵀ·a)ᵀ
+            // holds the same values as aᵀ·g, laid out so that the gradient reaching the weight
+            // is contiguous and is stored and stepped without a transposed copy.
+            Some(g.transpose(-1, -2)?.matmul(&a)?.transpose(-1, -2)?)
+        } else {
+            Some(a.transpose(-1, -2)?.matmul(g)?.sum_to(b.shape())?)
         };
         Ok(vec![ga, gb])
     }
+}
+
+/// Whether `l` is a 2-D view whose transpose is contiguous (and it is not contiguous itself).
+fn is_transposed_matrix(l: &Layout) -> bool {
+    l.shape.len() == 2 && !l.is_contiguous() && l.permuted(&[1, 0]).is_contiguous()
 }
 
 /// Gradient of `narrow`: the gradient placed in its window, zeros around it.

@@ -292,6 +292,28 @@ impl Tensor {
         }
     }
 
+    /// `self += alpha · x` in place (`torch.Tensor.add_(x, alpha=…)`), for leaves and inside
+    /// `no_grad`, as `assign_`: one pass over the data where the backend allows it.
+    pub fn add_scaled_(&self, x: &Tensor, alpha: f64) -> Result<()> {
+        let same = x.shape() == self.shape()
+            && x.dtype() == self.dtype()
+            && x.device() == self.device()
+            && !x.shares_storage_with(self)
+            && (self.grad_node().is_none() || !is_grad_enabled());
+        // SAFETY: as in `assign_`: `x` does not share this storage, and no kernel runs on it
+        // while a user call is here.
+        if same
+            && unsafe {
+                self.storage()
+                    .add_scaled_shared(self.layout(), x.storage(), x.layout(), alpha)?
+            }
+        {
+            return Ok(());
+        }
+        let update = no_grad(|| self.add(&x.mul(alpha)?))?;
+        self.assign_(&update)
+    }
+
     /// Clears the accumulated gradient (`x.grad = None`).
     pub fn zero_grad(&self) {
         *self

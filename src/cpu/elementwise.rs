@@ -297,6 +297,18 @@ pub fn unary_float<T: FloatMath>(op: UnaryOp, a: &[T], la: &Layout, out: &mut [T
     }
 }
 
+/// `dst[i] += alpha · src[i]` (an optimizer's update, in place): the product rounded to `T`,
+/// then the sum, as `dst + alpha·src` computed out of place would be.
+pub fn add_scaled<T: Arith>(dst: &mut [T], src: &[T], alpha: T) {
+    super::chunked(dst, 1, |start, d| {
+        super::wide(|| {
+            for (d, &s) in d.iter_mut().zip(&src[start..]) {
+                *d = T::add(*d, T::mul(alpha, s));
+            }
+        })
+    });
+}
+
 /// `min(max(x, lo), hi)`; NaN stays NaN.
 pub fn clamp<T: Arith>(a: &[T], la: &Layout, lo: Option<T>, hi: Option<T>, out: &mut [T]) {
     map1(a, la, out, |x| {

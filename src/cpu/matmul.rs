@@ -1,8 +1,6 @@
 //! Matrix products on host slices. Floats go to the `gemm` crate (AVX-512 kernels chosen at run
 //! time, strided operands without copies); integers use a plain loop with i64 accumulation.
 
-use rayon::prelude::*;
-
 use crate::Element;
 
 /// One operand of a batch of products: the offset of each batch's matrix, and the row and
@@ -14,8 +12,15 @@ pub struct Operand<'a, T> {
     pub col_stride: usize,
 }
 
-/// Products smaller than this many multiply-adds run single-threaded: a rayon wake-up costs more.
-const PAR_FLOPS: usize = 96 * 96 * 96;
+/// Products of fewer multiply-adds than this run on the calling thread: waking another thread
+/// costs more than it saves.
+const SPLIT_FLOPS: usize = 1 << 20;
+/// The fewest output rows a thread is given. Larger products are split by output rows, one part
+/// per thread with the caller running one (`fork::split`): on this machine kind that beat
+/// `gemm`'s own rayon parallelism at every size measured (a 64-row training-step product to
+/// 2048³), since the caller never sleeps. A product with too few rows to split (a vector
+/// times a matrix) is left to `gemm`'s parallelism instead.
+const MIN_SPLIT_ROWS: usize = 16;
 
 pub trait Matmul: Element {
     /// `out[b] = a[b] · rhs[b]` for every batch `b`; `out` is contiguous `batch × m × n`.
@@ -34,8 +39,8 @@ macro_rules! gemm_float {
                 out: &mut [$t],
             ) {
                 let batch = a.offsets.len();
-                let big = m * n * k >= PAR_FLOPS;
-                let one = |dst: &mut [$t], i: usize, par: gemm::Parallelism| {
+                // `rows` rows of batch `i`'s product, starting `skip` elements into its `a`.
+                let one_rows = |dst: &mut [$t], i: usize, m: usize, skip: usize, par| {
                     if m == 0 || n == 0 {
                         return;
                     }
@@ -54,7 +59,7 @@ macro_rules! gemm_float {
                             1,
                             n as isize,
                             false,
-                            a.data.as_ptr().add(a.offsets[i]),
+                            a.data.as_ptr().add(a.offsets[i] + skip),
                             a.col_stride as isize,
                             a.row_stride as isize,
                             b.data.as_ptr().add(b.offsets[i]),
@@ -69,20 +74,42 @@ macro_rules! gemm_float {
                         )
                     }
                 };
-                if big || batch == 1 {
-                    let par = if big {
-                        gemm::Parallelism::Rayon(0)
-                    } else {
-                        gemm::Parallelism::None
-                    };
-                    for (i, dst) in out.chunks_mut((m * n).max(1)).enumerate().take(batch) {
-                        one(dst, i, par);
+                let one = |dst: &mut [$t], i: usize, par| one_rows(dst, i, m, 0, par);
+                let flops = m * n * k;
+                let threads = rayon::current_num_threads();
+                let size = (m * n).max(1);
+                let ptr = super::SendPtr(out.as_mut_ptr());
+                if flops < SPLIT_FLOPS || threads == 1 {
+                    for (i, dst) in out.chunks_mut(size).enumerate().take(batch) {
+                        one(dst, i, gemm::Parallelism::None);
                     }
+                } else if batch == 1 && m >= 2 * MIN_SPLIT_ROWS {
+                    // One product, split by output rows: each part runs `gemm` on its rows.
+                    let per = m.div_ceil(threads).max(MIN_SPLIT_ROWS);
+                    super::fork::split(m.div_ceil(per), &|t| {
+                        let rows = per.min(m - t * per);
+                        let p = ptr;
+                        // SAFETY: each part's rows of `out` are disjoint and inside it.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(p.0.add(t * per * n), rows * n)
+                        };
+                        let skip = t * per * a.row_stride;
+                        one_rows(dst, 0, rows, skip, gemm::Parallelism::None);
+                    });
+                } else if batch == 1 {
+                    one(out, 0, gemm::Parallelism::Rayon(0));
                 } else {
-                    out.par_chunks_mut((m * n).max(1))
-                        .enumerate()
-                        .take(batch)
-                        .for_each(|(i, dst)| one(dst, i, gemm::Parallelism::None));
+                    // Several products: each part runs whole products.
+                    let per = batch.div_ceil(threads);
+                    super::fork::split(batch.div_ceil(per), &|t| {
+                        for i in t * per..((t + 1) * per).min(batch) {
+                            let p = ptr;
+                            // SAFETY: each batch's product is a disjoint `m × n` block of `out`.
+                            let dst =
+                                unsafe { std::slice::from_raw_parts_mut(p.0.add(i * size), size) };
+                            one(dst, i, gemm::Parallelism::None);
+                        }
+                    });
                 }
             }
         }

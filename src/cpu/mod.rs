@@ -3,6 +3,7 @@
 //! waking the pool (on 2 cores a wake-up costs about as much as 30k element-ops).
 
 pub mod elementwise;
+pub mod fork;
 pub mod matmul;
 pub mod reduce;
 
@@ -14,7 +15,7 @@ use crate::{DType, Element};
 
 /// Below this many elements a kernel runs on the calling thread.
 pub const PAR_MIN: usize = 1 << 15;
-/// The number of elements one rayon task handles.
+/// The number of elements one rayon task handles (strided copies).
 const TASK: usize = 1 << 14;
 
 /// Walks the rows (last coalesced dim) of N layouts that share one shape.
@@ -93,18 +94,27 @@ impl<const N: usize> Strided<N> {
     }
 }
 
-/// Runs `f(first_element_index, chunk)` over chunks of `out`, in parallel when `out` is large.
-/// Chunks hold whole rows of `row` elements.
+/// Runs `f(first_element_index, chunk)` over chunks of `out`, in parallel when `out` is large:
+/// one chunk per thread, the caller's among them (`fork::split`). Chunks hold whole rows of
+/// `row` elements.
 pub fn chunked<O: Send>(out: &mut [O], row: usize, f: impl Fn(usize, &mut [O]) + Sync) {
     let row = row.max(1);
     if out.len() < PAR_MIN {
         f(0, out);
         return;
     }
-    let chunk = (TASK / row).max(1) * row;
-    out.par_chunks_mut(chunk)
-        .enumerate()
-        .for_each(|(i, c)| f(i * chunk, c));
+    let rows = out.len().div_ceil(row);
+    let parts = rayon::current_num_threads().min(rows);
+    let per = rows.div_ceil(parts) * row;
+    let (len, ptr) = (out.len(), SendPtr(out.as_mut_ptr()));
+    fork::split(parts, &|part| {
+        let start = (part * per).min(len);
+        let end = (start + per).min(len);
+        let p = ptr;
+        // SAFETY: the parts' ranges are disjoint and inside `out`, which outlives the split.
+        let chunk = unsafe { std::slice::from_raw_parts_mut(p.0.add(start), end - start) };
+        f(start, chunk);
+    });
 }
 
 /// Runs `f` compiled for AVX2 and FMA where the CPU has them. The default build targets baseline
@@ -293,8 +303,14 @@ pub fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Send>(
 }
 
 /// A raw pointer that may cross threads; each task writes disjoint elements through it.
-#[derive(Clone, Copy)]
 struct SendPtr<T>(*mut T);
+// Not derived: a derive would ask `T: Copy`, and the pointer is copyable whatever it points to.
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 

@@ -15,6 +15,9 @@ pub trait Sum: Element {
     fn partial(x: &[Self]) -> Self::Acc;
     fn finish(a: Self::Acc) -> Self;
     fn finish_mean(a: Self::Acc, n: usize) -> Self;
+    /// `block[i] += row[i]`, in `Self`.
+    fn accumulate(block: &mut [Self], row: &[Self]);
+    fn widen(x: Self) -> Self::Acc;
 }
 
 macro_rules! float_sum {
@@ -43,6 +46,14 @@ macro_rules! float_sum {
             fn finish_mean(a: f64, n: usize) -> $t {
                 (a / n as f64) as $t
             }
+            fn accumulate(block: &mut [$t], row: &[$t]) {
+                for (b, &x) in block.iter_mut().zip(row) {
+                    *b += x;
+                }
+            }
+            fn widen(x: $t) -> f64 {
+                x as f64
+            }
         }
     };
 }
@@ -60,6 +71,14 @@ impl Sum for i64 {
     }
     fn finish_mean(a: i64, n: usize) -> i64 {
         a / n as i64
+    }
+    fn accumulate(block: &mut [i64], row: &[i64]) {
+        for (b, &x) in block.iter_mut().zip(row) {
+            *b = b.wrapping_add(x);
+        }
+    }
+    fn widen(x: i64) -> i64 {
+        x
     }
 }
 
@@ -96,6 +115,37 @@ pub fn sum_rows<T: Sum>(data: &[T], len: usize, mean: bool, out: &mut [T]) {
         for (i, v) in o.iter_mut().enumerate() {
             let r = t * per_task + i;
             *v = finish(T::partial(&data[r * len..(r + 1) * len]));
+        }
+    });
+}
+
+/// `out[c] = Σ_r data[r·kept + c]` (or the mean) over `reduced` contiguous rows of `kept`
+/// elements: the sum over a tensor's leading dims (a bias gradient, a batch sum) without a
+/// transposed copy. Rows are added in blocks of 4096 in `T`, and the blocks in `T::Acc`, as
+/// `sum_rows` does.
+pub fn sum_cols<T: Sum>(data: &[T], reduced: usize, kept: usize, mean: bool, out: &mut [T]) {
+    const BLOCK: usize = 4096;
+    chunked(out, 1, |c0, o| {
+        let width = o.len();
+        let mut total = vec![T::ZERO; width];
+        let mut block = vec![T::zero(); width];
+        for first in (0..reduced).step_by(BLOCK) {
+            block.fill(T::zero());
+            wide(|| {
+                for r in first..(first + BLOCK).min(reduced) {
+                    T::accumulate(&mut block, &data[r * kept + c0..][..width]);
+                }
+            });
+            for (t, &b) in total.iter_mut().zip(&block) {
+                *t = *t + T::widen(b);
+            }
+        }
+        for (o, t) in o.iter_mut().zip(total) {
+            *o = if mean {
+                T::finish_mean(t, reduced)
+            } else {
+                T::finish(t)
+            };
         }
     });
 }

@@ -164,6 +164,39 @@ impl Storage {
         Ok(())
     }
 
+    /// `self[ld] += alpha · x[lx]` in place, where it can be done in one pass: host storages of
+    /// f32 or f64, both views contiguous. Returns false (nothing written) otherwise, and the
+    /// caller computes it out of place.
+    ///
+    /// # Safety
+    /// As `write_view_shared`: no other thread reads or writes this storage during the call,
+    /// no slice of it is alive, and `x` does not overlap it.
+    pub(crate) unsafe fn add_scaled_shared(
+        &self,
+        ld: &Layout,
+        x: &Storage,
+        lx: &Layout,
+        alpha: f64,
+    ) -> Result<bool> {
+        let fits = self.is_host()
+            && x.dtype == self.dtype
+            && matches!(self.dtype, DType::F32 | DType::F64)
+            && ld.is_contiguous()
+            && lx.is_contiguous()
+            && ld.numel() == lx.numel();
+        if !fits {
+            return Ok(false);
+        }
+        let (ptr, n) = (self.host_ptr(), ld.numel());
+        with_float!(self.dtype, T, {
+            // SAFETY: the caller guarantees exclusive access; the view lies inside the block.
+            let dst = unsafe { std::slice::from_raw_parts_mut((ptr as *mut T).add(ld.offset), n) };
+            let src = &x.slice::<T>()[lx.offset..lx.offset + n];
+            ew::add_scaled(dst, src, alpha as T)
+        });
+        Ok(true)
+    }
+
     pub(crate) fn binary(
         op: BinaryOp,
         a: &Storage,
@@ -359,6 +392,31 @@ impl Storage {
                 None => Ok(()), // no rows
             },
         )
+    }
+
+    /// Sums (or means) of each column of a contiguous `reduced × kept` storage (the sum over a
+    /// tensor's leading dims); dtype f32, f64 or i64.
+    pub(crate) fn sum_cols(&self, reduced: usize, kept: usize, mean: bool) -> Result<Storage> {
+        if !self.is_host() {
+            // The GPU's reductions walk rows: the columns become rows in a transposed copy.
+            let columns = Layout {
+                shape: vec![kept, reduced],
+                strides: vec![1, kept],
+                offset: 0,
+            };
+            return self
+                .copy_as(&columns, self.dtype)?
+                .sum_rows(kept, reduced, mean);
+        }
+        let mut out = Storage::alloc(self.device(), self.dtype, kept)?;
+        let o = &mut out;
+        match self.dtype {
+            DType::F32 => reduce::sum_cols::<f32>(self.slice(), reduced, kept, mean, o.slice_mut()),
+            DType::F64 => reduce::sum_cols::<f64>(self.slice(), reduced, kept, mean, o.slice_mut()),
+            DType::I64 => reduce::sum_cols::<i64>(self.slice(), reduced, kept, mean, o.slice_mut()),
+            d => unreachable!("sum over {d} runs in a wider dtype"),
+        }
+        Ok(out)
     }
 
     /// Per-row max (or min) values and their i64 indices.

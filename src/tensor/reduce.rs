@@ -17,10 +17,22 @@ struct Rows {
     kept_shape: Vec<usize>,
     /// The reduced dims.
     reduced: Vec<i64>,
+    /// `data` is `len` rows of `rows` elements (the reduced dims lead), not `rows` rows of
+    /// `len`: a contiguous tensor reduced over its leading dims needs no transposed copy.
+    reduced_first: bool,
 }
 
 impl Tensor {
-    fn to_rows(&self, op: &'static str, dims: Option<Vec<i64>>, keepdim: bool) -> Result<Rows> {
+    /// This tensor as rows to reduce: the kept dims first, the reduced ones last, copied so when
+    /// they are not. With `reduced_first_ok`, a contiguous tensor reduced over its leading dims
+    /// is taken as it is (`reduced_first`).
+    fn to_rows(
+        &self,
+        op: &'static str,
+        dims: Option<Vec<i64>>,
+        keepdim: bool,
+        reduced_first_ok: bool,
+    ) -> Result<Rows> {
         let rank = self.rank();
         let reduced = match dims {
             None => (0..rank).collect(),
@@ -29,8 +41,14 @@ impl Tensor {
         };
         let reduced: Vec<usize> = reduced.into_iter().filter(|&d| d < rank).collect();
         let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
-        let perm: Vec<usize> = kept.iter().chain(&reduced).copied().collect();
-        let data = no_grad(|| self.view_as(self.layout().permuted(&perm)).contiguous())?;
+        let leading = !kept.is_empty() && reduced.iter().enumerate().all(|(i, &d)| i == d);
+        let reduced_first = reduced_first_ok && leading && self.layout().is_contiguous();
+        let data = if reduced_first {
+            no_grad(|| self.contiguous())?
+        } else {
+            let perm: Vec<usize> = kept.iter().chain(&reduced).copied().collect();
+            no_grad(|| self.view_as(self.layout().permuted(&perm)).contiguous())?
+        };
         let rows = kept.iter().map(|&d| self.shape()[d]).product();
         let len = reduced.iter().map(|&d| self.shape()[d]).product();
         let kept_shape: Vec<usize> = (0..rank)
@@ -55,6 +73,7 @@ impl Tensor {
             out_shape,
             kept_shape,
             reduced,
+            reduced_first,
         })
     }
 
@@ -78,8 +97,12 @@ impl Tensor {
             DType::F32 | DType::F64 => (dtype, dtype),
             _ => (DType::I64, DType::I64),
         };
-        let r = no_grad(|| self.to_dtype(compute))?.to_rows(op, dims, keepdim)?;
-        let s = r.data.storage().sum_rows(r.rows, r.len, mean)?;
+        let r = no_grad(|| self.to_dtype(compute))?.to_rows(op, dims, keepdim, true)?;
+        let s = if r.reduced_first {
+            r.data.storage().sum_cols(r.len, r.rows, mean)?
+        } else {
+            r.data.storage().sum_rows(r.rows, r.len, mean)?
+        };
         let y = no_grad(|| Tensor::from_storage(s, r.out_shape).to_dtype(out))?;
         let backward = grads::sum(self.shape().to_vec(), r.kept_shape, mean.then_some(r.len));
         Ok(record(y, op, &[self], backward))
@@ -111,7 +134,7 @@ impl Tensor {
         keepdim: bool,
         greater: bool,
     ) -> Result<(Tensor, Tensor)> {
-        let r = self.to_rows(op, dims, keepdim)?;
+        let r = self.to_rows(op, dims, keepdim, false)?;
         // Over an empty dimension there is no extreme (PyTorch refuses too); an empty tensor
         // reduced over non-empty dimensions gives an empty result.
         if r.len == 0 {
