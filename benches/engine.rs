@@ -103,8 +103,100 @@ fn mlp_step(batch: usize) -> Setup {
     })
 }
 
+/// This machine's f32 FMA peak (GFLOP/s) on every thread: eight independent accumulators per
+/// thread, in the widest vectors the CPU has, for about 0.3 s.
+fn fma_peak_gflops(threads: usize) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    fn run(iters: u64) -> f64 {
+        use std::arch::x86_64::*;
+        #[target_feature(enable = "avx512f")]
+        fn zmm(iters: u64) -> f64 {
+            let mut acc = [_mm512_set1_ps(0.0); 8];
+            let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+            for _ in 0..iters {
+                for x in acc.iter_mut() {
+                    *x = _mm512_fmadd_ps(*x, a, b);
+                }
+            }
+            let acc = black_box(acc);
+            (iters * 8 * 16 * 2) as f64 + _mm512_reduce_add_ps(acc[0]) as f64 * 0.0
+        }
+        #[target_feature(enable = "avx2,fma")]
+        fn ymm(iters: u64) -> f64 {
+            let mut acc = [_mm256_set1_ps(0.0); 10];
+            let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+            for _ in 0..iters {
+                for x in acc.iter_mut() {
+                    *x = _mm256_fmadd_ps(*x, a, b);
+                }
+            }
+            black_box(acc);
+            (iters * 10 * 8 * 2) as f64
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F.
+            unsafe { zmm(iters) }
+        } else if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU has AVX2 and FMA.
+            unsafe { ymm(iters) }
+        } else {
+            0.0
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    fn run(_: u64) -> f64 {
+        0.0
+    }
+    let iters = 40_000_000;
+    (0..3)
+        .map(|_| {
+            let t = Instant::now();
+            let flops: f64 = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..threads).map(|_| s.spawn(|| run(iters))).collect();
+                hs.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            flops / t.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
+/// This machine's memory read bandwidth (GB/s) on every thread: the best of five sums over a
+/// 512 MiB buffer, far past every cache.
+fn memory_read_gbps(threads: usize) -> f64 {
+    let data = vec![1.0f32; 128 << 20];
+    let part = data.len().div_ceil(threads);
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            std::thread::scope(|s| {
+                for chunk in data.chunks(part) {
+                    s.spawn(move || {
+                        let mut lanes = [0.0f32; 64];
+                        for c in chunk.chunks_exact(64) {
+                            for i in 0..64 {
+                                lanes[i] += c[i];
+                            }
+                        }
+                        black_box(lanes);
+                    });
+                }
+            });
+            (data.len() * 4) as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .fold(0.0, f64::max)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--ceilings") {
+        let threads = placelab::cpu_threads();
+        println!(
+            "{{\"threads\": {threads}, \"fma_peak_gflops\": {:.1}, \"memory_read_gbps\": {:.1}}}",
+            fma_peak_gflops(threads),
+            memory_read_gbps(threads)
+        );
+        return;
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let only: Option<Vec<String>> = args
         .iter()

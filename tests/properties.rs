@@ -525,3 +525,52 @@ fn in_place_updates_equal_the_out_of_place_arithmetic() {
     let p = Tensor::zeros([2, 2], ()).unwrap();
     assert!(p.add_scaled_(&Tensor::ones([3], ()).unwrap(), 1.0).is_err());
 }
+
+#[test]
+fn softmax_rows_match_f64_within_f32_rounding() {
+    // Long rows (the vectorised path), values spread over ±80, a masked (-inf) entry, an all
+    // -inf row (NaN, as PyTorch gives) and a NaN row.
+    let (rows, len) = (37, 1003);
+    let mut v: Vec<f32> = Tensor::randn([rows * len], ())
+        .unwrap()
+        .mul(30.0)
+        .unwrap()
+        .to_vec()
+        .unwrap();
+    v[5] = f32::NEG_INFINITY;
+    v[len..2 * len].fill(f32::NEG_INFINITY);
+    v[2 * len + 7] = f32::NAN;
+    let x = Tensor::from_vec(v.clone(), [rows, len], ()).unwrap();
+    for log in [false, true] {
+        let got = if log { x.log_softmax(1) } else { x.softmax(1) };
+        let got = got.unwrap().to_vec::<f32>().unwrap();
+        for r in 0..rows {
+            let row: Vec<f64> = v[r * len..(r + 1) * len]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
+            let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = row.iter().map(|x| (x - m).exp()).sum();
+            for c in 0..len {
+                let g = got[r * len + c] as f64;
+                let want = if log {
+                    row[c] - m - sum.ln()
+                } else {
+                    (row[c] - m).exp() / sum
+                };
+                if r == 1 || r == 2 {
+                    assert!(g.is_nan(), "row {r} (all -inf or NaN) gives NaN, got {g}");
+                    continue;
+                }
+                // log-softmax subtracts numbers of the inputs' size: its error is absolute.
+                let tol = if log {
+                    1e-6 * (1.0 + (row[c] - m).abs())
+                } else {
+                    1e-5 * want.abs() + 1e-37
+                };
+                let ok = (g - want).abs() <= tol || (want.is_infinite() && g == want);
+                assert!(ok, "log={log} [{r}, {c}] = {g}, expected {want}");
+            }
+        }
+    }
+}

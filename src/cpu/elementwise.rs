@@ -148,6 +148,11 @@ impl Arith for bool {
 /// Transcendental math for the float types kernels compute in.
 pub trait FloatMath: Arith {
     fn exp(a: Self) -> Self;
+    /// `e^a` for `a ≤ 0` or NaN (softmax's shifted inputs): the same values as `exp`, with
+    /// the work for large inputs left out.
+    fn exp_nonpositive(a: Self) -> Self {
+        Self::exp(a)
+    }
     fn ln(a: Self) -> Self;
     fn sqrt(a: Self) -> Self;
     fn tanh(a: Self) -> Self;
@@ -195,6 +200,32 @@ pub fn exp_f32(x: f32) -> f32 {
 impl FloatMath for f32 {
     fn exp(a: f32) -> f32 {
         exp_f32(a)
+    }
+    #[inline(always)]
+    fn exp_nonpositive(x: f32) -> f32 {
+        // `exp_f32` for x ≤ 0: 2^k fits one exponent field (k ≥ -126), and nothing overflows.
+        const LO: f32 = -87.336_54;
+        // Clamped to [LO, 0] whatever the input, so the conversion below is always defined.
+        let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, 0.0) };
+        let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
+        let r = xc - k * 0.693_359_4 - k * -2.121_944_4e-4;
+        let p = 1.987_569_1e-4f32;
+        let p = p * r + 1.398_199_9e-3;
+        let p = p * r + 8.333_452e-3;
+        let p = p * r + 4.166_579_6e-2;
+        let p = p * r + 1.666_666_5e-1;
+        let p = p * r + 0.5;
+        let e = p * r * r + r + 1.0;
+        // SAFETY: `k` is a whole number in [-126, 0] (xc is finite, in [LO, 0]).
+        let ki: i32 = unsafe { k.to_int_unchecked() };
+        let y = e * f32::from_bits(((ki + 127) << 23) as u32);
+        if x < LO {
+            0.0
+        } else if x.is_nan() {
+            x
+        } else {
+            y
+        }
     }
     fn ln(a: f32) -> f32 {
         a.ln()
