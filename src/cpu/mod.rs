@@ -5,6 +5,7 @@
 pub mod elementwise;
 pub mod fork;
 pub mod matmul;
+pub mod random;
 pub mod reduce;
 
 use half::{bf16, f16};

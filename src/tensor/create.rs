@@ -3,7 +3,6 @@
 use std::sync::{Mutex, OnceLock};
 
 use rand::{Rng, SeedableRng};
-use rand_distr::{StandardNormal, StandardUniform};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{IntoOptions, Tensor};
@@ -14,8 +13,9 @@ use crate::{DType, Element, Error, Result, Scalar};
 /// PyTorch's default CPU seed, so a fresh session draws the same numbers every time.
 const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
-/// The process's generator (xoshiro256++; normals by ziggurat). One stream serves every device,
-/// so the same seed gives the same tensor on the CPU and on a simulated GPU.
+/// The process's generator (xoshiro256++). One stream serves every device, so the same seed
+/// gives the same tensor on the CPU and on a simulated GPU. `rand`/`randn` take one draw of it
+/// as the seed of their fill (`cpu::random`: blocks drawn in parallel, normals by ziggurat).
 fn generator() -> &'static Mutex<Xoshiro256PlusPlus> {
     static RNG: OnceLock<Mutex<Xoshiro256PlusPlus>> = OnceLock::new();
     RNG.get_or_init(|| Mutex::new(Xoshiro256PlusPlus::seed_from_u64(DEFAULT_SEED)))
@@ -185,29 +185,20 @@ impl Tensor {
         // Samples come from the one CPU generator on every device (a GPU gets them uploaded), so
         // a seed gives the same values wherever the tensor lives.
         let host = device.host_stand_in();
-        let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
+        // One draw of the process generator seeds the whole fill (`cpu::random`).
+        let seed: u64 = generator()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .random();
         let storage = if dtype == DType::F64 {
             let mut s = Storage::alloc(host, DType::F64, n)?;
-            for v in s.slice_mut::<f64>() {
-                *v = if normal {
-                    rng.sample(StandardNormal)
-                } else {
-                    rng.sample(StandardUniform)
-                };
-            }
+            crate::cpu::random::fill(s.slice_mut::<f64>(), seed, normal);
             s
         } else {
             let mut s = Storage::alloc(host, DType::F32, n)?;
-            for v in s.slice_mut::<f32>() {
-                *v = if normal {
-                    rng.sample(StandardNormal)
-                } else {
-                    rng.sample(StandardUniform)
-                };
-            }
+            crate::cpu::random::fill(s.slice_mut::<f32>(), seed, normal);
             s
         };
-        drop(rng);
         let t = Tensor::from_storage(storage.moved_to(device)?, shape);
         if t.dtype() == dtype {
             Ok(t)
