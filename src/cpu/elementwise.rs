@@ -170,16 +170,7 @@ pub fn exp_f32(x: f32) -> f32 {
     const LO: f32 = -87.336_54;
     // NaN is carried through by the final select; the arithmetic works on a finite stand-in.
     let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, HI) };
-    // Round to nearest through the float mantissa: exact for |xc·log2(e)| < 2^22.
-    let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-    let r = xc - k * 0.693_359_4 - k * -2.121_944_4e-4;
-    let p = 1.987_569_1e-4f32;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let e = p * r * r + r + 1.0;
+    let (e, k) = exp_reduced(xc);
     // SAFETY: `k` is a whole number in [-126, 128] (xc is finite and clamped).
     let ki: i32 = unsafe { k.to_int_unchecked() };
     // 2^k in two halves: k reaches 128 near the top of the range, past f32's largest exponent.
@@ -197,6 +188,21 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
+/// `exp_f32`'s core for a finite, clamped `xc`: `(e, k)` with `e^xc = e · 2^k`, `k` whole.
+#[inline(always)]
+fn exp_reduced(xc: f32) -> (f32, f32) {
+    // Round to nearest through the float mantissa: exact for |xc·log2(e)| < 2^22.
+    let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
+    let r = xc - k * 0.693_359_4 - k * -2.121_944_4e-4;
+    let p = 1.987_569_1e-4f32;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    (p * r * r + r + 1.0, k)
+}
+
 impl FloatMath for f32 {
     fn exp(a: f32) -> f32 {
         exp_f32(a)
@@ -207,15 +213,7 @@ impl FloatMath for f32 {
         const LO: f32 = -87.336_54;
         // Clamped to [LO, 0] whatever the input, so the conversion below is always defined.
         let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, 0.0) };
-        let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-        let r = xc - k * 0.693_359_4 - k * -2.121_944_4e-4;
-        let p = 1.987_569_1e-4f32;
-        let p = p * r + 1.398_199_9e-3;
-        let p = p * r + 8.333_452e-3;
-        let p = p * r + 4.166_579_6e-2;
-        let p = p * r + 1.666_666_5e-1;
-        let p = p * r + 0.5;
-        let e = p * r * r + r + 1.0;
+        let (e, k) = exp_reduced(xc);
         // SAFETY: `k` is a whole number in [-126, 0] (xc is finite, in [LO, 0]).
         let ki: i32 = unsafe { k.to_int_unchecked() };
         let y = e * f32::from_bits(((ki + 127) << 23) as u32);
