@@ -574,3 +574,32 @@ fn softmax_rows_match_f64_within_f32_rounding() {
         }
     }
 }
+
+#[test]
+fn transposed_copies_put_every_element_in_place() {
+    // Tiles of 32 rows in 8×8 blocks, partial tiles, ragged columns, a batch dim, and a cast on
+    // the way (`to_dtype` of a transposed view walks the same path).
+    for (batch, rows, cols) in [
+        (1, 64, 2048),
+        (1, 70, 45),
+        (3, 40, 33),
+        (2, 32, 8),
+        (1, 5, 3),
+    ] {
+        let x = Tensor::randn([batch, rows, cols], ()).unwrap();
+        let v = x.to_vec::<f32>().unwrap();
+        let t = x.transpose(1, 2).unwrap();
+        let got = t.contiguous().unwrap().to_vec::<f32>().unwrap();
+        let half = t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+        for b in 0..batch {
+            for c in 0..cols {
+                for r in 0..rows {
+                    let want = v[(b * rows + r) * cols + c];
+                    let at = (b * cols + c) * rows + r;
+                    assert_eq!(got[at], want, "[{b}, {c}, {r}] of {batch}×{rows}×{cols}ᵀ");
+                    assert_eq!(half[at], want as f64);
+                }
+            }
+        }
+    }
+}

@@ -272,10 +272,31 @@ fn map1_transposed<A: Copy + Sync, O: Send>(
             let base = batch.offset_of(b) + r;
             for c0 in (0..cols).step_by(TILE) {
                 let c1 = (c0 + TILE).min(cols);
+                let mut c = c0;
+                // 8×8 blocks through a local array: eight contiguous reads of eight values (one
+                // per source row), then eight contiguous writes, instead of 64 strided gathers.
+                if len == TILE {
+                    while c + 8 <= c1 {
+                        for r8 in (0..TILE).step_by(8) {
+                            let mut vals: [[A; 8]; 8] = [[a[base]; 8]; 8];
+                            for (j, v) in vals.iter_mut().enumerate() {
+                                let src = &a[base + r8 + (c + j) * col_stride..][..8];
+                                v.copy_from_slice(src);
+                            }
+                            for i in 0..8 {
+                                let orow = &mut o[(g - g0 + r8 + i) * cols + c..][..8];
+                                for (j, out) in orow.iter_mut().enumerate() {
+                                    *out = f(vals[j][i]);
+                                }
+                            }
+                        }
+                        c += 8;
+                    }
+                }
                 for rr in 0..len {
                     let orow = &mut o[(g - g0 + rr) * cols..][..cols];
-                    for (c, o) in orow.iter_mut().enumerate().take(c1).skip(c0) {
-                        *o = f(a[base + rr + c * col_stride]);
+                    for (cc, o) in orow.iter_mut().enumerate().take(c1).skip(c) {
+                        *o = f(a[base + rr + cc * col_stride]);
                     }
                 }
             }
