@@ -243,7 +243,8 @@ pub fn map1<A: Copy + Sync, O: Send>(
 
 /// `map1` for views whose last two (coalesced) dims are transposed — stride 1 on the rows,
 /// not the columns. Walking rows would touch a new cache line per element; 32×32 tiles reuse
-/// each line across 32 rows. Returns false when the layout is not of that shape.
+/// each line across 32 rows, and full tiles move in 8×8 blocks. Returns false when the layout
+/// is not of that shape.
 fn map1_transposed<A: Copy + Sync, O: Send>(
     a: &[A],
     la: &Layout,
