@@ -1,5 +1,6 @@
-//! One card model for a tensor, rendered as text (optionally with ANSI colour) and as HTML for
-//! Jupyter (through evcxr's `evcxr_display` protocol), plus the human units every view shares.
+//! One card model for a tensor, rendered as text (optionally with ANSI colour) and as HTML (which
+//! `show.rs` hands to Jupyter through evcxr's `evcxr_display`), and the device badge that cards
+//! and memory strips share. The human units are re-exported from `units`.
 
 mod preview;
 
