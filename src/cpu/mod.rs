@@ -4,6 +4,7 @@
 
 pub mod elementwise;
 pub mod fork;
+pub mod half_cast;
 pub mod matmul;
 pub mod random;
 pub mod reduce;
@@ -455,17 +456,10 @@ pub fn cast<S: Element, D: Element>(src: &[S], ls: &Layout, out: &mut [D]) {
             }
         };
     }
-    {
-        use half::slice::HalfFloatSliceExt;
-        fast!(f32, f16, |s: &[f32], o: &mut [f16]| o
-            .convert_from_f32_slice(s));
-        fast!(f32, bf16, |s: &[f32], o: &mut [bf16]| o
-            .convert_from_f32_slice(s));
-        fast!(f16, f32, |s: &[f16], o: &mut [f32]| s
-            .convert_to_f32_slice(o));
-        fast!(bf16, f32, |s: &[bf16], o: &mut [f32]| s
-            .convert_to_f32_slice(o));
-    }
+    fast!(f32, f16, half_cast::f32_to_f16);
+    fast!(f32, bf16, half_cast::f32_to_bf16);
+    fast!(f16, f32, half_cast::f16_to_f32);
+    fast!(bf16, f32, half_cast::bf16_to_f32);
     if D::DTYPE.is_float() || S::DTYPE.is_float() {
         map1(src, ls, out, |x| D::from_f64(x.to_f64()));
     } else {
