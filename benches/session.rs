@@ -43,6 +43,17 @@ fn main() {
         "placelab: trivial cell `x.shape()` median of 15: {}",
         ms(median(trivial))
     );
+    let statement: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            assert!(s.execute("x.shape();").ok());
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "placelab: statement cell `x.shape();` (no value) median of 15: {}",
+        ms(median(statement))
+    );
     for magic in [":mem", ":transfers", ":empty_cache"] {
         let v: Vec<Duration> = (0..50)
             .map(|_| {
@@ -84,5 +95,16 @@ fn main() {
     println!(
         "plain evcxr: trivial cell median of 15: {}",
         ms(median(trivial))
+    );
+    let statement: Vec<Duration> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            ctx.execute("v.len();").expect("a cell");
+            t.elapsed()
+        })
+        .collect();
+    println!(
+        "plain evcxr: statement cell `v.len();` (no value) median of 15: {}",
+        ms(median(statement))
     );
 }

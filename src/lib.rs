@@ -47,7 +47,7 @@ pub mod cell_io;
 pub mod cuda;
 pub mod display;
 pub mod probe;
-mod show;
+pub mod show;
 // 9. the REPL and the Jupyter kernel
 #[cfg(feature = "frontend")]
 pub mod frontend;
@@ -84,6 +84,8 @@ pub mod prelude {
     pub use crate::nn::{self, Module, ModuleExt};
     pub use crate::optim::{self, Adam, Optimizer, Sgd};
     pub use crate::parallel::DataParallel;
+    /// In scope (unnamed) so a cell's last `Debug` value shows without a second compile.
+    pub use crate::show::ShowDebug as _;
     pub use crate::transfer::{self, Transfer};
     pub use crate::{
         DType, Device, Error, Result, Scalar, Tensor, cuda, default_device, manual_seed,

@@ -82,6 +82,14 @@ fn first_steps_through_the_session() {
             // Two cards from one cell.
             ">> x.narrow(0, 0, 2)?.show();\n.. x.narrow(0, 2, 2)?.show();\nTensor f32[2, 1000] · cpu · 7.81 KiB (view of 3.81 MiB) · no .to() yet",
             "memory.svg (open it in a browser)",
+            // `:fmt` reaches both ways a value is shown: a temporary (printed by the prelude's
+            // `ShowDebug` in one compile) and a variable (printed by evcxr's fallback).
+            "values now print with {:.3?}",
+            "([1.260, 2.500], \"cell\")",
+            ">> w\n[0.250, 1.000]",
+            "(\n    1,\n    2,\n)",
+            "error: `:fmt` takes a Debug format: {:?}, {:#?}, or either with a precision such as {:.3?}; got `{}` (values still print with {:#?})",
+            ">> (3, 4)\n(3, 4)",
         ],
     );
     assert!(

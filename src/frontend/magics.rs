@@ -63,6 +63,12 @@ pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
         time,
     ),
     (
+        ":fmt",
+        ":fmt FORMAT",
+        "how a cell's last value prints: {:?} (default), {:#?}, or either with a precision ({:.3?})",
+        fmt,
+    ),
+    (
         ":help",
         ":help",
         "this list (evcxr's own commands, like :vars and :dep, work too)",
@@ -397,6 +403,32 @@ fn time(s: &mut Session, code: &str) -> CellReport {
         human_duration(start.elapsed())
     )));
     r
+}
+
+/// evcxr's `:fmt`, kept in step with the prelude's `ShowDebug`, which prints most values in the
+/// cell's process (evcxr's own format applies to the rest).
+fn fmt(s: &mut Session, args: &str) -> CellReport {
+    let current = s.value_format.as_deref().unwrap_or("{:?}");
+    if args.is_empty() {
+        return CellReport::info(format!("values print with {current}"));
+    }
+    if crate::show::parse_value_format(args).is_none() {
+        return CellReport::error(format!(
+            "`:fmt` takes a Debug format: {{:?}}, {{:#?}}, or either with a precision such as \
+             {{:.3?}}; got `{args}` (values still print with {current})"
+        ));
+    }
+    if let Err(e) = s.ctx.execute(&format!(":fmt {args}")) {
+        return CellReport::error(format!("evcxr refused `:fmt {args}`: {e}"));
+    }
+    s.value_format = (args != "{:?}").then(|| args.to_string());
+    let code = format!("placelab::show::set_value_format({args:?});");
+    if let Err(e) = s.ctx.execute(&code) {
+        return CellReport::error(format!(
+            "could not set the value format in the cell process: {e}"
+        ));
+    }
+    CellReport::info(format!("values now print with {args}"))
 }
 
 fn help(_: &mut Session, _: &str) -> CellReport {

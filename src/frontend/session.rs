@@ -169,6 +169,8 @@ pub struct Session {
     pub(super) history: Vec<Snapshot>,
     interrupter: Interrupter,
     prepared: Prepared,
+    /// The `Debug` format `:fmt` set, when not evcxr's default `{:?}`.
+    pub(super) value_format: Option<String>,
 }
 
 /// The preload: the engine as a dependency (without the front end) and its prelude.
@@ -198,11 +200,21 @@ impl Session {
             history: Vec::new(),
             interrupter: Interrupter::default(),
             prepared,
+            value_format: None,
         };
         let cache = setup::cache_dir();
         super::progress::while_compiling(&cache, || s.ctx.execute(&preload_code()))
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
         Ok(s)
+    }
+
+    /// What a new cell process runs first: the side channel, and the value format `:fmt` set.
+    pub(super) fn cell_process_setup(&self) -> String {
+        let mut code = String::from("placelab::probe::serve_from_env();");
+        if let Some(f) = &self.value_format {
+            code.push_str(&format!("\nplacelab::show::set_value_format({f:?});"));
+        }
+        code
     }
 
     /// A handle that stops the running cell from another thread.
@@ -388,7 +400,7 @@ impl Session {
             EvcxrError::SubprocessTerminated(why) => {
                 // The process that ran cells is gone, and every variable with it; evcxr restarts
                 // it on the next cell. Re-open the side channel there.
-                let _ = self.ctx.execute("placelab::probe::serve_from_env();");
+                let _ = self.ctx.execute(&self.cell_process_setup());
                 self.last_seq = 0;
                 let cause = if self
                     .interrupter
