@@ -9,8 +9,8 @@
 //!   split into independent fields: 7 bits pick the layer, 1 bit the sign and 24 bits the
 //!   position in the layer. About 97% of values are accepted by one comparison; the others (a
 //!   point in a wedge, or past the tail's start at 3.44) are finished with the full algorithm
-//!   after the block's fast pass, in order, from the same stream, so a block's values are still
-//!   a function of its seed alone.
+//!   after the fast pass over their run of 1024 values, in order, from the same stream, so a
+//!   block's values are still a function of its seed alone.
 //!
 //! f64 uses rand_distr's 256-layer ziggurat (`StandardNormal`) and `StandardUniform` (53 bits).
 
@@ -102,8 +102,10 @@ fn density(x: f64) -> f64 {
 struct Ziggurat {
     /// A 24-bit position `u` in layer `i` is under the density everywhere when `u < accept[i]`.
     accept: [u32; LAYERS],
-    /// `x[i] / 2^24`: the value of position `u` in layer `i` is `u * scale[i]`.
-    scale: [f32; LAYERS],
+    /// `±x[i] / 2^24`, indexed by the draw's low 8 bits (layer and sign): the value of position
+    /// `u` is `u * scale[h & 0xff]`. The sign lives in the table so that no branch depends on a
+    /// random bit.
+    scale: [f32; 2 * LAYERS],
     x: [f64; LAYERS + 1],
     f: [f64; LAYERS + 1],
 }
@@ -126,44 +128,52 @@ impl Ziggurat {
         let span = (1u64 << 24) as f64;
         Ziggurat {
             accept: std::array::from_fn(|i| (x[i + 1] / x[i] * span) as u32),
-            scale: std::array::from_fn(|i| (x[i] / span) as f32),
+            scale: std::array::from_fn(|i| {
+                let sign = if i & 0x80 != 0 { -1.0 } else { 1.0 };
+                (sign * x[i & 0x7f] / span) as f32
+            }),
             x,
             f,
         }
     }
 
-    /// The fast pass: every value from one comparison, the rest (position and draw) kept; then
-    /// each of those finished with the full algorithm, from the same stream, in order.
+    /// The fast pass over each run of `RUN` values: every value from one comparison, the
+    /// others' positions and draws kept; then those finished with the full algorithm, from the
+    /// same stream, in order. No call and no branch on the kept ones in the fast loop.
     fn fill(&self, rng: &mut Xoshiro256PlusPlus, block: &mut [f32]) {
-        let mut slow: Vec<(u32, u32)> = Vec::with_capacity(block.len() / 16);
-        let mut at = 0u32;
-        let mut pairs = block.chunks_exact_mut(2);
-        for pair in &mut pairs {
-            for (v, h) in pair.iter_mut().zip(halves(rng.next_u64())) {
-                let (value, ok) = self.try_fast(h);
-                *v = value;
-                if !ok {
-                    slow.push((at, h));
+        const RUN: usize = 1024;
+        // A local copy keeps the generator's state in registers.
+        let mut local = rng.clone();
+        let mut kept_at = [0u16; RUN];
+        let mut kept_draw = [0u32; RUN];
+        for run in block.chunks_mut(RUN) {
+            let mut kept = 0;
+            let mut pairs = run.chunks_exact_mut(2);
+            for (i, pair) in (&mut pairs).enumerate() {
+                for (k, (v, h)) in pair.iter_mut().zip(halves(local.next_u64())).enumerate() {
+                    let (value, ok) = self.try_fast(h);
+                    *v = value;
+                    kept_at[kept] = (2 * i + k) as u16;
+                    kept_draw[kept] = h;
+                    kept += usize::from(!ok);
                 }
-                at += 1;
+            }
+            if let [last] = pairs.into_remainder() {
+                *last = self.finish(local.next_u32(), &mut local);
+            }
+            for (&at, &h) in kept_at[..kept].iter().zip(&kept_draw[..kept]) {
+                run[at as usize] = self.finish(h, &mut local);
             }
         }
-        if let [last] = pairs.into_remainder() {
-            *last = self.finish(rng.next_u32(), rng);
-        }
-        for (i, h) in slow {
-            block[i as usize] = self.finish(h, rng);
-        }
+        *rng = local;
     }
 
     /// The value position `h` names, and whether it lies wholly under the density.
     #[inline(always)]
     fn try_fast(&self, h: u32) -> (f32, bool) {
-        let layer = (h & 0x7f) as usize;
         let u = h >> 8;
-        let magnitude = u as f32 * self.scale[layer];
-        let value = if h & 0x80 != 0 { -magnitude } else { magnitude };
-        (value, u < self.accept[layer])
+        let value = u as f32 * self.scale[(h & 0xff) as usize];
+        (value, u < self.accept[(h & 0x7f) as usize])
     }
 
     /// The standard normal value that starts from draw `h`: `h`'s own point is accepted if it
