@@ -1,7 +1,8 @@
 //! The REPL's latency targets, measured through the same `Session` the REPL uses, beside plain
-//! evcxr (default configuration, no engine) in the same run:
-//! evcxr start, first cell result on a warm machine, a trivial cell, and the magics that
-//! compile nothing. `cargo bench --bench session` (the first run compiles the engine: minutes).
+//! evcxr in the same run (no dependency; it reads the same `evcxr.toml`, so dylib mode and cells
+//! at opt 0): evcxr start, the rust-analyzer warm-up, the first cell's result, a trivial cell,
+//! a cell with no value, and the magics that compile nothing. `cargo bench --bench session`
+//! (the first run compiles the engine: minutes).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +27,12 @@ fn main() {
     let mut s = session::Session::start(prepared, quiet.clone()).expect("the session starts");
     println!(
         "placelab: session start (evcxr + engine preload, warm) {}",
+        ms(t.elapsed())
+    );
+    let t = Instant::now();
+    s.warm_up();
+    println!(
+        "placelab: rust-analyzer warm-up (the front ends run it while the user types) {}",
         ms(t.elapsed())
     );
     let t = Instant::now();

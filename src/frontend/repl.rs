@@ -97,7 +97,9 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
             });
             let mut guard = shared.lock().unwrap_or_else(|e| e.into_inner());
             match Session::start(prepared, sink) {
-                Ok(s) => {
+                Ok(mut s) => {
+                    // While the user types the first line; a cell entered meanwhile waits here.
+                    s.warm_up();
                     *guard = Some(s);
                     Ok(())
                 }

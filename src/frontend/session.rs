@@ -217,6 +217,15 @@ impl Session {
         code
     }
 
+    /// Has rust-analyzer index the engine and its dependencies now. evcxr asks it for the type of
+    /// every new `let` variable, and the first time costs ~3 s of CPU on a 2-core machine
+    /// (`benches/session.rs`); the front ends call this right after the start, while the user
+    /// reads or types, so the first cell does not pay it. Changes no state.
+    pub fn warm_up(&mut self) {
+        let code = "let warm_up = Tensor::randn([1], &Device::Cpu)?;\nwarm_up.";
+        let _ = self.ctx.completions(code, code.len());
+    }
+
     /// A handle that stops the running cell from another thread.
     pub fn interrupter(&self) -> Interrupter {
         self.interrupter.clone()

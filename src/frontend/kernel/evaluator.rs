@@ -67,6 +67,10 @@ impl Evaluator {
                     }
                     Err(e) => Err(e),
                 };
+                // Cells sent meanwhile wait in the queue, as they would behind a running cell.
+                if let Ok(s) = &mut session {
+                    s.warm_up();
+                }
                 for job in queue {
                     run(&mut session, job);
                 }
