@@ -147,22 +147,29 @@ pub fn wide<R>(f: impl FnOnce() -> R) -> R {
 
 /// Defines `fn $name<T: $bound>(args) -> R { body }` whose body is compiled three times — for
 /// AVX-512, for AVX2+FMA and for the baseline — and run in the widest the CPU has. For kernels
-/// too large to be inlined into `wide`'s vector copy through a closure.
+/// too large to be inlined into `wide`'s vector copy through a closure. A second form,
+/// `fn $name<T: $bound, const FMA: bool>`, also tells the body whether its copy has fused
+/// multiply-add (`f32::mul_add` is one instruction there, and a libm call in the baseline).
 macro_rules! vectorized {
     ($(#[$m:meta])* $vis:vis fn $name:ident<$T:ident: $bound:path>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $crate::cpu::vectorized! {
+            $(#[$m])* $vis fn $name<$T: $bound, const _FMA: bool>($($arg: $ty),*) -> $ret $body
+        }
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident<$T:ident: $bound:path, const $F:ident: bool>($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
         $(#[$m])*
         $vis fn $name<$T: $bound>($($arg: $ty),*) -> $ret {
             #[inline(always)]
-            fn body<$T: $bound>($($arg: $ty),*) -> $ret $body
+            fn body<$T: $bound, const $F: bool>($($arg: $ty),*) -> $ret $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
                 fn v512<$T: $bound>($($arg: $ty),*) -> $ret {
-                    body($($arg),*)
+                    body::<$T, true>($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma,f16c")]
                 fn v256<$T: $bound>($($arg: $ty),*) -> $ret {
-                    body($($arg),*)
+                    body::<$T, true>($($arg),*)
                 }
                 match $crate::cpu::vector_width() {
                     // SAFETY: the CPU supports the features each copy is compiled for.
@@ -171,7 +178,7 @@ macro_rules! vectorized {
                     _ => {}
                 }
             }
-            body($($arg),*)
+            body::<$T, false>($($arg),*)
         }
     };
 }

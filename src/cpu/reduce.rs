@@ -265,9 +265,14 @@ impl<T: FloatMath + Sum<Acc = f64>> SoftmaxFloat for T {}
 
 super::vectorized! {
     /// `softmax_row` over consecutive rows of `len`.
-    fn softmax_block<T: SoftmaxFloat>(data: &[T], out: &mut [T], len: usize, log: bool) -> () {
+    fn softmax_block<T: SoftmaxFloat, const FMA: bool>(
+        data: &[T],
+        out: &mut [T],
+        len: usize,
+        log: bool,
+    ) -> () {
         for (row, orow) in data.chunks(len).zip(out.chunks_mut(len)) {
-            softmax_row(row, orow, log);
+            softmax_row::<T, FMA>(row, orow, log);
         }
     }
 }
@@ -282,13 +287,10 @@ super::vectorized! {
 /// One row of `softmax_rows`. Always inlined, so that it is compiled inside `wide`'s vector
 /// copy (a function called from there would be compiled for the baseline target).
 #[inline(always)]
-fn softmax_row<T: SoftmaxFloat>(row: &[T], orow: &mut [T], log: bool) {
+fn softmax_row<T: SoftmaxFloat, const FMA: bool>(row: &[T], orow: &mut [T], log: bool) {
     let m = row_max(row);
     // A row of -inf (all masked) has no finite max: exp(NaN) gives NaN, as in PyTorch.
-    for (o, &x) in orow.iter_mut().zip(row) {
-        *o = T::exp_nonpositive(T::sub(x, m));
-    }
-    let sum = T::partial(orow);
+    let sum = exp_shifted_sum::<T, FMA>(row, orow, m);
     if log {
         let ls = T::from_f64(sum.ln());
         for (o, &x) in orow.iter_mut().zip(row) {
@@ -300,6 +302,44 @@ fn softmax_row<T: SoftmaxFloat>(row: &[T], orow: &mut [T], log: bool) {
             *o = T::mul(*o, inv);
         }
     }
+}
+
+/// Writes `e^(x - m)` for the row and returns their sum, in one pass: 16 lanes of `T` summed
+/// over runs of 1024 values, each run's lanes added pairwise and then in f64.
+#[inline(always)]
+fn exp_shifted_sum<T: SoftmaxFloat, const FMA: bool>(row: &[T], orow: &mut [T], m: T) -> f64 {
+    let exp = |x: T| {
+        if FMA {
+            T::exp_nonpositive_fused(x)
+        } else {
+            T::exp_nonpositive(x)
+        }
+    };
+    let mut sum = 0.0f64;
+    for (run, orun) in row.chunks(1024).zip(orow.chunks_mut(1024)) {
+        let mut lanes = [T::zero(); 16];
+        let whole = run.len() / 16 * 16;
+        for (c, oc) in run[..whole].chunks_exact(16).zip(orun.chunks_exact_mut(16)) {
+            for i in 0..16 {
+                let e = exp(T::sub(c[i], m));
+                oc[i] = e;
+                lanes[i] = T::add(lanes[i], e);
+            }
+        }
+        for (o, &x) in orun[whole..].iter_mut().zip(&run[whole..]) {
+            *o = exp(T::sub(x, m));
+            sum += o.to_f64();
+        }
+        let mut width = 8;
+        while width > 0 {
+            for i in 0..width {
+                lanes[i] = T::add(lanes[i], lanes[i + width]);
+            }
+            width /= 2;
+        }
+        sum += lanes[0].to_f64();
+    }
+    sum
 }
 
 /// The max of a row, NaN if any element is NaN.
