@@ -9,9 +9,17 @@ use std::time::{Duration, Instant};
 
 use placelab::frontend::{session, setup};
 
-fn median(mut v: Vec<Duration>) -> Duration {
+/// The median time of `n` runs of `cell`.
+fn median_of(n: usize, mut cell: impl FnMut()) -> Duration {
+    let mut v: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            cell();
+            t.elapsed()
+        })
+        .collect();
     v.sort();
-    v[v.len() / 2]
+    v[n / 2]
 }
 
 fn ms(d: Duration) -> String {
@@ -39,52 +47,36 @@ fn main() {
     let r = s.execute("let x = Tensor::randn([1000, 1000], &Device::Cpu)?;\nx.shape().to_vec()");
     assert!(r.ok(), "{r:?}");
     println!("placelab: first cell result {}", ms(t.elapsed()));
-    let trivial: Vec<Duration> = (0..15)
-        .map(|_| {
-            let t = Instant::now();
-            assert!(s.execute("x.shape().to_vec()").ok());
-            t.elapsed()
-        })
-        .collect();
+    let trivial = median_of(15, || {
+        assert!(s.execute("x.shape().to_vec()").ok());
+    });
     println!(
         "placelab: trivial cell `x.shape()` median of 15: {}",
-        ms(median(trivial))
+        ms(trivial)
     );
-    let statement: Vec<Duration> = (0..15)
-        .map(|_| {
-            let t = Instant::now();
-            assert!(s.execute("x.shape();").ok());
-            t.elapsed()
-        })
-        .collect();
+    let statement = median_of(15, || {
+        assert!(s.execute("x.shape();").ok());
+    });
     println!(
         "placelab: statement cell `x.shape();` (no value) median of 15: {}",
-        ms(median(statement))
+        ms(statement)
     );
     for magic in [":mem", ":transfers", ":empty_cache"] {
-        let v: Vec<Duration> = (0..50)
-            .map(|_| {
-                let t = Instant::now();
-                assert!(s.execute(magic).ok());
-                t.elapsed()
-            })
-            .collect();
-        println!("placelab: {magic} median of 50: {}", ms(median(v)));
+        let v = median_of(50, || {
+            assert!(s.execute(magic).ok());
+        });
+        println!("placelab: {magic} median of 50: {}", ms(v));
     }
-    let devices: Vec<Duration> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            assert!(s.execute(":devices").ok());
-            t.elapsed()
-        })
-        .collect();
+    let devices = median_of(5, || {
+        assert!(s.execute(":devices").ok());
+    });
     println!(
         "placelab: :devices (asks the cell process, compiles a cell) median of 5: {}",
-        ms(median(devices))
+        ms(devices)
     );
     drop(s);
 
-    // Plain evcxr in the same run, default configuration, no dependencies.
+    // Plain evcxr in the same run: no dependency, the same evcxr.toml.
     let t = Instant::now();
     let (mut ctx, _out) = evcxr::CommandContext::new().expect("plain evcxr starts");
     println!("plain evcxr: start {}", ms(t.elapsed()));
@@ -92,26 +84,15 @@ fn main() {
     ctx.execute("let v = vec![1000usize, 1000];\nv.clone()")
         .expect("a cell");
     println!("plain evcxr: first cell result {}", ms(t.elapsed()));
-    let trivial: Vec<Duration> = (0..15)
-        .map(|_| {
-            let t = Instant::now();
-            ctx.execute("v.clone()").expect("a cell");
-            t.elapsed()
-        })
-        .collect();
-    println!(
-        "plain evcxr: trivial cell median of 15: {}",
-        ms(median(trivial))
-    );
-    let statement: Vec<Duration> = (0..15)
-        .map(|_| {
-            let t = Instant::now();
-            ctx.execute("v.len();").expect("a cell");
-            t.elapsed()
-        })
-        .collect();
+    let trivial = median_of(15, || {
+        ctx.execute("v.clone()").expect("a cell");
+    });
+    println!("plain evcxr: trivial cell median of 15: {}", ms(trivial));
+    let statement = median_of(15, || {
+        ctx.execute("v.len();").expect("a cell");
+    });
     println!(
         "plain evcxr: statement cell `v.len();` (no value) median of 15: {}",
-        ms(median(statement))
+        ms(statement)
     );
 }

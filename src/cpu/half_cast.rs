@@ -11,35 +11,43 @@ use super::vector_width;
 use super::wide;
 
 pub fn f32_to_f16(s: &[f32], o: &mut [f16]) {
-    assert_eq!(s.len(), o.len());
     #[cfg(target_arch = "x86_64")]
-    let done = match vector_width() {
-        // SAFETY: the CPU has the instructions (checked by `vector_width`), and both
-        // functions stay within the slices' common length.
-        512 => unsafe { x86::f32_to_f16_x16(s, o) },
-        256 => unsafe { x86::f32_to_f16_x8(s, o) },
-        _ => 0,
-    };
+    let wide: &[Convert<f32, f16>] = &[x86::f32_to_f16_x16, x86::f32_to_f16_x8];
     #[cfg(not(target_arch = "x86_64"))]
-    let done = 0;
-    for (o, &s) in o[done..].iter_mut().zip(&s[done..]) {
-        *o = f16::from_f32(s);
-    }
+    let wide = &[];
+    convert(s, o, wide, f16::from_f32);
 }
 
 pub fn f16_to_f32(s: &[f16], o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    let wide: &[Convert<f16, f32>] = &[x86::f16_to_f32_x16, x86::f16_to_f32_x8];
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = &[];
+    convert(s, o, wide, f16::to_f32);
+}
+
+/// A vector conversion (AVX-512 or F16C): converts a prefix of the values, says how many.
+type Convert<S, D> = unsafe fn(&[S], &mut [D]) -> usize;
+
+/// Converts with the widest conversion the CPU has (`wide`: the AVX-512 one, then the F16C
+/// one), then the rest one value at a time.
+fn convert<S: Copy, D>(s: &[S], o: &mut [D], wide: &[Convert<S, D>], one: impl Fn(S) -> D) {
     assert_eq!(s.len(), o.len());
     #[cfg(target_arch = "x86_64")]
-    let done = match vector_width() {
-        // SAFETY: as in `f32_to_f16`.
-        512 => unsafe { x86::f16_to_f32_x16(s, o) },
-        256 => unsafe { x86::f16_to_f32_x8(s, o) },
+    let done = match (vector_width(), wide) {
+        // SAFETY: the CPU has the instructions (checked by `vector_width`), and each
+        // conversion stays within the slices' common length.
+        (512, [x16, ..]) => unsafe { x16(s, o) },
+        (256, [_, x8, ..]) => unsafe { x8(s, o) },
         _ => 0,
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let done = 0;
+    let done = {
+        let _ = wide;
+        0
+    };
     for (o, &s) in o[done..].iter_mut().zip(&s[done..]) {
-        *o = s.to_f32();
+        *o = one(s);
     }
 }
 
@@ -199,19 +207,38 @@ mod tests {
         }
     }
 
-    #[test]
-    fn f16_casts_match_the_scalar_conversion_bit_for_bit() {
+    /// Both directions of one half type against its scalar conversions, bit for bit.
+    fn matches_scalar<H: Copy + Default>(
+        to_half: fn(&[f32], &mut [H]),
+        to_f32: fn(&[H], &mut [f32]),
+        one: fn(f32) -> H,
+        one_back: fn(H) -> f32,
+        bits: fn(H) -> u16,
+    ) {
         let s = inputs();
-        let mut o = vec![f16::ZERO; s.len()];
-        f32_to_f16(&s, &mut o);
-        let want: Vec<u16> = s.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
-        let got: Vec<u16> = o.iter().map(|h| h.to_bits()).collect();
+        let mut o = vec![H::default(); s.len()];
+        to_half(&s, &mut o);
+        let want: Vec<u16> = s.iter().map(|&x| bits(one(x))).collect();
+        let got: Vec<u16> = o.iter().map(|&h| bits(h)).collect();
         same_bits(&got, &want, &s);
         let mut back = vec![0.0f32; o.len()];
-        f16_to_f32(&o, &mut back);
-        let want: Vec<u32> = o.iter().map(|h| h.to_f32().to_bits()).collect();
+        to_f32(&o, &mut back);
+        let want: Vec<u32> = o.iter().map(|&h| one_back(h).to_bits()).collect();
         let got: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
         same_bits(&got, &want, &s);
+    }
+
+    #[test]
+    fn half_casts_match_the_scalar_conversions_bit_for_bit() {
+        let (f16_bits, bf16_bits) = (f16::to_bits, bf16::to_bits);
+        matches_scalar(f32_to_f16, f16_to_f32, f16::from_f32, f16::to_f32, f16_bits);
+        matches_scalar(
+            f32_to_bf16,
+            bf16_to_f32,
+            bf16::from_f32,
+            bf16::to_f32,
+            bf16_bits,
+        );
     }
 
     #[test]
@@ -225,20 +252,5 @@ mod tests {
         let got: Vec<u16> = out[3..].iter().map(|h| h.to_bits()).collect();
         same_bits(&got, &want, &s);
         assert!(out[..3].iter().all(|h| h.to_bits() == 0));
-    }
-
-    #[test]
-    fn bf16_casts_match_the_scalar_conversion_bit_for_bit() {
-        let s = inputs();
-        let mut o = vec![bf16::ZERO; s.len()];
-        f32_to_bf16(&s, &mut o);
-        let want: Vec<u16> = s.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
-        let got: Vec<u16> = o.iter().map(|h| h.to_bits()).collect();
-        same_bits(&got, &want, &s);
-        let mut back = vec![0.0f32; o.len()];
-        bf16_to_f32(&o, &mut back);
-        let want: Vec<u32> = o.iter().map(|h| h.to_f32().to_bits()).collect();
-        let got: Vec<u32> = back.iter().map(|x| x.to_bits()).collect();
-        same_bits(&got, &want, &s);
     }
 }
