@@ -149,14 +149,10 @@ impl Arith for bool {
 pub trait FloatMath: Arith {
     fn exp(a: Self) -> Self;
     /// `e^a` for `a ≤ 0` or NaN (softmax's shifted inputs): the same values as `exp`, with
-    /// the work for large inputs left out.
-    fn exp_nonpositive(a: Self) -> Self {
+    /// the work for large inputs left out. `FMA`: the caller is compiled with fused
+    /// multiply-add (`vectorized!`'s wide copies), so the polynomial may use it.
+    fn exp_nonpositive<const FMA: bool>(a: Self) -> Self {
         Self::exp(a)
-    }
-    /// `exp_nonpositive` for code compiled with FMA (`vectorized!`'s `FMA` copies): the same
-    /// polynomial in fused multiply-adds, fewer instructions and within the same 2 ulp.
-    fn exp_nonpositive_fused(a: Self) -> Self {
-        Self::exp_nonpositive(a)
     }
     fn ln(a: Self) -> Self;
     fn sqrt(a: Self) -> Self;
@@ -175,7 +171,7 @@ pub fn exp_f32(x: f32) -> f32 {
     const LO: f32 = -87.336_54;
     // NaN is carried through by the final select; the arithmetic works on a finite stand-in.
     let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, HI) };
-    let (e, k) = exp_reduced(xc);
+    let (e, k) = exp_reduced::<false>(xc);
     // SAFETY: `k` is a whole number in [-126, 128] (xc is finite and clamped).
     let ki: i32 = unsafe { k.to_int_unchecked() };
     // 2^k in two halves: k reaches 128 near the top of the range, past f32's largest exponent.
@@ -193,53 +189,25 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
+/// `a · b + c`, fused where the caller is compiled with FMA (elsewhere `mul_add` is a libm call).
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
 /// `exp_f32`'s core for a finite, clamped `xc`: `(e, k)` with `e^xc = e · 2^k`, `k` whole.
 #[inline(always)]
-fn exp_reduced(xc: f32) -> (f32, f32) {
+fn exp_reduced<const FMA: bool>(xc: f32) -> (f32, f32) {
     // Round to nearest through the float mantissa: exact for |xc·log2(e)| < 2^22.
     let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-    let r = xc - k * 0.693_359_4 - k * -2.121_944_4e-4;
-    let p = 1.987_569_1e-4f32;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    (p * r * r + r + 1.0, k)
-}
-
-/// `exp_reduced` in fused multiply-adds: only for code compiled with FMA.
-#[inline(always)]
-fn exp_reduced_fused(xc: f32) -> (f32, f32) {
-    let k = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
-    let r = k.mul_add(-0.693_359_4, xc);
-    let r = k.mul_add(2.121_944_4e-4, r);
-    let p = 1.987_569_1e-4f32.mul_add(r, 1.398_199_9e-3);
-    let p = p.mul_add(r, 8.333_452e-3);
-    let p = p.mul_add(r, 4.166_579_6e-2);
-    let p = p.mul_add(r, 1.666_666_5e-1);
-    let p = p.mul_add(r, 0.5);
-    ((p * r).mul_add(r, r) + 1.0, k)
-}
-
-/// `e^x` for `x ≤ 0` (or NaN) from a reduction: `exp_reduced` or its fused twin.
-#[inline(always)]
-fn exp_nonpositive_with(x: f32, reduce: impl Fn(f32) -> (f32, f32)) -> f32 {
-    // `exp_f32` for x ≤ 0: 2^k fits one exponent field (k ≥ -126), and nothing overflows.
-    const LO: f32 = -87.336_54;
-    // Clamped to [LO, 0] whatever the input, so the conversion below is always defined.
-    let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, 0.0) };
-    let (e, k) = reduce(xc);
-    // SAFETY: `k` is a whole number in [-126, 0] (xc is finite, in [LO, 0]).
-    let ki: i32 = unsafe { k.to_int_unchecked() };
-    let y = e * f32::from_bits(((ki + 127) << 23) as u32);
-    if x < LO {
-        0.0
-    } else if x.is_nan() {
-        x
-    } else {
-        y
-    }
+    let r = madd::<FMA>(k, -0.693_359_4, xc);
+    let r = madd::<FMA>(k, 2.121_944_4e-4, r);
+    let p = madd::<FMA>(1.987_569_1e-4, r, 1.398_199_9e-3);
+    let p = madd::<FMA>(p, r, 8.333_452e-3);
+    let p = madd::<FMA>(p, r, 4.166_579_6e-2);
+    let p = madd::<FMA>(p, r, 1.666_666_5e-1);
+    let p = madd::<FMA>(p, r, 0.5);
+    (madd::<FMA>(p * r, r, r) + 1.0, k)
 }
 
 impl FloatMath for f32 {
@@ -247,12 +215,22 @@ impl FloatMath for f32 {
         exp_f32(a)
     }
     #[inline(always)]
-    fn exp_nonpositive(x: f32) -> f32 {
-        exp_nonpositive_with(x, exp_reduced)
-    }
-    #[inline(always)]
-    fn exp_nonpositive_fused(x: f32) -> f32 {
-        exp_nonpositive_with(x, exp_reduced_fused)
+    fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
+        // `exp_f32` for x ≤ 0: 2^k fits one exponent field (k ≥ -126), and nothing overflows.
+        const LO: f32 = -87.336_54;
+        // Clamped to [LO, 0] whatever the input, so the conversion below is always defined.
+        let xc = if x.is_nan() { 0.0 } else { x.clamp(LO, 0.0) };
+        let (e, k) = exp_reduced::<FMA>(xc);
+        // SAFETY: `k` is a whole number in [-126, 0] (xc is finite, in [LO, 0]).
+        let ki: i32 = unsafe { k.to_int_unchecked() };
+        let y = e * f32::from_bits(((ki + 127) << 23) as u32);
+        if x < LO {
+            0.0
+        } else if x.is_nan() {
+            x
+        } else {
+            y
+        }
     }
     fn ln(a: f32) -> f32 {
         a.ln()
@@ -411,7 +389,7 @@ mod tests {
     #[test]
     fn softmax_exps_are_within_two_ulp_plain_and_fused() {
         use super::FloatMath;
-        for exp in [f32::exp_nonpositive, f32::exp_nonpositive_fused] {
+        for exp in [f32::exp_nonpositive::<false>, f32::exp_nonpositive::<true>] {
             let mut worst = 0u32;
             let mut x = -87.0f32;
             while x <= 0.0 {

@@ -284,8 +284,8 @@ super::vectorized! {
     }
 }
 
-/// One row of `softmax_rows`. Always inlined, so that it is compiled inside `wide`'s vector
-/// copy (a function called from there would be compiled for the baseline target).
+/// One row of `softmax_rows`. Always inlined, so that it is compiled inside `softmax_block`'s
+/// vector copies (a function called from there would be compiled for the baseline target).
 #[inline(always)]
 fn softmax_row<T: SoftmaxFloat, const FMA: bool>(row: &[T], orow: &mut [T], log: bool) {
     let m = row_max(row);
@@ -308,13 +308,7 @@ fn softmax_row<T: SoftmaxFloat, const FMA: bool>(row: &[T], orow: &mut [T], log:
 /// over runs of 1024 values, each run's lanes added pairwise and then in f64.
 #[inline(always)]
 fn exp_shifted_sum<T: SoftmaxFloat, const FMA: bool>(row: &[T], orow: &mut [T], m: T) -> f64 {
-    let exp = |x: T| {
-        if FMA {
-            T::exp_nonpositive_fused(x)
-        } else {
-            T::exp_nonpositive(x)
-        }
-    };
+    let exp = T::exp_nonpositive::<FMA>;
     let mut sum = 0.0f64;
     for (run, orun) in row.chunks(1024).zip(orow.chunks_mut(1024)) {
         let mut lanes = [T::zero(); 16];

@@ -422,8 +422,7 @@ fn fmt(s: &mut Session, args: &str) -> CellReport {
         return CellReport::error(format!("evcxr refused `:fmt {args}`: {e}"));
     }
     s.value_format = (args != "{:?}").then(|| args.to_string());
-    let code = format!("placelab::show::set_value_format({args:?});");
-    if let Err(e) = s.ctx.execute(&code) {
+    if let Err(e) = s.ctx.execute(&super::session::value_format_code(args)) {
         return CellReport::error(format!(
             "could not set the value format in the cell process: {e}"
         ));

@@ -173,12 +173,18 @@ pub struct Session {
     pub(super) value_format: Option<String>,
 }
 
-/// The preload: the engine as a dependency (without the front end) and its prelude.
+/// The preload: the engine as a dependency (without the front end) and its prelude; the cell
+/// process's setup follows it.
 fn preload_code() -> String {
     format!(
-        ":dep placelab = {{ path = {:?}, default-features = false }}\nuse placelab::prelude::*;\nplacelab::probe::serve_from_env();",
+        ":dep placelab = {{ path = {:?}, default-features = false }}\nuse placelab::prelude::*;\n",
         env!("CARGO_MANIFEST_DIR")
     )
+}
+
+/// The code that sets the value format (`:fmt`) in the cell process.
+pub(super) fn value_format_code(format: &str) -> String {
+    format!("placelab::show::set_value_format({format:?});")
 }
 
 impl Session {
@@ -203,7 +209,8 @@ impl Session {
             value_format: None,
         };
         let cache = setup::cache_dir();
-        super::progress::while_compiling(&cache, || s.ctx.execute(&preload_code()))
+        let preload = preload_code() + &s.cell_process_setup();
+        super::progress::while_compiling(&cache, || s.ctx.execute(&preload))
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
         Ok(s)
     }
@@ -212,7 +219,8 @@ impl Session {
     pub(super) fn cell_process_setup(&self) -> String {
         let mut code = String::from("placelab::probe::serve_from_env();");
         if let Some(f) = &self.value_format {
-            code.push_str(&format!("\nplacelab::show::set_value_format({f:?});"));
+            code.push('\n');
+            code.push_str(&value_format_code(f));
         }
         code
     }

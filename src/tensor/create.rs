@@ -190,14 +190,21 @@ impl Tensor {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .random();
+        fn filled<T: crate::cpu::random::Sample + Element>(
+            host: crate::Device,
+            n: usize,
+            seed: u64,
+            normal: bool,
+        ) -> Result<Storage> {
+            let mut s = Storage::alloc(host, T::DTYPE, n)?;
+            crate::cpu::random::fill(s.slice_mut::<T>(), seed, normal);
+            Ok(s)
+        }
+        // f64 is drawn in f64; every other float dtype from f32 samples.
         let storage = if dtype == DType::F64 {
-            let mut s = Storage::alloc(host, DType::F64, n)?;
-            crate::cpu::random::fill(s.slice_mut::<f64>(), seed, normal);
-            s
+            filled::<f64>(host, n, seed, normal)?
         } else {
-            let mut s = Storage::alloc(host, DType::F32, n)?;
-            crate::cpu::random::fill(s.slice_mut::<f32>(), seed, normal);
-            s
+            filled::<f32>(host, n, seed, normal)?
         };
         let t = Tensor::from_storage(storage.moved_to(device)?, shape);
         if t.dtype() == dtype {
