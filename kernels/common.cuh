@@ -43,15 +43,25 @@ __device__ __forceinline__ u64 offset_of(const Strided& l, u64 i) {
 
 // ---- conversions -------------------------------------------------------------------------------
 
+// On a GPU the f16 conversions are one PTX instruction each; compiled for the host (the emulated
+// devices, `host/cuda_host.h`) they are the header's software conversions, same rounding.
 __device__ __forceinline__ float f16_to_f32(f16 h) {
+#ifdef PLACELAB_HOST
+    return pl_f16_bits_to_f32(h.bits);
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
     return f;
+#endif
 }
 
 __device__ __forceinline__ f16 f32_to_f16(float f) {
     f16 h;
+#ifdef PLACELAB_HOST
+    h.bits = pl_f32_to_f16_bits(f);
+#else
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+#endif
     return h;
 }
 

@@ -11,9 +11,10 @@ pub use crate::device::registry::{
 pub use crate::gpu::blas::{allow_tf32, set_allow_tf32};
 pub use crate::gpu::copy::pinned_bytes;
 pub use crate::gpu::runtime::context_setup_time;
-pub use crate::gpu::{blas, copy, launch, libs, nvrtc, runtime};
+pub use crate::gpu::{blas, copy, driver, emulated, launch, libs, nvrtc, runtime};
 pub use crate::units::parse_bytes;
 
+use crate::device::StandIn;
 use crate::device::guard::guarded;
 use crate::device::registry::Simulation;
 use crate::memory::{self, MemoryStats};
@@ -35,9 +36,13 @@ pub fn device_name(index: usize) -> Result<String> {
         Backend::Simulated { capacity } => {
             format!("on host memory, {}", crate::units::human_bytes(capacity))
         }
+        Backend::Emulated { capacity } => format!(
+            "kernels/*.cu on the CPU, host memory, {}",
+            crate::units::human_bytes(capacity)
+        ),
         Backend::Real => {
             let name = guarded("naming the GPU", || {
-                runtime::gpu(index).and_then(|g| g.ctx.name().map_err(|e| g.err("name", e)))
+                runtime::gpu(index).and_then(|g| g.driver.name().map_err(|e| g.err("name", e)))
             });
             match name {
                 Ok(Ok(n)) => n,
@@ -99,12 +104,30 @@ pub fn memory_summary(index: usize) -> Result<String> {
 }
 
 /// Turns simulated CUDA devices on (`count > 0`) or off (`count == 0`) for this process, as
-/// `PLACELAB_SIMULATE_CUDA` does at start-up. Fails while tensors live on a device that would
-/// disappear or change size.
+/// `PLACELAB_SIMULATE_CUDA` does at start-up: host memory and the CPU kernels, fast, for
+/// learners. Fails while tensors live on a device that would disappear or change.
 pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
+    replace_stand_ins(StandIn::Simulated, count, capacity)
+}
+
+/// Turns emulated CUDA devices on (`count > 0`) or off (`count == 0`) for this process, as
+/// `PLACELAB_EMULATE_CUDA` does at start-up: host memory run through the CUDA backend, with the
+/// real `kernels/*.cu` compiled for the CPU, so that the GPU code runs without a GPU (slower
+/// than simulated devices; for tests). Fails while tensors live on a device that would
+/// disappear or change.
+pub fn emulate(count: usize, capacity: Option<usize>) -> Result<()> {
+    replace_stand_ins(StandIn::Emulated, count, capacity)
+}
+
+fn replace_stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Result<()> {
+    let op = match kind {
+        StandIn::Simulated => "cuda::simulate",
+        StandIn::Emulated => "cuda::emulate",
+    };
     let new = (count > 0).then(|| Simulation {
         count,
         capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
+        kind,
     });
     crate::device::registry::replace_simulation(new, |old| {
         if old.is_none() && new.is_some() {
@@ -114,17 +137,17 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
                 let tensors = live.iter().filter(|l| l.is_tensor()).count();
                 if tensors > 0 {
                     return Err(Error::invalid(
-                        "cuda::simulate",
+                        op,
                         format!(
-                            "{tensors} tensor storage(s) live on the real GPU {d}; a process never mixes real and simulated CUDA devices. Move them to the CPU (`.cpu()?`) and drop the GPU copies first"
+                            "{tensors} tensor storage(s) live on the real GPU {d}; a process never mixes real and stand-in CUDA devices. Move them to the CPU (`.cpu()?`) and drop the GPU copies first"
                         ),
                     ));
                 }
                 if let Some(what) = live.iter().find_map(|l| l.engine_buffer) {
                     return Err(Error::invalid(
-                        "cuda::simulate",
+                        op,
                         format!(
-                            "this process has used the real GPU {d}, which still holds the engine's {what}; a process never mixes real and simulated CUDA devices. Start a new session with PLACELAB_SIMULATE_CUDA set to simulate devices"
+                            "this process has used the real GPU {d}, which still holds the engine's {what}; a process never mixes real and stand-in CUDA devices. Start a new session with PLACELAB_SIMULATE_CUDA (or PLACELAB_EMULATE_CUDA) set to stand devices in"
                         ),
                     ));
                 }
@@ -132,16 +155,23 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
         }
         if let Some(old) = old {
             for i in 0..old.count {
-                let keeps = new.is_some_and(|n| i < n.count && n.capacity == old.capacity);
+                let keeps = new.is_some_and(|n| {
+                    i < n.count && n.capacity == old.capacity && n.kind == old.kind
+                });
                 let d = Device::Cuda(i);
                 if !keeps {
-                    let live = memory::live_storages_if_used(&d).len();
+                    // The engine's own buffers (cuBLAS's workspace) go with the device.
+                    let live = memory::live_storages_if_used(&d)
+                        .iter()
+                        .filter(|l| l.is_tensor())
+                        .count();
                     if live > 0 {
                         return Err(Error::invalid(
-                            "cuda::simulate",
+                            op,
                             format!(
-                                "{live} tensor storage(s) still live on {}; drop them before changing the simulated devices",
-                                crate::device::device_label(d, true)
+                                "{live} tensor storage(s) still live on {}; drop them before changing the {} devices",
+                                crate::device::device_label(d, Some(old.kind)),
+                                old.kind.as_str()
                             ),
                         ));
                     }
@@ -150,6 +180,7 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
         }
         Ok(())
     })?;
+    runtime::forget_emulated();
     memory::forget_simulated_devices();
     Ok(())
 }

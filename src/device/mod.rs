@@ -9,4 +9,4 @@ pub(crate) mod registry;
 mod value;
 
 pub use default::{default_device, set_default_device};
-pub use value::{Device, device_label};
+pub use value::{Device, StandIn, device_label};

@@ -1,10 +1,14 @@
 //! The registry of CUDA devices that exist in this process: real GPUs, probed without ever
-//! panicking, or simulated ones on host memory (`PLACELAB_SIMULATE_CUDA`, `cuda::simulate`),
-//! never both. Everything that asks "is there a `cuda:i`, and what backs it?" asks here.
+//! panicking, or stand-ins on host memory, never both. A stand-in is *simulated*
+//! (`PLACELAB_SIMULATE_CUDA`, `cuda::simulate`: the CPU kernels, fast, for learners) or
+//! *emulated* (`PLACELAB_EMULATE_CUDA`, `cuda::emulate`: the CUDA backend and the real
+//! `kernels/*.cu` run on the CPU, for tests). Everything that asks "is there a `cuda:i`, and what
+//! backs it?" asks here.
 
 use std::sync::{OnceLock, RwLock};
 
 use super::guard::guarded;
+use super::value::StandIn;
 use crate::units::parse_bytes;
 use crate::{Device, Error, Result};
 
@@ -12,8 +16,14 @@ use crate::{Device, Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Real,
-    /// Host memory with a set capacity, standing in for a GPU (never in a benchmark).
+    /// Host memory with a set capacity and the CPU kernels, standing in for a GPU (never in a
+    /// benchmark).
     Simulated {
+        capacity: usize,
+    },
+    /// Host memory with a set capacity, run through the CUDA backend with `kernels/*.cu`
+    /// compiled for the CPU (never in a benchmark).
+    Emulated {
         capacity: usize,
     },
 }
@@ -21,27 +31,37 @@ pub enum Backend {
 /// The capacity of a simulated device when none is given.
 pub const DEFAULT_SIMULATED_CAPACITY: usize = 16 << 30;
 
-/// Simulated CUDA devices: how many, and the capacity each pretends to have.
+/// Stand-in CUDA devices: how many, the capacity each pretends to have, and which kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Simulation {
     pub(crate) count: usize,
     pub(crate) capacity: usize,
+    pub(crate) kind: StandIn,
+}
+
+/// The setting in `var` (`N` or `N,CAPACITY`), if set and valid; an invalid one is reported.
+fn from_env(var: &str, kind: StandIn) -> Option<Simulation> {
+    let v = std::env::var(var).ok()?;
+    match parse_simulation(&v, kind) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("placelab: ignoring {var}: {e}");
+            None
+        }
+    }
 }
 
 fn simulation() -> &'static RwLock<Option<Simulation>> {
     static SIM: OnceLock<RwLock<Option<Simulation>>> = OnceLock::new();
     SIM.get_or_init(|| {
-        let from_env =
-            std::env::var("PLACELAB_SIMULATE_CUDA")
-                .ok()
-                .and_then(|v| match parse_simulation(&v) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("placelab: ignoring PLACELAB_SIMULATE_CUDA: {e}");
-                        None
-                    }
-                });
-        RwLock::new(from_env)
+        let simulated = from_env("PLACELAB_SIMULATE_CUDA", StandIn::Simulated);
+        let emulated = from_env("PLACELAB_EMULATE_CUDA", StandIn::Emulated);
+        if simulated.is_some() && emulated.is_some() {
+            eprintln!(
+                "placelab: both PLACELAB_SIMULATE_CUDA and PLACELAB_EMULATE_CUDA are set; using the emulated devices"
+            );
+        }
+        RwLock::new(emulated.or(simulated))
     })
 }
 
@@ -68,7 +88,7 @@ pub(crate) fn replace_simulation(
 }
 
 /// Parses `N` or `N,CAPACITY` (`4`, `2,8GiB`, `1,512MiB`, `2,1000000000`).
-fn parse_simulation(v: &str) -> std::result::Result<Option<Simulation>, String> {
+fn parse_simulation(v: &str, kind: StandIn) -> std::result::Result<Option<Simulation>, String> {
     let v = v.trim();
     if v.is_empty() {
         return Ok(None);
@@ -89,7 +109,11 @@ fn parse_simulation(v: &str) -> std::result::Result<Option<Simulation>, String> 
         })?,
         None => DEFAULT_SIMULATED_CAPACITY,
     };
-    Ok(Some(Simulation { count, capacity }))
+    Ok(Some(Simulation {
+        count,
+        capacity,
+        kind,
+    }))
 }
 
 /// The number of real CUDA devices, probed once. Never panics: cudarc panics when libcuda is
@@ -166,18 +190,23 @@ pub fn unavailable_reason() -> Option<String> {
 pub fn backend(index: usize) -> Result<Backend> {
     let device = Device::Cuda(index);
     if let Some(s) = current_simulation() {
-        return if index < s.count {
-            Ok(Backend::Simulated {
-                capacity: s.capacity,
-            })
-        } else {
+        return if index >= s.count {
             Err(Error::DeviceUnavailable {
                 device,
                 reason: format!(
-                    "there are {} simulated CUDA device(s), cuda:0 to cuda:{}",
+                    "there are {} {} CUDA device(s), cuda:0 to cuda:{}",
                     s.count,
+                    s.kind.as_str(),
                     s.count - 1
                 ),
+            })
+        } else if s.kind == StandIn::Emulated {
+            Ok(Backend::Emulated {
+                capacity: s.capacity,
+            })
+        } else {
+            Ok(Backend::Simulated {
+                capacity: s.capacity,
             })
         };
     }
@@ -207,11 +236,24 @@ pub(crate) fn is_real(device: Device) -> bool {
     }
 }
 
-pub(crate) fn is_simulated(device: &Device) -> bool {
+/// Whether `device` runs on the CUDA backend (`gpu/`): a real GPU or an emulated one. Its
+/// memory is then reached through the driver's copies, never read in place.
+pub(crate) fn uses_gpu_backend(device: Device) -> bool {
+    is_real(device) || stand_in(&device) == Some(StandIn::Emulated)
+}
+
+/// What stands in for `device`, if it is a simulated or emulated GPU.
+pub(crate) fn stand_in(device: &Device) -> Option<StandIn> {
     match device {
-        Device::Cpu => false,
-        Device::Cuda(i) => current_simulation().is_some_and(|s| *i < s.count),
+        Device::Cpu => None,
+        Device::Cuda(i) => current_simulation()
+            .filter(|s| *i < s.count)
+            .map(|s| s.kind),
     }
+}
+
+pub(crate) fn is_simulated(device: &Device) -> bool {
+    stand_in(device) == Some(StandIn::Simulated)
 }
 
 impl Device {
@@ -230,10 +272,26 @@ impl Device {
         is_simulated(self)
     }
 
+    /// True for an emulated CUDA device (`PLACELAB_EMULATE_CUDA`): the CUDA backend and its
+    /// kernels, run on the CPU.
+    pub fn is_emulated(&self) -> bool {
+        stand_in(self) == Some(StandIn::Emulated)
+    }
+
+    /// What stands in for this device, if it is not a real one (`None` for the CPU and real
+    /// GPUs).
+    pub fn stand_in(&self) -> Option<StandIn> {
+        stand_in(self)
+    }
+
     /// Where host data bound for this device is prepared: the device itself when its memory is
-    /// host memory (the CPU, a simulated GPU), the CPU for a real GPU.
+    /// host memory the engine reads in place (the CPU, a simulated GPU), else the CPU.
     pub(crate) fn host_stand_in(&self) -> Device {
-        if is_real(*self) { Device::Cpu } else { *self }
+        if uses_gpu_backend(*self) {
+            Device::Cpu
+        } else {
+            *self
+        }
     }
 
     /// Checks that the device exists on this machine (a real or simulated GPU with this index).
@@ -244,9 +302,10 @@ impl Device {
         }
     }
 
-    /// The name shown in cards: `cuda:0 (simulated)` for a simulated device.
+    /// The name shown in cards: `cuda:0 (simulated)` for a simulated device, `cuda:0
+    /// (emulated)` for an emulated one.
     pub fn label(&self) -> String {
-        super::device_label(self, self.is_simulated())
+        super::device_label(self, self.stand_in())
     }
 }
 
@@ -256,22 +315,25 @@ mod tests {
 
     #[test]
     fn parses_simulation_settings() {
+        let sim = StandIn::Simulated;
         assert_eq!(
-            parse_simulation("2").unwrap(),
+            parse_simulation("2", sim).unwrap(),
             Some(Simulation {
                 count: 2,
-                capacity: DEFAULT_SIMULATED_CAPACITY
+                capacity: DEFAULT_SIMULATED_CAPACITY,
+                kind: sim,
             })
         );
         assert_eq!(
-            parse_simulation("1,512MiB").unwrap(),
+            parse_simulation("1,512MiB", StandIn::Emulated).unwrap(),
             Some(Simulation {
                 count: 1,
-                capacity: 512 << 20
+                capacity: 512 << 20,
+                kind: StandIn::Emulated,
             })
         );
-        assert_eq!(parse_simulation("0").unwrap(), None);
-        assert!(parse_simulation("two").is_err());
-        assert!(parse_simulation("2,lots").is_err());
+        assert_eq!(parse_simulation("0", sim).unwrap(), None);
+        assert!(parse_simulation("two", sim).is_err());
+        assert!(parse_simulation("2,lots", sim).is_err());
     }
 }

@@ -10,6 +10,7 @@ pub use preview::preview;
 
 pub use crate::units::{human_bytes, human_duration, human_rate};
 
+use crate::device::StandIn;
 use crate::{Device, Tensor};
 
 fn shape_text(t: &Tensor) -> String {
@@ -50,11 +51,12 @@ fn in_flight_text(q: &crate::Transfer) -> String {
     )
 }
 
-/// ANSI colour of a device badge: blue CPU, green GPU, yellow simulated GPU.
+/// ANSI colour of a device badge: blue CPU, green GPU, yellow simulated GPU, magenta emulated.
 fn ansi(device: &Device) -> &'static str {
     match device {
         Device::Cpu => "\x1b[1;34m",
         d if d.is_simulated() => "\x1b[1;33m",
+        d if d.is_emulated() => "\x1b[1;35m",
         _ => "\x1b[1;32m",
     }
 }
@@ -90,11 +92,12 @@ fn escape(s: &str) -> String {
 }
 
 /// A device's HTML badge, as cards and memory strips show it: its colour (blue for the CPU,
-/// green for a GPU, amber for a simulated one) and its text.
-pub fn device_badge(name: &str, simulated: bool) -> (&'static str, String) {
-    match (name, simulated) {
+/// green for a GPU, amber for a simulated one, purple for an emulated one) and its text.
+pub fn device_badge(name: &str, stand_in: Option<StandIn>) -> (&'static str, String) {
+    match (name, stand_in) {
         ("cpu", _) => ("#3b6ea5", name.to_string()),
-        (_, true) => ("#b7791f", format!("{name} · simulated")),
+        (_, Some(s @ StandIn::Simulated)) => ("#b7791f", format!("{name} · {}", s.as_str())),
+        (_, Some(s @ StandIn::Emulated)) => ("#7b4fa0", format!("{name} · {}", s.as_str())),
         _ => ("#5a8f00", name.to_string()),
     }
 }
@@ -102,7 +105,7 @@ pub fn device_badge(name: &str, simulated: bool) -> (&'static str, String) {
 /// The HTML card: a coloured device badge, shape and dtype, bytes, the last transfer, values.
 pub fn card_html(t: &Tensor) -> String {
     let d = t.device();
-    let (bg, label) = device_badge(&d.to_string(), d.is_simulated());
+    let (bg, label) = device_badge(&d.to_string(), d.stand_in());
     let values = preview(t, 0);
     let transfer = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
         Ok(q) => escape(&in_flight_text(q)),

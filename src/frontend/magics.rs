@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::device::device_label;
 use crate::display::{human_bytes, human_duration, human_rate};
-use crate::transfer::SIMULATED_CLOCK_NOTE;
+use crate::transfer::clock_note;
 
 use super::plot::TransferAxis;
 use super::probe_client::{Reply, Request};
@@ -46,8 +46,8 @@ pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
     ),
     (
         ":simulate",
-        ":simulate cuda N [CAPACITY] [--if-no-gpu]",
-        "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`); with --if-no-gpu, only where no real GPU exists",
+        ":simulate cuda N [CAPACITY] [--if-no-gpu] [--emulate]",
+        "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`); with --if-no-gpu, only where no real GPU exists; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
         simulate,
     ),
     (
@@ -136,7 +136,7 @@ fn del(s: &mut Session, args: &str) -> CellReport {
                 let b = before.devices.get(dev)?;
                 let gone = b.allocated.saturating_sub(a.allocated);
                 (gone > 0).then(|| {
-                    let label = device_label(dev, a.simulated);
+                    let label = device_label(dev, a.stand_in);
                     format!(
                         "{} on {label} (kept in the cache: reserved stays {}; `:empty_cache` releases it)",
                         human_bytes(gone as usize),
@@ -283,10 +283,9 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
                 human_duration(d),
                 human_rate(t.bytes as f64 / d.as_secs_f64().max(1e-12)),
                 if t.pinned { "pinned" } else { "pageable" },
-                if t.simulated {
-                    format!(" ({SIMULATED_CLOCK_NOTE})")
-                } else {
-                    String::new()
+                match t.stand_in {
+                    Some(s) => format!(" ({})", clock_note(s)),
+                    None => String::new(),
                 }
             )
         })
@@ -310,7 +309,8 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     let mut words: Vec<&str> = args.split_whitespace().collect();
     // `--if-no-gpu`: a notebook's first cell, which must run unchanged on a machine with a GPU.
     let only_without_gpu = words.contains(&"--if-no-gpu");
-    words.retain(|w| *w != "--if-no-gpu");
+    let emulate = words.contains(&"--emulate");
+    words.retain(|w| *w != "--if-no-gpu" && *w != "--emulate");
     let (n, cap) = match words.as_slice() {
         ["cuda", n] => (n.parse::<usize>().ok(), None),
         ["cuda", n, cap] => (n.parse::<usize>().ok(), Some(*cap)),
@@ -318,7 +318,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     };
     let Some(n) = n else {
         return CellReport::error(
-            "usage: :simulate cuda N [CAPACITY] [--if-no-gpu], e.g. `:simulate cuda 2` or `:simulate cuda 1 8GiB` (0 turns simulation off)",
+            "usage: :simulate cuda N [CAPACITY] [--if-no-gpu] [--emulate], e.g. `:simulate cuda 2` or `:simulate cuda 1 8GiB` (0 turns simulation off)",
         );
     };
     let cap = match cap.map(crate::units::parse_bytes) {
@@ -337,8 +337,9 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
             "this machine has {real} real CUDA device(s): nothing simulated, the lessons run on them"
         ));
     }
+    let function = if emulate { "emulate" } else { "simulate" };
     let r = s.run_code(&format!(
-        "cuda::simulate({n}, {cap}).map(|_| cuda::device_count())"
+        "cuda::{function}({n}, {cap}).map(|_| cuda::device_count())"
     ));
     if !r.ok() {
         return r;
@@ -347,8 +348,13 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         Some(why) if only_without_gpu => format!(" (no real GPU here: {why})"),
         _ => String::new(),
     };
+    let what = if emulate {
+        "emulated CUDA device(s), the real kernels run on the CPU"
+    } else {
+        "simulated CUDA device(s)"
+    };
     CellReport::info(format!(
-        "{n} simulated CUDA device(s) on host memory: cuda:0 … cuda:{}{why}",
+        "{n} {what} on host memory: cuda:0 … cuda:{}{why}",
         n.saturating_sub(1)
     ))
 }

@@ -25,8 +25,8 @@ pub fn devices_banner(with_free: bool) -> String {
     let mut parts = vec![format!("cpu ({} threads)", crate::cpu_threads())];
     for i in 0..cuda::device_count() {
         let name = cuda::device_name(i).unwrap_or_else(|e| e.to_string());
-        // A simulated device's name already gives its capacity.
-        let free = match Device::Cuda(i).is_simulated() || !with_free {
+        // A stand-in device's name already gives its capacity.
+        let free = match Device::Cuda(i).stand_in().is_some() || !with_free {
             true => String::new(),
             false => memory::mem_get_info(&Device::Cuda(i))
                 .map(|(f, _)| format!(" ({} free)", human_bytes(f)))

@@ -50,7 +50,9 @@ fn transfer_series(log: &[TransferLine], axis: TransferAxis) -> BTreeMap<String,
     let mut by_size: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
     for t in log {
         let kind = if t.pinned { "pinned" } else { "pageable" };
-        let sim = if t.simulated { ", simulated" } else { "" };
+        let sim = t
+            .stand_in
+            .map_or(String::new(), |s| format!(", {}", s.as_str()));
         let secs = t.nanos.max(1) as f64 / 1e9;
         let y = match axis {
             TransferAxis::Time => secs * 1e6,

@@ -104,7 +104,7 @@ impl MemoryChange {
         let mut rows = String::new();
         for r in self.rows() {
             let d = r.stats;
-            let (badge, name) = crate::display::device_badge(&d.name, d.simulated);
+            let (badge, name) = crate::display::device_badge(&d.name, d.stand_in);
             let change = match r.delta {
                 0 => "<span style=\"color:#888\">±0</span>".to_string(),
                 delta if delta > 0 => format!(
@@ -160,10 +160,9 @@ impl MemoryChange {
         }
         let bytes: u64 = t.iter().map(|t| t.bytes).sum();
         let nanos: u64 = t.iter().map(|t| t.nanos).sum();
-        let simulated = if t.iter().any(|t| t.simulated) {
-            format!(", {}", crate::transfer::SIMULATED_CLOCK_NOTE)
-        } else {
-            String::new()
+        let simulated = match t.iter().find_map(|t| t.stand_in) {
+            Some(s) => format!(", {}", crate::transfer::clock_note(s)),
+            None => String::new(),
         };
         Some(format!(
             "{} transfer{} this cell: {} in {} ({}{simulated})",
@@ -201,7 +200,7 @@ fn free_text(d: &DeviceStats) -> Option<String> {
 }
 
 pub fn label(d: &DeviceStats) -> String {
-    crate::device::device_label(&d.name, d.simulated)
+    crate::device::device_label(&d.name, d.stand_in)
 }
 
 pub fn escape(s: &str) -> String {
@@ -218,7 +217,7 @@ mod tests {
     fn gpu(allocated: u64) -> DeviceStats {
         DeviceStats {
             name: "cuda:0".into(),
-            simulated: true,
+            stand_in: Some(crate::device::StandIn::Simulated),
             allocated,
             reserved: 20 << 20,
             peak: allocated,
@@ -239,7 +238,7 @@ mod tests {
             bytes: 4_000_000,
             nanos: 1_000_000,
             pinned: false,
-            simulated: true,
+            stand_in: Some(crate::device::StandIn::Simulated),
         });
         assert_eq!(
             change.lines(),

@@ -5,10 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cudarc::cublas::{CudaBlas, result, sys};
-
+use super::driver::Gemm;
 use super::runtime::Gpu;
-use crate::device::guard::guarded;
 use crate::{DType, Error, Result};
 
 /// Memory for cuBLAS's workspace, asked of the caller at a device's first GEMM: the device
@@ -49,19 +47,15 @@ pub(crate) fn reads_in_place(rows: usize, cols: usize, rs: usize, cs: usize) -> 
 
 /// One operand of a GEMM as cuBLAS (column-major) sees a row-major `rows × cols` matrix with
 /// strides `(rs, cs)`: its transpose is what cuBLAS reads, with no copy when either stride is 1.
-fn operand(
-    rows: usize,
-    cols: usize,
-    rs: usize,
-    cs: usize,
-) -> Option<(sys::cublasOperation_t, usize)> {
+/// `Some((transposed, leading dimension))`.
+fn operand(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<(bool, usize)> {
     // Strides of size-1 dims are arbitrary; give them the value that makes the check pass.
     let rs = if rows <= 1 { cols.max(1) } else { rs };
     let cs = if cols <= 1 { 1 } else { cs };
     if cs == 1 && rs >= cols.max(1) {
-        Some((sys::cublasOperation_t::CUBLAS_OP_N, rs))
+        Some((false, rs))
     } else if rs == 1 && cs >= rows.max(1) {
-        Some((sys::cublasOperation_t::CUBLAS_OP_T, cs))
+        Some((true, cs))
     } else {
         None
     }
@@ -69,26 +63,14 @@ fn operand(
 
 /// Whether cuBLAS multiplies matrices of `dtype` (floats only; an error that says what to do).
 pub(crate) fn check_dtype(dtype: DType) -> Result<()> {
-    types(dtype).map(|_| ())
-}
-
-fn types(dtype: DType) -> Result<(sys::cudaDataType, sys::cublasComputeType_t)> {
-    use sys::cublasComputeType_t as C;
-    use sys::cudaDataType as D;
-    Ok(match dtype {
-        DType::F32 if allow_tf32() => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32),
-        DType::F32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),
-        DType::F64 => (D::CUDA_R_64F, C::CUBLAS_COMPUTE_64F),
-        DType::F16 => (D::CUDA_R_16F, C::CUBLAS_COMPUTE_32F),
-        DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
-        d => {
-            return Err(Error::UnsupportedDType {
-                op: "matmul",
-                dtype: d,
-                hint: "matmul on a CUDA device takes float dtypes only (cuBLAS has no integer GEMM, and PyTorch's CUDA matmul refuses integers too); convert first, e.g. `x.to_dtype(DType::F32)?`, or multiply on the CPU.".into(),
-            });
-        }
-    })
+    match dtype {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
+        d => Err(Error::UnsupportedDType {
+            op: "matmul",
+            dtype: d,
+            hint: "matmul on a CUDA device takes float dtypes only (cuBLAS has no integer GEMM, and PyTorch's CUDA matmul refuses integers too); convert first, e.g. `x.to_dtype(DType::F32)?`, or multiply on the CPU.".into(),
+        }),
+    }
 }
 
 fn blas_error(g: &Gpu, e: impl std::fmt::Display) -> Error {
@@ -99,28 +81,16 @@ fn blas_error(g: &Gpu, e: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Runs `f` with the device's cuBLAS handle, creating it and its workspace on first use.
-fn with_handle<R>(
-    g: &Gpu,
-    workspace: WorkspaceSource,
-    f: impl FnOnce(sys::cublasHandle_t) -> Result<R>,
-) -> Result<R> {
-    let mut slot = g.blas.lock().unwrap_or_else(|e| e.into_inner());
+/// The device's cuBLAS workspace, taken from `workspace` at its first GEMM and kept.
+fn workspace_of(g: &Gpu, workspace: WorkspaceSource) -> Result<(u64, usize)> {
+    let mut slot = g.workspace.lock().unwrap_or_else(|e| e.into_inner());
     if slot.is_none() {
-        let blas = guarded("loading cuBLAS", || CudaBlas::new(g.stream.clone()))
-            .map_err(|m| blas_error(g, m))?
-            .map_err(|e| blas_error(g, e))?;
         let bytes = workspace_bytes(g.cc.0);
-        let (ptr, ws) = workspace(bytes)?;
-        let status = unsafe { sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, bytes) };
-        if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(blas_error(g, format!("{status:?}")));
-        }
-        *slot = Some((blas, ws));
+        let (ptr, keep) = workspace(bytes)?;
+        *slot = Some((ptr, bytes, keep));
     }
-    let handle = *slot.as_ref().expect("created above").0.handle();
-    g.bind()?;
-    f(handle)
+    let (ptr, bytes, _) = slot.as_ref().expect("taken above");
+    Ok((*ptr, *bytes))
 }
 
 /// `a · b` for each batch into the contiguous `batch × m × n` buffer at `out`; the batch count
@@ -134,7 +104,7 @@ pub(crate) fn matmul(
     out: u64,
     workspace: WorkspaceSource,
 ) -> Result<()> {
-    let (data_type, compute) = types(dtype)?;
+    check_dtype(dtype)?;
     let batches = a_off.len();
     if batches == 0 || m == 0 || n == 0 {
         return Ok(());
@@ -142,7 +112,7 @@ pub(crate) fn matmul(
     if k == 0 {
         return super::ops::fill(g, dtype, out, batches * m * n, crate::Scalar::Int(0));
     }
-    let (Some((op_a, lda)), Some((op_b, ldb))) =
+    let (Some((trans_a, lda)), Some((trans_b, ldb))) =
         (operand(m, k, a_rs, a_cs), operand(k, n, b_rs, b_cs))
     else {
         // Neither stride is 1 (a strided view of a view): the tensor layer hands such operands
@@ -161,69 +131,50 @@ pub(crate) fn matmul(
             ),
         ));
     }
+    let ws = workspace_of(g, workspace)?;
     let esize = dtype.size_in_bytes() as u64;
-    let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
-    let (alpha, beta) = if dtype == DType::F64 {
-        (
-            &one64 as *const f64 as *const _,
-            &zero64 as *const f64 as *const _,
-        )
+    // Evenly spaced batches (the usual case) are one strided-batched call; others one call per
+    // batch.
+    let step = |o: &[usize]| o.get(1).map_or(0, |&x| x as i64 - o[0] as i64);
+    let evenly = |o: &[usize]| o.windows(2).all(|w| w[1] as i64 - w[0] as i64 == step(o));
+    let calls: Vec<(usize, usize, usize, usize)> = if evenly(a_off) && evenly(b_off) {
+        vec![(0, a_off[0], b_off[0], batches)]
     } else {
-        (
-            &one32 as *const f32 as *const _,
-            &zero32 as *const f32 as *const _,
-        )
+        (0..batches).map(|i| (i, a_off[i], b_off[i], 1)).collect()
     };
-    let pc = out;
-    // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B comes first.
-    with_handle(g, workspace, |h| {
-        // Evenly spaced batches (the usual case) are one strided-batched call; others one call
-        // per batch.
-        let step = |o: &[usize]| o.get(1).map_or(0, |&x| x as i64 - o[0] as i64);
-        let evenly = |o: &[usize]| o.windows(2).all(|w| w[1] as i64 - w[0] as i64 == step(o));
-        let calls: Vec<(usize, usize, usize, usize)> = if evenly(a_off) && evenly(b_off) {
-            vec![(0, a_off[0], b_off[0], batches)]
-        } else {
-            (0..batches).map(|i| (i, a_off[i], b_off[i], 1)).collect()
+    for (i, ao, bo, count) in calls {
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B comes first.
+        let call = Gemm {
+            dtype,
+            trans_a: trans_b,
+            trans_b: trans_a,
+            m: n,
+            n: m,
+            k,
+            a: pb + bo as u64 * esize,
+            lda: ldb,
+            stride_a: step(b_off),
+            b: pa + ao as u64 * esize,
+            ldb: lda,
+            stride_b: step(a_off),
+            c: out + (i * m * n) as u64 * esize,
+            ldc: n,
+            stride_c: (m * n) as i64,
+            batch: count,
+            allow_tf32: allow_tf32(),
         };
-        for (i, ao, bo, count) in calls {
-            unsafe {
-                result::gemm_strided_batched_ex(
-                    h,
-                    op_b,
-                    op_a,
-                    n as i32,
-                    m as i32,
-                    k as i32,
-                    alpha,
-                    (pb + bo as u64 * esize) as *const _,
-                    data_type,
-                    ldb as i32,
-                    step(b_off),
-                    (pa + ao as u64 * esize) as *const _,
-                    data_type,
-                    lda as i32,
-                    step(a_off),
-                    beta,
-                    (pc + (i * m * n) as u64 * esize) as *mut _,
-                    data_type,
-                    n as i32,
-                    (m * n) as i64,
-                    count as i32,
-                    compute,
-                    sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| blas_error(g, e))?;
-        }
-        Ok(())
-    })
+        // SAFETY: the storage layer hands over live blocks holding every matrix the offsets
+        // and strides address, and an output of `batches × m × n` elements.
+        unsafe { g.driver.gemm(&call, ws) }.map_err(|e| blas_error(g, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sys::cublasOperation_t::{CUBLAS_OP_N as N, CUBLAS_OP_T as T};
+    const N: bool = false;
+    const T: bool = true;
 
     #[test]
     fn operands_map_to_cublas_without_copies() {

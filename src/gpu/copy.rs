@@ -1,14 +1,13 @@
-//! Copies between host memory and real GPUs, and between GPUs, each timed with CUDA events
-//! (created with timing enabled) on the device's stream, plus the host clock around the whole
-//! call: what the user waited for. Pinned host memory comes from `cuMemHostAlloc` (flags 0, not
-//! write-combined, so the CPU reads it at full speed).
+//! Copies between host memory and GPUs, and between GPUs, each timed with events (timing
+//! enabled) on the device's stream, plus the host clock around the whole call: what the user
+//! waited for. Pinned host memory comes from the driver (`cuMemHostAlloc`, flags 0 on a real GPU:
+//! not write-combined, so the CPU reads it at full speed).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaEvent, result, sys};
-
+use super::driver::DriverEvent;
 use super::runtime::{Gpu, gpu};
 use crate::{Device, Error, Result};
 
@@ -32,16 +31,16 @@ pub fn pinned_bytes() -> usize {
 pub(crate) struct PinnedHost {
     ptr: usize,
     bytes: usize,
-    /// Keeps a context alive for `cuMemFreeHost`.
+    /// Keeps the driver (a context) alive to free it.
     gpu: Arc<Gpu>,
 }
 
 impl PinnedHost {
     pub(crate) fn alloc(bytes: usize) -> Result<PinnedHost> {
         let g = gpu(0)?;
-        g.bind()?;
-        // PORTABLE: every context may use it as pinned memory, not only cuda:0's.
-        let ptr = unsafe { result::malloc_host(bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }
+        let ptr = g
+            .driver
+            .malloc_host(bytes)
             .map_err(|_| Error::OutOfMemory {
                 device: Device::Cpu,
                 requested: bytes,
@@ -71,24 +70,20 @@ impl Drop for PinnedHost {
     fn drop(&mut self) {
         // A storage waits for its in-flight copies before dropping its memory, so no copy
         // engine reads or writes this memory now.
-        if self.gpu.bind().is_ok() {
-            let _ = unsafe { result::free_host(self.ptr as *mut _) };
-        }
+        unsafe { self.gpu.driver.free_host(self.ptr as *mut u8, self.bytes) };
         PINNED_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
-fn timing_event(g: &Gpu) -> Result<CudaEvent> {
-    g.ctx
-        .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .map_err(|e| g.err("create event", e))
+fn timing_event(g: &Gpu) -> Result<Box<dyn DriverEvent>> {
+    g.driver.new_event().map_err(|e| g.err("create event", e))
 }
 
 /// A copy queued on a GPU's stream between two timing events.
 pub(crate) struct Timing {
     gpu: Arc<Gpu>,
-    start: CudaEvent,
-    end: CudaEvent,
+    start: Box<dyn DriverEvent>,
+    end: Box<dyn DriverEvent>,
     issued: Instant,
 }
 
@@ -96,12 +91,11 @@ impl Timing {
     /// Waits for the copy and reads its time.
     pub(crate) fn wait(self) -> Result<CopyTime> {
         let g = &self.gpu;
-        g.bind()?;
         self.end.synchronize().map_err(|e| g.err(".to()", e))?;
         let wall = self.issued.elapsed();
         let ms = self
-            .start
-            .elapsed_ms(&self.end)
+            .end
+            .elapsed_ms_since(&*self.start)
             .map_err(|e| g.err(".to()", e))?;
         Ok(CopyTime {
             events: Duration::from_secs_f64(ms as f64 / 1e3),
@@ -111,19 +105,17 @@ impl Timing {
 
     /// Whether the copy has finished (never waits).
     pub(crate) fn is_done(&self) -> bool {
-        // A context that cannot be bound reads as "not done": `wait` then reports the error.
-        self.gpu.bind().is_ok() && self.end.is_complete()
+        self.end.is_complete()
     }
 }
 
 /// Queues `enqueue` between two timing events on `g`'s stream, without waiting for it.
 fn timed(g: &Arc<Gpu>, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -> Result<Timing> {
-    g.bind()?;
     let (start, end) = (timing_event(g)?, timing_event(g)?);
     let issued = Instant::now();
-    start.record(&g.stream).map_err(|e| g.err(op, e))?;
+    g.driver.record(&*start).map_err(|e| g.err(op, e))?;
     enqueue()?;
-    end.record(&g.stream).map_err(|e| g.err(op, e))?;
+    g.driver.record(&*end).map_err(|e| g.err(op, e))?;
     Ok(Timing {
         gpu: g.clone(),
         start,
@@ -142,8 +134,8 @@ pub(crate) fn host_to_device(index: usize, src: &[u8], dst: u64) -> Result<Timin
         if src.is_empty() {
             return Ok(()); // an empty tensor's block has no device address to copy to
         }
-        unsafe { result::memcpy_htod_async(dst, src, g.stream.cu_stream()) }
-            .map_err(|e| g.err(".to()", e))
+        // SAFETY: `dst` is a block of `src.len()` bytes; the caller keeps pinned `src` alive.
+        unsafe { g.driver.copy_htod(dst, src) }.map_err(|e| g.err(".to()", e))
     })
 }
 
@@ -156,8 +148,8 @@ pub(crate) fn device_to_host(index: usize, src: u64, dst: &mut [u8]) -> Result<T
         if dst.is_empty() {
             return Ok(());
         }
-        unsafe { result::memcpy_dtoh_async(dst, src, g.stream.cu_stream()) }
-            .map_err(|e| g.err(".to()", e))
+        // SAFETY: as in `host_to_device`, the other way round.
+        unsafe { g.driver.copy_dtoh(dst, src) }.map_err(|e| g.err(".to()", e))
     })
 }
 
@@ -176,18 +168,12 @@ pub(crate) fn device_to_device(
         if bytes == 0 {
             return Ok(());
         }
-        unsafe {
-            result::memcpy_peer_async(
-                to.ctx.cu_ctx(),
-                dst,
-                from.ctx.cu_ctx(),
-                src,
-                bytes,
-                from.stream.cu_stream(),
-            )
-        }
-        .map_err(|e| from.err(".to()", e))
+        // SAFETY: both are live blocks of `bytes` bytes on their devices.
+        unsafe { from.driver.copy_peer(&*to.driver, dst, src, bytes) }
+            .map_err(|e| from.err(".to()", e))
     })?;
-    to.stream.wait(&time.end).map_err(|e| to.err(".to()", e))?;
+    to.driver
+        .wait_event(&*time.end)
+        .map_err(|e| to.err(".to()", e))?;
     Ok(time)
 }

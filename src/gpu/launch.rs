@@ -1,11 +1,12 @@
 //! Every kernel the engine launches, declared once with its parameter types. Each declaration
 //! gives a typed launch function (so a call site that passes the wrong count or kind of
 //! argument does not compile) and an entry in `KERNELS`, which `tests/kernels_nvrtc.rs` checks
-//! against the parameter lists NVRTC compiles from `kernels/*.cu`: a launch whose arguments do
-//! not match its kernel would read garbage on the GPU without any error.
+//! against the parameter lists NVRTC compiles from `kernels/*.cu`, and the emulator against
+//! those the C++ compiler sees at every launch: a launch whose arguments do not match its kernel
+//! would read garbage on the GPU without any error. `build.rs` reads this list too: it is the one
+//! list of kernels.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
-
+use super::driver::{Arg, Grid};
 use super::nvrtc::{self, KernelSource};
 use super::ops::Strided;
 use super::runtime::Gpu;
@@ -27,21 +28,34 @@ pub enum Param {
 /// The Rust type of a launch argument and its PTX parameter.
 pub trait KernelArg {
     const PARAM: Param;
+    fn arg(self) -> Arg;
 }
 impl KernelArg for u64 {
     const PARAM: Param = Param::U64;
+    fn arg(self) -> Arg {
+        Arg::U64(self)
+    }
 }
 impl KernelArg for i32 {
     const PARAM: Param = Param::U32;
+    fn arg(self) -> Arg {
+        Arg::I32(self)
+    }
 }
 impl KernelArg for f32 {
     const PARAM: Param = Param::F32;
+    fn arg(self) -> Arg {
+        Arg::F32(self)
+    }
 }
 impl KernelArg for Strided {
     const PARAM: Param = Param::Struct {
         align: std::mem::align_of::<Strided>(),
         bytes: std::mem::size_of::<Strided>(),
     };
+    fn arg(self) -> Arg {
+        Arg::Strided(self)
+    }
 }
 
 /// One family of kernels: `{family}_{suffix}` in `source`, all with the same parameters.
@@ -67,19 +81,12 @@ macro_rules! kernels {
             pub(crate) fn $family(
                 g: &Gpu,
                 suffix: &str,
-                cfg: LaunchConfig,
+                grid: Grid,
                 op: &'static str,
                 $($arg: $t),*
             ) -> Result<()> {
                 let name = format!(concat!(stringify!($family), "_{}"), suffix);
-                let f = g.function(&nvrtc::$source, &name)?;
-                let mut b = g.stream.launch_builder(&f);
-                $(b.arg(&$arg);)*
-                // SAFETY: the arguments have the kernel's parameter types (checked against the
-                // compiled kernels by the tests), and every pointer is a live block of the device
-                // holding the elements its view addresses.
-                unsafe { b.launch(cfg) }.map_err(|e| g.err(op, e))?;
-                Ok(())
+                g.launch(&nvrtc::$source, &name, grid, op, &[$(KernelArg::arg($arg)),*])
             }
         )*
 

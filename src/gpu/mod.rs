@@ -1,10 +1,15 @@
-//! The CUDA backend for real GPUs: libraries loaded at run time (`libs`), kernels compiled by
-//! NVRTC (`nvrtc`) and launched with typed parameters (`launch`, `ops`), cuBLAS (`blas`), timed
-//! copies (`copy`), and each device's context, stream and raw memory (`runtime`). It works on
-//! device pointers, host slices and layouts; the storage layer above allocates every buffer.
+//! The CUDA backend: kernels compiled by NVRTC (`nvrtc`) and launched with typed parameters
+//! (`launch`, `ops`), GEMMs (`blas`), timed copies (`copy`), and each device's driver, stream
+//! and raw memory (`runtime`). What runs it is behind one seam (`driver`): a real GPU through
+//! cudarc (`cuda_driver`, with libraries found by `libs`), or the emulator (`emulated`), which
+//! runs the same `kernels/*.cu` compiled for the CPU. It works on device pointers, host slices
+//! and layouts; the storage layer above allocates every buffer.
 
 pub mod blas;
 pub mod copy;
+pub(crate) mod cuda_driver;
+pub mod driver;
+pub mod emulated;
 pub mod launch;
 pub mod libs;
 pub mod nvrtc;

@@ -3,8 +3,9 @@
 //! a pointer and its view (`Input`), read through strided views with dims merged on the host;
 //! outputs are contiguous. Nothing here waits for the GPU.
 
-use cudarc::driver::{DeviceRepr, LaunchConfig};
+use cudarc::driver::DeviceRepr;
 
+use super::driver::Grid;
 use super::launch;
 use super::runtime::Gpu;
 use crate::layout::{Layout, coalesce};
@@ -22,7 +23,7 @@ const REDUCE_THREADS: u32 = 256;
 /// A view as the kernels read it (`Strided` in `kernels/common.cuh`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Strided {
+pub struct Strided {
     offset: u64,
     rank: u64,
     shape: [u64; MAX_DIMS],
@@ -117,24 +118,24 @@ pub(crate) fn scalar_bits(dtype: DType, value: Scalar) -> u64 {
     })
 }
 
-fn elementwise_grid(n: usize) -> LaunchConfig {
+fn elementwise_grid(n: usize) -> Grid {
     // Grid-stride loops: enough blocks to fill any GPU, never more than the work needs.
     let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
-    LaunchConfig {
-        grid_dim: (blocks, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
+    Grid {
+        blocks: (blocks, 1, 1),
+        threads: (256, 1, 1),
+        shared_bytes: 0,
     }
 }
 
 /// A reduction grid for `count` blocks' worth of work: the kernels walk their blocks
 /// `blockIdx.x, blockIdx.x + gridDim.x, …`, so the grid stays within the launch limits however
 /// many rows there are.
-fn blocks(count: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (count.clamp(1, 1 << 16) as u32, 1, 1),
-        block_dim: (REDUCE_THREADS, 1, 1),
-        shared_mem_bytes: 0,
+fn blocks(count: usize) -> Grid {
+    Grid {
+        blocks: (count.clamp(1, 1 << 16) as u32, 1, 1),
+        threads: (REDUCE_THREADS, 1, 1),
+        shared_bytes: 0,
     }
 }
 
@@ -204,19 +205,8 @@ pub(crate) fn compare(
 }
 
 /// The launcher of the binary or the compare kernels, which take the same parameters.
-type PairwiseKernel = fn(
-    &Gpu,
-    &str,
-    LaunchConfig,
-    &'static str,
-    i32,
-    u64,
-    u64,
-    u64,
-    Strided,
-    u64,
-    Strided,
-) -> Result<()>;
+type PairwiseKernel =
+    fn(&Gpu, &str, Grid, &'static str, i32, u64, u64, u64, Strided, u64, Strided) -> Result<()>;
 
 /// `kernel(op, n, out, a, la, b, lb)` for the binary and compare kernels.
 #[allow(clippy::too_many_arguments)]
@@ -291,7 +281,7 @@ fn map_one(
     dtype: DType,
     out: u64,
     (pa, l): Input,
-    launch: impl FnOnce(&str, LaunchConfig, [u64; 3], Strided) -> Result<()>,
+    launch: impl FnOnce(&str, Grid, [u64; 3], Strided) -> Result<()>,
 ) -> Result<()> {
     let n = l.numel();
     if n == 0 {

@@ -1,33 +1,29 @@
-//! One real GPU as the engine uses it: its primary context (created on first use, and timed,
-//! since that one-time cost must never be counted as a transfer), one stream that every kernel,
-//! copy and GEMM of the device runs on in order, the kernel modules loaded on it, its cuBLAS
-//! handle, and the raw `cuMemAlloc`/`cuMemFree` allocator under the caching allocator.
+//! One CUDA device as the engine uses it: the driver behind it (a real GPU's, or the emulator's;
+//! `driver.rs` is the seam), created on first use and timed, since that one-time cost must never
+//! be counted as a transfer; the cuBLAS workspace taken at its first GEMM; and the raw allocator
+//! under the caching allocator. Everything queued on a device runs on its one stream, in order.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError, result};
-use cudarc::nvrtc::Ptx;
-
-use super::nvrtc::{self, KernelSource};
+use super::cuda_driver::CudaDriver;
+use super::driver::{AllocFailure, Arg, Driver, Grid};
+use super::emulated::EmulatedDriver;
+use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
-use crate::device::guard::guarded;
+use crate::device::registry::{Backend, backend};
 use crate::{Device, Error, Result};
 
 pub(crate) struct Gpu {
     pub index: usize,
-    pub ctx: Arc<CudaContext>,
-    pub stream: Arc<CudaStream>,
+    pub driver: Box<dyn Driver>,
     /// Compute capability, e.g. (9, 0) for an H100.
     pub cc: (i32, i32),
     /// How long creating the context took (the first use of the device in this process).
     pub context_setup: Duration,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<String, CudaFunction>>,
-    /// The cuBLAS handle and what keeps its workspace allocated, made at the first GEMM.
-    pub(super) blas: Mutex<Option<(CudaBlas, Box<dyn Send>)>>,
+    /// cuBLAS's workspace (address, bytes) and what keeps it allocated, taken at the first GEMM.
+    pub(super) workspace: Mutex<Option<(u64, usize, Box<dyn Send>)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -45,47 +41,53 @@ fn unreported_setups() -> &'static Mutex<Vec<(usize, Duration)>> {
     S.get_or_init(Default::default)
 }
 
-/// `cuda:index` ready for work, its context created on first use.
+/// `cuda:index` ready for work, its driver (a real GPU's context) created on first use.
 pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     let mut map = lock(gpus());
     if let Some(g) = map.get(&index) {
         return Ok(g.clone());
     }
     let device = Device::Cuda(index);
-    // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks them up
-    // by name, whichever of them the device's first op needs.
-    super::libs::preload();
+    let unavailable = |reason: String| Error::DeviceUnavailable { device, reason };
     let start = Instant::now();
-    let ctx = guarded("creating the CUDA context", || CudaContext::new(index))
-        .map_err(|msg| Error::DeviceUnavailable {
-            device,
-            reason: msg,
-        })?
-        .map_err(|e| Error::DeviceUnavailable {
-            device,
-            reason: format!("the driver could not create its context: {e}"),
-        })?;
+    let driver: Box<dyn Driver> = match backend(index)? {
+        Backend::Real => {
+            // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks
+            // them up by name, whichever of them the device's first op needs.
+            super::libs::preload();
+            Box::new(CudaDriver::new(index).map_err(unavailable)?)
+        }
+        Backend::Emulated { capacity } => Box::new(EmulatedDriver::new(index, capacity)),
+        Backend::Simulated { .. } => {
+            return Err(unavailable(
+                "a simulated device runs the CPU kernels, not the CUDA backend".into(),
+            ));
+        }
+    };
     let context_setup = start.elapsed();
-    // One stream per device and no cudarc-managed slices: its per-slice event tracking would
-    // only cost time.
-    unsafe { ctx.disable_event_tracking() };
-    let cc = ctx
-        .compute_capability()
-        .map_err(|e| driver_error("compute_capability", index, e))?;
-    let stream = ctx.default_stream();
     let g = Arc::new(Gpu {
         index,
-        ctx,
-        stream,
-        cc,
+        cc: driver.compute_capability(),
+        driver,
         context_setup,
-        modules: Mutex::default(),
-        functions: Mutex::default(),
-        blas: Mutex::default(),
+        workspace: Mutex::default(),
     });
     lock(unreported_setups()).push((index, context_setup));
     map.insert(index, g.clone());
     Ok(g)
+}
+
+/// Forgets the emulated devices' drivers, so that a new emulation setting takes effect (the
+/// caller has checked that no storage lives on them).
+pub(crate) fn forget_emulated() {
+    let mut map = lock(gpus());
+    for g in map.values() {
+        if !g.driver.as_any().is::<CudaDriver>() {
+            // Returns the cuBLAS workspace to the device's allocator, which goes too.
+            lock(&g.workspace).take();
+        }
+    }
+    map.retain(|_, g| g.driver.as_any().is::<CudaDriver>());
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.
@@ -107,89 +109,48 @@ pub(crate) fn take_unreported_setup(devices: &[Device]) -> Option<Duration> {
     total
 }
 
-pub(crate) fn driver_error(op: &'static str, index: usize, e: DriverError) -> Error {
+pub(crate) fn driver_error(op: &'static str, index: usize, msg: String) -> Error {
     Error::Cuda {
         op,
         device: Device::Cuda(index),
-        msg: e.to_string(),
+        msg,
     }
 }
 
 impl Gpu {
-    pub(crate) fn err(&self, op: &'static str, e: DriverError) -> Error {
-        driver_error(op, self.index, e)
+    pub(crate) fn err(&self, op: &'static str, msg: String) -> Error {
+        driver_error(op, self.index, msg)
     }
 
     pub(crate) fn device(&self) -> Device {
         Device::Cuda(self.index)
     }
 
-    /// Makes this device's context current on the calling thread (driver calls need it).
-    pub(crate) fn bind(&self) -> Result<()> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| self.err("bind context", e))
-    }
-
-    /// The kernel `name` of `source`, compiling and loading the file on first use.
-    pub(crate) fn function(&self, source: &KernelSource, name: &str) -> Result<CudaFunction> {
-        if let Some(f) = lock(&self.functions).get(name) {
-            return Ok(f.clone());
-        }
-        self.bind()?;
-        let module = {
-            let mut modules = lock(&self.modules);
-            match modules.get(source.name) {
-                Some(m) => m.clone(),
-                None => {
-                    let m = self.load_module(source)?;
-                    modules.insert(source.name, m.clone());
-                    m
-                }
-            }
-        };
-        let f = module
-            .load_function(name)
-            .map_err(|e| self.err("load kernel", e))?;
-        lock(&self.functions).insert(name.to_string(), f.clone());
-        Ok(f)
-    }
-
-    /// Loads `source`'s CUBIN. One the driver refuses as an image (a damaged cache file) is
-    /// compiled afresh once; any other failure (a context left broken by an earlier fault, say)
-    /// is reported as it is.
-    fn load_module(&self, source: &KernelSource) -> Result<Arc<CudaModule>> {
-        use cudarc::driver::sys::CUresult as R;
-        let load = |cubin: Vec<u8>| self.ctx.load_module(Ptx::from_binary(cubin));
-        match load(nvrtc::cubin(source, self.cc)?) {
-            Ok(m) => Ok(m),
-            Err(e)
-                if matches!(
-                    e.0,
-                    R::CUDA_ERROR_INVALID_IMAGE
-                        | R::CUDA_ERROR_NO_BINARY_FOR_GPU
-                        | R::CUDA_ERROR_INVALID_PTX
-                        | R::CUDA_ERROR_INVALID_SOURCE
-                ) =>
-            {
-                nvrtc::forget_cached(source, self.cc);
-                load(nvrtc::cubin(source, self.cc)?).map_err(|e| self.err("load kernels", e))
-            }
-            Err(e) => Err(self.err("load kernels", e)),
-        }
+    /// Queues kernel `name` of `source`; `op` names the user's op in errors.
+    pub(crate) fn launch(
+        &self,
+        source: &KernelSource,
+        name: &str,
+        grid: Grid,
+        op: &'static str,
+        args: &[Arg],
+    ) -> Result<()> {
+        // SAFETY: the launchers (`launch.rs`) pass the kernel's parameter kinds, and every
+        // pointer is a live block of the device holding the elements its view addresses.
+        unsafe { self.driver.launch(source, name, grid, args) }.map_err(|e| self.err(op, e))
     }
 
     /// Waits for all work queued on the device.
     pub(crate) fn synchronize(&self) -> Result<()> {
-        self.stream
+        self.driver
             .synchronize()
             .map_err(|e| self.err("synchronize", e))
     }
 }
 
-/// Device memory for the caching allocator, straight from the driver: `cuMemAlloc` for each new
-/// segment, `cuMemFree` when `empty_cache` releases one (after the device's queued work is done,
-/// since a kernel may still read a block freed on the host).
+/// Device memory for the caching allocator, straight from the driver (`cuMemAlloc` on a real
+/// GPU) for each new segment, returned when `empty_cache` releases one (after the device's
+/// queued work is done, since a kernel may still read a block freed on the host).
 pub(crate) struct CudaMemory {
     gpu: Arc<Gpu>,
     /// The last failure that was not out-of-memory (a fault left by an earlier kernel, say), so
@@ -211,19 +172,11 @@ impl RawAllocator for CudaMemory {
         // Out of memory makes the caching allocator release its cache and retry once, then
         // report the driver's free/total; any other failure (`failure`) is reported at once as
         // the driver's error.
-        use cudarc::driver::sys::CUresult;
-        let r = self
-            .gpu
-            .bind()
-            .map_err(|e| Some(e.to_string()))
-            .and_then(|()| {
-                unsafe { result::malloc_sync(size) }
-                    .map_err(|e| (e.0 != CUresult::CUDA_ERROR_OUT_OF_MEMORY).then(|| e.to_string()))
-            });
-        match r {
+        match self.gpu.driver.malloc(size) {
             Ok(p) => Some(p as usize),
-            Err(failure) => {
-                self.failure = failure;
+            Err(AllocFailure::OutOfMemory) => None,
+            Err(AllocFailure::Failed(msg)) => {
+                self.failure = Some(msg);
                 None
             }
         }
@@ -233,14 +186,12 @@ impl RawAllocator for CudaMemory {
         self.failure.take()
     }
 
-    fn free(&mut self, addr: usize, _size: usize) {
-        if self.gpu.synchronize().is_ok() {
-            // A failure here leaves the segment with the driver until the process ends.
-            let _ = unsafe { result::free_sync(addr as u64) };
-        }
+    fn free(&mut self, addr: usize, size: usize) {
+        // SAFETY: the caching allocator frees only whole segments it got from `alloc`.
+        unsafe { self.gpu.driver.free(addr as u64, size) };
     }
 
     fn mem_info(&self) -> (usize, usize) {
-        self.gpu.ctx.mem_get_info().unwrap_or((0, 0))
+        self.gpu.driver.mem_info()
     }
 }

@@ -61,7 +61,9 @@ fn raw_allocator_for(device: Device) -> Result<Box<dyn RawAllocator>> {
         Device::Cpu => Ok(Box::new(host::HostMemory::cpu())),
         Device::Cuda(i) => match backend(i)? {
             Backend::Simulated { capacity } => Ok(Box::new(host::HostMemory::simulated(capacity))),
-            Backend::Real => Ok(Box::new(crate::gpu::runtime::CudaMemory::new(i)?)),
+            Backend::Real | Backend::Emulated { .. } => {
+                Ok(Box::new(crate::gpu::runtime::CudaMemory::new(i)?))
+            }
         },
     }
 }
@@ -90,6 +92,9 @@ pub(crate) struct Block {
     id: u64,
     device: Device,
     mem: Shared,
+    /// On an emulated device: under AddressSanitizer a kernel may touch only the requested
+    /// bytes of the block, so an access past a tensor's end is caught.
+    emulated: bool,
 }
 
 impl Block {
@@ -158,12 +163,17 @@ impl Block {
             },
         );
         drop(m);
+        let emulated = device.is_emulated();
+        if emulated {
+            crate::gpu::emulated::mark_usable(addr, requested, true);
+        }
         Ok(Block {
             addr,
             size,
             id,
             device,
             mem,
+            emulated,
         })
     }
 
@@ -191,6 +201,9 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
+        if self.emulated {
+            crate::gpu::emulated::mark_usable(self.addr, self.size, false);
+        }
         let mut m = lock(&self.mem);
         m.alloc.free(self.addr);
         m.live.remove(&self.id);
@@ -256,7 +269,7 @@ pub fn used_devices() -> Vec<Device> {
 /// Drops the allocators of CUDA devices that hold no tensor, so that a new simulation setting
 /// (count, capacity) takes effect for them.
 pub(crate) fn forget_simulated_devices() {
-    lock(registry()).retain(|d, m| d.is_cpu() || !lock(m).live.is_empty());
+    lock(registry()).retain(|d, m| d.is_cpu() || lock(m).live.values().any(|l| l.is_tensor()));
 }
 
 /// Each segment of `device`: (address, size, blocks as (offset, size, allocated)).

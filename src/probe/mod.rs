@@ -86,7 +86,7 @@ fn snapshot(after_seq: u64) -> Snapshot {
             bytes: t.bytes as u64,
             nanos: t.duration.as_nanos() as u64,
             pinned: t.memory == transfer::HostMemoryKind::Pinned,
-            simulated: t.clock == transfer::Clock::SimulatedHostCopy,
+            stand_in: t.clock.stand_in(),
         })
         .collect();
     Snapshot {
@@ -104,7 +104,7 @@ fn device_stats(d: Device) -> DeviceStats {
         .unwrap_or(0);
     DeviceStats {
         name: d.to_string(),
-        simulated: d.is_simulated(),
+        stand_in: d.stand_in(),
         allocated: s.allocated_bytes as u64,
         reserved: s.reserved_bytes as u64,
         peak: s.peak_allocated_bytes as u64,

@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use crate::device::StandIn;
+
 /// What the front end asks the cell process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
@@ -56,7 +58,8 @@ impl Request {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceStats {
     pub name: String,
-    pub simulated: bool,
+    /// A simulated or emulated GPU.
+    pub stand_in: Option<StandIn>,
     pub allocated: u64,
     pub reserved: u64,
     pub peak: u64,
@@ -74,7 +77,8 @@ pub struct TransferLine {
     pub bytes: u64,
     pub nanos: u64,
     pub pinned: bool,
-    pub simulated: bool,
+    /// The copy of a simulated or emulated GPU (its time is a host copy's).
+    pub stand_in: Option<StandIn>,
 }
 
 /// The reply to `stats`: devices by name, and the transfers asked for.
@@ -106,9 +110,9 @@ impl Reply {
                 for d in s.devices.values() {
                     let _ = writeln!(
                         out,
-                        "device name={} simulated={} allocated={} reserved={} peak={} tensors={} free={} total={}",
+                        "device name={} stand_in={} allocated={} reserved={} peak={} tensors={} free={} total={}",
                         d.name,
-                        d.simulated as u8,
+                        stand_in_text(d.stand_in),
                         d.allocated,
                         d.reserved,
                         d.peak,
@@ -120,8 +124,14 @@ impl Reply {
                 for t in &s.transfers {
                     let _ = writeln!(
                         out,
-                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} simulated={}",
-                        t.seq, t.from, t.to, t.bytes, t.nanos, t.pinned as u8, t.simulated as u8
+                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} stand_in={}",
+                        t.seq,
+                        t.from,
+                        t.to,
+                        t.bytes,
+                        t.nanos,
+                        t.pinned as u8,
+                        stand_in_text(t.stand_in)
                     );
                 }
                 let _ = writeln!(out, "seq last={}", s.last_seq);
@@ -177,6 +187,17 @@ fn text(f: &BTreeMap<&str, &str>, k: &str) -> String {
     f.get(k).unwrap_or(&"?").to_string()
 }
 
+/// `simulated`, `emulated` or `none`.
+fn stand_in_text(s: Option<StandIn>) -> &'static str {
+    s.map_or("none", StandIn::as_str)
+}
+
+fn stand_in_of(text: &str) -> Option<StandIn> {
+    [StandIn::Simulated, StandIn::Emulated]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+}
+
 fn parse_snapshot(reply: &str) -> Snapshot {
     let mut snap = Snapshot::default();
     for line in reply.lines() {
@@ -185,7 +206,7 @@ fn parse_snapshot(reply: &str) -> Snapshot {
             Some("device") => {
                 let d = DeviceStats {
                     name: text(&f, "name"),
-                    simulated: number(&f, "simulated") == 1,
+                    stand_in: stand_in_of(&text(&f, "stand_in")),
                     allocated: number(&f, "allocated"),
                     reserved: number(&f, "reserved"),
                     peak: number(&f, "peak"),
@@ -202,7 +223,7 @@ fn parse_snapshot(reply: &str) -> Snapshot {
                 bytes: number(&f, "bytes"),
                 nanos: number(&f, "ns"),
                 pinned: number(&f, "pinned") == 1,
-                simulated: number(&f, "simulated") == 1,
+                stand_in: stand_in_of(&text(&f, "stand_in")),
             }),
             Some("seq") => snap.last_seq = number(&f, "last"),
             _ => {}
@@ -231,7 +252,7 @@ mod tests {
         };
         let d = DeviceStats {
             name: "cuda:0".into(),
-            simulated: true,
+            stand_in: Some(StandIn::Emulated),
             allocated: 4_000_768,
             reserved: 20 << 20,
             peak: 5,
@@ -247,7 +268,7 @@ mod tests {
             bytes: 4_000_000,
             nanos: 1_000_000,
             pinned: false,
-            simulated: true,
+            stand_in: Some(StandIn::Simulated),
         });
         let stats = Request::Stats { after_seq: 8 };
         let reply = Reply::Snapshot(snap);

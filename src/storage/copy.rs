@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{Storage, gpu_index};
 use crate::cpu;
-use crate::device::registry::is_real;
+use crate::device::registry::uses_gpu_backend as is_gpu;
 pub(crate) use crate::gpu::copy::CopyTime;
 use crate::gpu::copy::{self, Timing};
 use crate::layout::Layout;
@@ -49,7 +49,7 @@ impl Completion {
 pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
     for &d in devices {
         if let Device::Cuda(i) = d
-            && is_real(d)
+            && is_gpu(d)
         {
             crate::gpu::runtime::gpu(i)?;
         }
@@ -61,7 +61,7 @@ pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
 /// devices run their kernels to completion before returning, so there is nothing to wait for.
 pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
     match device {
-        Device::Cuda(i) if is_real(device) => crate::gpu::runtime::gpu(i)?.synchronize(),
+        Device::Cuda(i) if is_gpu(device) => crate::gpu::runtime::gpu(i)?.synchronize(),
         _ => Ok(()),
     }
 }
@@ -69,7 +69,7 @@ pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
 /// Whether a copy between `from` and `to` runs on a GPU's copy engine and is timed with CUDA
 /// events (else it is a host memcpy timed by the host clock).
 pub(crate) fn copy_engine_between(from: Device, to: Device) -> bool {
-    is_real(from) || is_real(to)
+    is_gpu(from) || is_gpu(to)
 }
 
 impl Storage {
@@ -144,13 +144,13 @@ impl Storage {
 
     /// Whether a copy to `device` is between host-backed storages (no real GPU involved).
     fn stays_on_host(&self, device: Device) -> bool {
-        self.is_host() && !is_real(device)
+        self.is_host() && !is_gpu(device)
     }
 
     /// Queues a copy that a real GPU's copy engine does, into a new storage.
     fn gpu_copy(&self, device: Device, pinned_dst: bool) -> Result<(Storage, Timing)> {
         let bytes = self.numel * self.dtype.size_in_bytes();
-        match (self.is_host(), is_real(device)) {
+        match (self.is_host(), is_gpu(device)) {
             (true, true) => {
                 let out = Storage::alloc(device, self.dtype, self.numel)?;
                 let timing =
@@ -197,7 +197,7 @@ impl Storage {
     /// real GPU exists (its copy engine reads it directly), else ordinary host memory marked
     /// pinned, so transfers to a simulated GPU say "pinned" as they would on a real one.
     pub(crate) fn pinned_copy(&self, l: &Layout) -> Result<Storage> {
-        if is_real(Device::Cuda(0)) {
+        if is_gpu(Device::Cuda(0)) {
             let mut s = Storage::alloc_pinned(self.dtype, l.numel())?;
             s.write_view(&Layout::contiguous(l.shape.clone()), self, l)?;
             return Ok(s);

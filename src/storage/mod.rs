@@ -77,7 +77,7 @@ impl Storage {
     /// since not every byte is a valid `bool`).
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Storage> {
         let block = Block::alloc(device, dtype, numel)?;
-        if crate::device::registry::is_real(device) {
+        if crate::device::registry::uses_gpu_backend(device) {
             return Ok(Storage::new(dtype, numel, false, Backing::Cuda(block)));
         }
         let mut s = Storage::new(dtype, numel, false, Backing::Host(block));

@@ -57,7 +57,8 @@ impl Tensor {
         // Creating a GPU's context happens here, outside the timed copy, and is reported apart.
         let context_setup = storage::open_devices(&[from, *device])?;
         let simulated = device.is_simulated() || from.is_simulated();
-        let on_real_gpu = storage::copy_engine_between(from, *device);
+        let emulated = device.is_emulated() || from.is_emulated();
+        let on_gpu = storage::copy_engine_between(from, *device);
         let mut t = Transfer {
             seq: 0,
             from,
@@ -67,7 +68,9 @@ impl Tensor {
             wall: Duration::ZERO,
             context_setup,
             memory,
-            clock: if on_real_gpu {
+            clock: if emulated {
+                Clock::EmulatedEvents
+            } else if on_gpu {
                 Clock::CudaEvents
             } else if simulated {
                 Clock::SimulatedHostCopy

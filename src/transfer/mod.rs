@@ -10,11 +10,24 @@ use std::time::Duration;
 
 pub use inflight::pending;
 
+use crate::device::StandIn;
 use crate::{DType, Device};
 
 /// How a simulated GPU's transfer time was measured, wherever a time is shown: a host copy, not
 /// a bus transfer.
 pub const SIMULATED_CLOCK_NOTE: &str = "simulated: host copy time";
+
+/// How an emulated GPU's transfer time was measured: host timestamps around a host copy run in
+/// its stream's order, not a bus transfer.
+pub const EMULATED_CLOCK_NOTE: &str = "emulated: host copy time";
+
+/// The note that says how a stand-in device's transfer time was measured.
+pub fn clock_note(stand_in: StandIn) -> &'static str {
+    match stand_in {
+        StandIn::Simulated => SIMULATED_CLOCK_NOTE,
+        StandIn::Emulated => EMULATED_CLOCK_NOTE,
+    }
+}
 
 /// Host memory a transfer read from or wrote to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +48,20 @@ pub enum Clock {
     /// A host clock around a host-memory copy standing in for a simulated GPU's transfer: a real
     /// PCIe copy would take a different time.
     SimulatedHostCopy,
+    /// An emulated GPU's events: host timestamps when its stream reached them, around a host
+    /// copy. A real PCIe copy would take a different time.
+    EmulatedEvents,
+}
+
+impl Clock {
+    /// The stand-in device whose copy this clock timed, if any.
+    pub fn stand_in(self) -> Option<StandIn> {
+        match self {
+            Clock::SimulatedHostCopy => Some(StandIn::Simulated),
+            Clock::EmulatedEvents => Some(StandIn::Emulated),
+            Clock::CudaEvents | Clock::Host => None,
+        }
+    }
 }
 
 /// Whether `.to()` waited for its copy.
@@ -100,15 +127,18 @@ impl fmt::Display for Transfer {
             HostMemoryKind::Pageable => "pageable",
             HostMemoryKind::Pinned => "pinned",
         };
-        let clock = match self.clock {
-            Clock::SimulatedHostCopy => format!(", {SIMULATED_CLOCK_NOTE}"),
-            // Waiting noticeably longer than the copy ran: pageable staging or launch latency.
-            Clock::CudaEvents
-                if self.mode == CopyMode::Blocking && self.wall > self.duration.mul_f64(1.2) =>
-            {
-                format!(", waited {}", crate::units::human_duration(self.wall))
-            }
-            _ => String::new(),
+        let clock = match self.clock.stand_in() {
+            Some(s) => format!(", {}", clock_note(s)),
+            None => match self.clock {
+                // Waiting noticeably longer than the copy ran: pageable staging or launch latency.
+                Clock::CudaEvents
+                    if self.mode == CopyMode::Blocking
+                        && self.wall > self.duration.mul_f64(1.2) =>
+                {
+                    format!(", waited {}", crate::units::human_duration(self.wall))
+                }
+                _ => String::new(),
+            },
         };
         let clock = match self.mode {
             CopyMode::Blocking => clock,

@@ -1,0 +1,131 @@
+//! Compiles `kernels/*.cu`, unchanged, for the host: the emulated CUDA devices run them
+//! (`src/gpu/emulated/`). Each kernel file is compiled after `kernels/host/cuda_host.h` (CUDA's
+//! built-ins on the CPU) and `kernels/common.cuh`, with a table of the kernels that
+//! `src/gpu/launch.rs` declares in that file: the launchers are the one list of kernels, so a
+//! launcher whose kernel is missing fails this build, naming it.
+//!
+//! `PLACELAB_EMULATOR_ASAN=1` compiles them under AddressSanitizer: run the tests with
+//! `LD_PRELOAD=$(gcc -print-file-name=libasan.so)`, and an emulated kernel that reads or writes
+//! outside a tensor's bytes stops the test with ASan's report (`.ci/run` does this once).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// `family in SOURCE for SUFFIXES (...)` lines of `kernels! { ... }`, and the suffix lists.
+fn declared_kernels(launch_rs: &str) -> BTreeMap<String, Vec<String>> {
+    let lists: BTreeMap<&str, Vec<String>> = launch_rs
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim().strip_prefix("const ")?;
+            let (name, value) = rest.split_once(": &[&str] = &[")?;
+            let items = value.trim_end_matches("];").split(',');
+            Some((
+                name,
+                items
+                    .map(|s| s.trim().trim_matches('"').to_string())
+                    .collect(),
+            ))
+        })
+        .collect();
+    let body = launch_rs
+        .split_once("kernels! {")
+        .expect("src/gpu/launch.rs declares its kernels in `kernels! { … }`")
+        .1;
+    let mut by_source: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in body.lines().map(str::trim).take_while(|l| *l != "}") {
+        let Some((head, _params)) = line.split_once('(') else {
+            continue;
+        };
+        let words: Vec<&str> = head.split_whitespace().collect();
+        let [family, "in", source, "for", suffixes] = words[..] else {
+            panic!("src/gpu/launch.rs: cannot read the kernel declaration {line:?}");
+        };
+        let suffixes = lists
+            .get(suffixes)
+            .unwrap_or_else(|| panic!("src/gpu/launch.rs: no suffix list {suffixes}"));
+        let names = by_source.entry(source.to_lowercase()).or_default();
+        names.extend(suffixes.iter().map(|s| format!("{family}_{s}")));
+    }
+    assert!(
+        !by_source.is_empty(),
+        "src/gpu/launch.rs declares no kernel"
+    );
+    by_source
+}
+
+fn main() {
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let kernels = root.join("kernels");
+    println!("cargo:rerun-if-changed=kernels");
+    println!("cargo:rerun-if-changed=src/gpu/launch.rs");
+    println!("cargo:rerun-if-env-changed=PLACELAB_EMULATOR_ASAN");
+
+    let launch_rs = std::fs::read_to_string(root.join("src/gpu/launch.rs")).unwrap();
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .cpp_link_stdlib(None) // header-only C++: templates, no library calls
+        .std("c++17")
+        .opt_level(2)
+        .include(&kernels)
+        .include(kernels.join("host"))
+        // NVRTC contracts `a * b + c` into FMAs by default; the host does not, so results match
+        // the CPU backend's bit for bit (a GPU may differ in the last bit there).
+        .flag("-ffp-contract=off")
+        .flag("-fno-exceptions")
+        .flag("-fno-rtti")
+        .flag_if_supported("-Wno-unused-parameter")
+        .file(kernels.join("host/emulator.cpp"));
+    let asan = std::env::var_os("PLACELAB_EMULATOR_ASAN").is_some_and(|v| v == "1");
+    if asan {
+        build
+            .flag("-fsanitize=address")
+            .flag("-fno-omit-frame-pointer");
+        println!("cargo:rustc-link-lib=dylib=asan");
+    }
+
+    let mut index = String::from("#include \"cuda_host.h\"\n#include \"registry.h\"\n");
+    let mut tables = Vec::new();
+    for (stem, names) in declared_kernels(&launch_rs) {
+        let cu = kernels.join(format!("{stem}.cu"));
+        assert!(
+            cu.exists(),
+            "kernels/{stem}.cu is named in src/gpu/launch.rs but missing"
+        );
+        let mut text = format!(
+            "#include \"cuda_host.h\"\n#include \"common.cuh\"\n#include \"{stem}.cu\"\n#include \"registry.h\"\n\
+             extern \"C\" const pl_kernel placelab_emu_{stem}[] = {{\n"
+        );
+        for n in &names {
+            writeln!(text, "    PL_KERNEL({n})").unwrap();
+        }
+        writeln!(
+            text,
+            "}};\nextern \"C\" const size_t placelab_emu_{stem}_len = {};",
+            names.len()
+        )
+        .unwrap();
+        let file = out.join(format!("emulated_{stem}.cpp"));
+        std::fs::write(&file, text).unwrap();
+        build.file(file);
+        writeln!(index, "extern \"C\" const pl_kernel placelab_emu_{stem}[];").unwrap();
+        writeln!(index, "extern \"C\" const size_t placelab_emu_{stem}_len;").unwrap();
+        tables.push(stem);
+    }
+    // One entry point for the Rust side: the i-th table and its length.
+    index.push_str("extern \"C\" const pl_kernel* placelab_emu_table(size_t i, size_t* len) {\n    switch (i) {\n");
+    for (i, stem) in tables.iter().enumerate() {
+        writeln!(
+            index,
+            "        case {i}: *len = placelab_emu_{stem}_len; return placelab_emu_{stem};"
+        )
+        .unwrap();
+    }
+    index.push_str("        default: *len = 0; return nullptr;\n    }\n}\n");
+    let index_file = out.join("emulated_index.cpp");
+    std::fs::write(&index_file, index).unwrap();
+    build.file(index_file);
+    build.compile("placelab_emulator");
+}

@@ -1,0 +1,356 @@
+//! The driver seam on a real GPU, through cudarc: the device's primary context, its default
+//! stream, kernel modules compiled by NVRTC and loaded on first use, `cuMemAlloc`, page-locked
+//! host memory, timed events, and the cuBLAS handle made at the first GEMM. Every call binds the
+//! context to the calling thread first (driver calls act on the current context).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::cublas::{CudaBlas, result as blas_result, sys as blas_sys};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError, PushKernelArg,
+    result, sys,
+};
+use cudarc::nvrtc::Ptx;
+
+use super::driver::{AllocFailure, Arg, Driver, DriverEvent, Gemm, Grid};
+use super::nvrtc::{self, KernelSource};
+use crate::DType;
+use crate::device::guard::guarded;
+
+pub(crate) struct CudaDriver {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    cc: (i32, i32),
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    blas: Mutex<Option<CudaBlas>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn msg(e: DriverError) -> String {
+    e.to_string()
+}
+
+/// A CUDA event (timing enabled).
+struct Event(CudaEvent);
+
+impl DriverEvent for Event {
+    fn synchronize(&self) -> Result<(), String> {
+        self.0.context().bind_to_thread().map_err(msg)?;
+        self.0.synchronize().map_err(msg)
+    }
+    fn is_complete(&self) -> bool {
+        // A context that cannot be bound reads as "not done": `synchronize` reports the error.
+        self.0.context().bind_to_thread().is_ok() && self.0.is_complete()
+    }
+    fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String> {
+        let start = event(start)?;
+        start.elapsed_ms(&self.0).map_err(msg)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn event(e: &dyn DriverEvent) -> Result<&CudaEvent, String> {
+    e.as_any()
+        .downcast_ref::<Event>()
+        .map(|e| &e.0)
+        .ok_or_else(|| "an event of another kind of device".to_string())
+}
+
+impl CudaDriver {
+    /// Creates (or retains) `cuda:index`'s primary context. cudarc's loader panics when a
+    /// library lacks a symbol: the panic becomes an error.
+    pub(crate) fn new(index: usize) -> Result<CudaDriver, String> {
+        let ctx = guarded("creating the CUDA context", || CudaContext::new(index))?
+            .map_err(|e| format!("the driver could not create its context: {e}"))?;
+        // One stream per device and no cudarc-managed slices: its per-slice event tracking would
+        // only cost time.
+        unsafe { ctx.disable_event_tracking() };
+        let cc = ctx.compute_capability().map_err(msg)?;
+        let stream = ctx.default_stream();
+        Ok(CudaDriver {
+            ctx,
+            stream,
+            cc,
+            modules: Mutex::default(),
+            functions: Mutex::default(),
+            blas: Mutex::default(),
+        })
+    }
+
+    fn bind(&self) -> Result<(), String> {
+        self.ctx.bind_to_thread().map_err(msg)
+    }
+
+    /// The kernel `name` of `source`, compiling and loading the file on first use.
+    fn function(&self, source: &KernelSource, name: &str) -> Result<CudaFunction, String> {
+        if let Some(f) = lock(&self.functions).get(name) {
+            return Ok(f.clone());
+        }
+        self.bind()?;
+        let module = {
+            let mut modules = lock(&self.modules);
+            match modules.get(source.name) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = self.load_module(source)?;
+                    modules.insert(source.name, m.clone());
+                    m
+                }
+            }
+        };
+        let f = module.load_function(name).map_err(msg)?;
+        lock(&self.functions).insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Loads `source`'s CUBIN. One the driver refuses as an image (a damaged cache file) is
+    /// compiled afresh once; any other failure (a context left broken by an earlier fault, say)
+    /// is reported as it is.
+    fn load_module(&self, source: &KernelSource) -> Result<Arc<CudaModule>, String> {
+        use cudarc::driver::sys::CUresult as R;
+        let load = |cubin: Vec<u8>| self.ctx.load_module(Ptx::from_binary(cubin));
+        let compile = || nvrtc::cubin(source, self.cc).map_err(|e| e.to_string());
+        match load(compile()?) {
+            Ok(m) => Ok(m),
+            Err(e)
+                if matches!(
+                    e.0,
+                    R::CUDA_ERROR_INVALID_IMAGE
+                        | R::CUDA_ERROR_NO_BINARY_FOR_GPU
+                        | R::CUDA_ERROR_INVALID_PTX
+                        | R::CUDA_ERROR_INVALID_SOURCE
+                ) =>
+            {
+                nvrtc::forget_cached(source, self.cc);
+                load(compile()?).map_err(msg)
+            }
+            Err(e) => Err(msg(e)),
+        }
+    }
+}
+
+impl Driver for CudaDriver {
+    fn name(&self) -> Result<String, String> {
+        self.ctx.name().map_err(msg)
+    }
+
+    fn compute_capability(&self) -> (i32, i32) {
+        self.cc
+    }
+
+    fn malloc(&self, bytes: usize) -> Result<u64, AllocFailure> {
+        self.bind().map_err(AllocFailure::Failed)?;
+        unsafe { result::malloc_sync(bytes) }.map_err(|e| {
+            if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                AllocFailure::OutOfMemory
+            } else {
+                AllocFailure::Failed(msg(e))
+            }
+        })
+    }
+
+    unsafe fn free(&self, ptr: u64, _bytes: usize) {
+        // A kernel still queued may read the block: wait for the stream first. A failure here
+        // leaves the segment with the driver until the process ends.
+        if self.synchronize().is_ok() {
+            let _ = unsafe { result::free_sync(ptr) };
+        }
+    }
+
+    fn mem_info(&self) -> (usize, usize) {
+        self.ctx.mem_get_info().unwrap_or((0, 0))
+    }
+
+    fn malloc_host(&self, bytes: usize) -> Result<*mut u8, String> {
+        self.bind()?;
+        // PORTABLE: every context may use it as pinned memory, not only this one's. Flags 0
+        // otherwise: not write-combined, so the CPU reads it at full speed.
+        unsafe { result::malloc_host(bytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map(|p| p as *mut u8)
+            .map_err(msg)
+    }
+
+    unsafe fn free_host(&self, ptr: *mut u8, _bytes: usize) {
+        if self.bind().is_ok() {
+            let _ = unsafe { result::free_host(ptr as *mut _) };
+        }
+    }
+
+    unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), String> {
+        self.bind()?;
+        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) }.map_err(msg)
+    }
+
+    unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), String> {
+        self.bind()?;
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }.map_err(msg)
+    }
+
+    unsafe fn copy_peer(
+        &self,
+        to: &dyn Driver,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+    ) -> Result<(), String> {
+        let to = to
+            .as_any()
+            .downcast_ref::<CudaDriver>()
+            .ok_or("a peer copy between a real GPU and an emulated one")?;
+        self.bind()?;
+        unsafe {
+            result::memcpy_peer_async(
+                to.ctx.cu_ctx(),
+                dst,
+                self.ctx.cu_ctx(),
+                src,
+                bytes,
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(msg)
+    }
+
+    fn new_event(&self) -> Result<Box<dyn DriverEvent>, String> {
+        self.bind()?;
+        let e = self
+            .ctx
+            .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(msg)?;
+        Ok(Box::new(Event(e)))
+    }
+
+    fn record(&self, e: &dyn DriverEvent) -> Result<(), String> {
+        self.bind()?;
+        event(e)?.record(&self.stream).map_err(msg)
+    }
+
+    fn wait_event(&self, e: &dyn DriverEvent) -> Result<(), String> {
+        self.bind()?;
+        self.stream.wait(event(e)?).map_err(msg)
+    }
+
+    fn synchronize(&self) -> Result<(), String> {
+        self.bind()?;
+        self.stream.synchronize().map_err(msg)
+    }
+
+    unsafe fn launch(
+        &self,
+        source: &KernelSource,
+        name: &str,
+        grid: Grid,
+        args: &[Arg],
+    ) -> Result<(), String> {
+        let f = self.function(source, name)?;
+        self.bind()?;
+        let mut b = self.stream.launch_builder(&f);
+        for a in args {
+            match a {
+                Arg::U64(v) => b.arg(v),
+                Arg::I32(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+                Arg::Strided(v) => b.arg(v),
+            };
+        }
+        let cfg = cudarc::driver::LaunchConfig {
+            grid_dim: grid.blocks,
+            block_dim: grid.threads,
+            shared_mem_bytes: grid.shared_bytes,
+        };
+        // SAFETY: the caller vouches for the pointers; the argument kinds are checked against
+        // the compiled kernels by the tests (`tests/kernels_nvrtc.rs`) and by the emulator.
+        unsafe { b.launch(cfg) }.map(|_| ()).map_err(msg)
+    }
+
+    unsafe fn gemm(&self, c: &Gemm, (ws, ws_bytes): (u64, usize)) -> Result<(), String> {
+        use blas_sys::cublasComputeType_t as C;
+        use blas_sys::cudaDataType as D;
+        let mut slot = lock(&self.blas);
+        if slot.is_none() {
+            let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))?
+                .map_err(|e| e.to_string())?;
+            let status =
+                unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ws as *mut _, ws_bytes) };
+            if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(format!("{status:?}"));
+            }
+            *slot = Some(blas);
+        }
+        let handle = *slot.as_ref().expect("created above").handle();
+        self.bind()?;
+        let (data_type, compute) = match c.dtype {
+            DType::F32 if c.allow_tf32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32),
+            DType::F32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),
+            DType::F64 => (D::CUDA_R_64F, C::CUBLAS_COMPUTE_64F),
+            DType::F16 => (D::CUDA_R_16F, C::CUBLAS_COMPUTE_32F),
+            DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
+            d => return Err(format!("cuBLAS has no {d} GEMM")),
+        };
+        let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+        let (alpha, beta) = if c.dtype == DType::F64 {
+            (
+                &one64 as *const f64 as *const _,
+                &zero64 as *const f64 as *const _,
+            )
+        } else {
+            (
+                &one32 as *const f32 as *const _,
+                &zero32 as *const f32 as *const _,
+            )
+        };
+        let op = |t: bool| {
+            if t {
+                blas_sys::cublasOperation_t::CUBLAS_OP_T
+            } else {
+                blas_sys::cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let batch = i32::try_from(c.batch).map_err(|_| {
+            format!(
+                "cuBLAS takes fewer than 2^31 matrices in one call, got {}; split the batch",
+                c.batch
+            )
+        })?;
+        unsafe {
+            blas_result::gemm_strided_batched_ex(
+                handle,
+                op(c.trans_a),
+                op(c.trans_b),
+                c.m as i32,
+                c.n as i32,
+                c.k as i32,
+                alpha,
+                c.a as *const _,
+                data_type,
+                c.lda as i32,
+                c.stride_a,
+                c.b as *const _,
+                data_type,
+                c.ldb as i32,
+                c.stride_b,
+                beta,
+                c.c as *mut _,
+                data_type,
+                c.ldc as i32,
+                c.stride_c,
+                batch,
+                compute,
+                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,200 @@
+//! An emulated device's stream: one worker thread that runs queued work in order, as a CUDA
+//! stream does, while the host goes on. Events are points in that order with a host timestamp.
+//! A failure of queued work (a kernel's) is sticky, as a CUDA context's is: every later call on
+//! the device reports it.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::gpu::driver::DriverEvent;
+
+type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Jobs queued so far, and jobs finished: job `t` (1-based) is done once `done >= t`.
+    queued: u64,
+    done: u64,
+    /// The first failure; later jobs are skipped, as a faulted context runs nothing more.
+    failure: Option<String>,
+}
+
+pub(crate) struct Stream {
+    queue: Mutex<Queue>,
+    /// Signalled when a job is queued (to the worker) and when one finishes (to waiters).
+    changed: Condvar,
+}
+
+fn lock(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Stream {
+    /// A stream with its worker thread (named after the device). The worker holds only a weak
+    /// reference, and ends when the stream is dropped.
+    pub(crate) fn start(name: String) -> Arc<Stream> {
+        let stream = Arc::new(Stream {
+            queue: Mutex::default(),
+            changed: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&stream);
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                while let Some(s) = weak.upgrade() {
+                    let job = {
+                        let mut q = lock(&s.queue);
+                        loop {
+                            if let Some(j) = q.jobs.pop_front() {
+                                break Some(j);
+                            }
+                            // Wake now and then to notice a dropped stream.
+                            let (g, _) = s
+                                .changed
+                                .wait_timeout(q, std::time::Duration::from_millis(200))
+                                .unwrap_or_else(|e| e.into_inner());
+                            q = g;
+                            if q.jobs.is_empty() && Arc::strong_count(&s) == 1 {
+                                break None;
+                            }
+                        }
+                    };
+                    let Some(job) = job else { break };
+                    let failed = lock(&s.queue).failure.is_some();
+                    let result = if failed { Ok(()) } else { job() };
+                    let mut q = lock(&s.queue);
+                    if let Err(e) = result {
+                        q.failure.get_or_insert(e);
+                    }
+                    q.done += 1;
+                    drop(q);
+                    s.changed.notify_all();
+                }
+            })
+            .expect("the emulated stream's worker thread starts");
+        stream
+    }
+
+    /// The sticky failure, if queued work has failed.
+    pub(crate) fn failure(&self) -> Result<(), String> {
+        match &lock(&self.queue).failure {
+            Some(e) => Err(format!("an earlier operation on the device failed: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues `job`; returns its ticket for `wait_for`.
+    pub(crate) fn enqueue(&self, job: Job) -> Result<u64, String> {
+        let mut q = lock(&self.queue);
+        if let Some(e) = &q.failure {
+            return Err(format!("an earlier operation on the device failed: {e}"));
+        }
+        q.jobs.push_back(job);
+        q.queued += 1;
+        let ticket = q.queued;
+        drop(q);
+        self.changed.notify_all();
+        Ok(ticket)
+    }
+
+    /// Whether job `ticket` has finished.
+    pub(crate) fn reached(&self, ticket: u64) -> bool {
+        lock(&self.queue).done >= ticket
+    }
+
+    /// Waits until job `ticket` has finished.
+    pub(crate) fn wait_for(&self, ticket: u64) -> Result<(), String> {
+        let mut q = lock(&self.queue);
+        while q.done < ticket {
+            q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(q);
+        self.failure()
+    }
+
+    /// Waits until everything queued so far has finished.
+    pub(crate) fn synchronize(&self) -> Result<(), String> {
+        let ticket = lock(&self.queue).queued;
+        self.wait_for(ticket)
+    }
+}
+
+/// A point on an emulated stream, timestamped by the host when the stream reaches it.
+#[derive(Default)]
+pub(crate) struct Event {
+    state: Mutex<Option<Recorded>>,
+}
+
+#[derive(Clone)]
+struct Recorded {
+    stream: Arc<Stream>,
+    ticket: u64,
+    at: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Event {
+    fn recorded(&self) -> Option<Recorded> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Records the event at the end of `stream`'s queue.
+    pub(crate) fn record_on(&self, stream: &Arc<Stream>) -> Result<(), String> {
+        let at = Arc::new(Mutex::new(None));
+        let stamp = at.clone();
+        let ticket = stream.enqueue(Box::new(move || {
+            *stamp.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            Ok(())
+        }))?;
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = Some(Recorded {
+            stream: stream.clone(),
+            ticket,
+            at,
+        });
+        Ok(())
+    }
+
+    fn time(&self) -> Result<Instant, String> {
+        let r = self.recorded().ok_or("the event was never recorded")?;
+        let at = *r.at.lock().unwrap_or_else(|e| e.into_inner());
+        at.ok_or_else(|| "the event has not been reached yet".into())
+    }
+}
+
+impl DriverEvent for Event {
+    fn synchronize(&self) -> Result<(), String> {
+        // CUDA: an event never recorded counts as reached.
+        match self.recorded() {
+            Some(r) => r.stream.wait_for(r.ticket),
+            None => Ok(()),
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        self.recorded().is_none_or(|r| r.stream.reached(r.ticket))
+    }
+
+    fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String> {
+        let start = start
+            .as_any()
+            .downcast_ref::<Event>()
+            .ok_or("an event of another kind of device")?;
+        let (a, b) = (start.time()?, self.time()?);
+        Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Makes `stream` wait for `event` (of any emulated stream) before its later work.
+pub(crate) fn wait_event(stream: &Stream, event: &Event) -> Result<(), String> {
+    let Some(r) = event.recorded() else {
+        return Ok(());
+    };
+    stream.enqueue(Box::new(move || r.stream.wait_for(r.ticket)))?;
+    Ok(())
+}
