@@ -120,13 +120,14 @@ template <> struct Cast<bf16> {
     static __device__ __forceinline__ bf16 from_f64(double v) { return f32_to_bf16((float)v); }
     static __device__ __forceinline__ bf16 from_i64(i64 v) { return from_f64((double)v); }
 };
-// Float → integer saturates and maps NaN to 0 (PTX `cvt.rzi.sat`), as Rust's `as` does.
+// Float → integer saturates (PTX `cvt.rzi`) and maps NaN to 0, as Rust's `as` does. The NaN test
+// is needed: from an f64, `cvt` gives the type's minimum for NaN (PTX ISA, "cvt").
 template <> struct Cast<i64> {
-    static __device__ __forceinline__ i64 from_f64(double v) { return __double2ll_rz(v); }
+    static __device__ __forceinline__ i64 from_f64(double v) { return isnan(v) ? 0 : __double2ll_rz(v); }
     static __device__ __forceinline__ i64 from_i64(i64 v) { return v; }
 };
 template <> struct Cast<int> {
-    static __device__ __forceinline__ int from_f64(double v) { return __double2int_rz(v); }
+    static __device__ __forceinline__ int from_f64(double v) { return isnan(v) ? 0 : __double2int_rz(v); }
     static __device__ __forceinline__ int from_i64(i64 v) { return (int)(unsigned)(u64)v; }
 };
 template <> struct Cast<u8> {

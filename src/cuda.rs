@@ -129,7 +129,9 @@ fn replace_stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Re
         capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
         kind,
     });
+    let mut previous = None;
     crate::device::registry::replace_simulation(new, |old| {
+        previous = old;
         if old.is_none() && new.is_some() {
             // Real GPUs in use: their tensors would be mistaken for a simulated device's.
             for d in memory::used_devices().into_iter().filter(|d| d.is_cuda()) {
@@ -155,11 +157,8 @@ fn replace_stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Re
         }
         if let Some(old) = old {
             for i in 0..old.count {
-                let keeps = new.is_some_and(|n| {
-                    i < n.count && n.capacity == old.capacity && n.kind == old.kind
-                });
                 let d = Device::Cuda(i);
-                if !keeps {
+                if !keeps(old, new, i) {
                     // The engine's own buffers (cuBLAS's workspace) go with the device.
                     let live = memory::live_storages_if_used(&d)
                         .iter()
@@ -180,9 +179,16 @@ fn replace_stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Re
         }
         Ok(())
     })?;
-    runtime::forget_emulated();
+    // A device that stays as it was keeps its driver (its stream may still hold queued work)
+    // and its memory.
+    runtime::forget_emulated(|i| previous.is_some_and(|old| keeps(old, new, i)));
     memory::forget_simulated_devices();
     Ok(())
+}
+
+/// Whether stand-in `cuda:i` stays the same device when `old` becomes `new`.
+fn keeps(old: Simulation, new: Option<Simulation>, i: usize) -> bool {
+    new.is_some_and(|n| i < n.count && n.capacity == old.capacity && n.kind == old.kind)
 }
 
 /// `CUDA driver 12.4 · NVRTC 13.0` for `:devices`; `None` where the devices are simulated or

@@ -1,6 +1,9 @@
 //! User mistakes: each is an `Err` whose message names the operation, both sides, and the fix.
 //! None may panic.
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use placelab::prelude::*;
@@ -9,7 +12,7 @@ const CPU: &Device = &Device::Cpu;
 
 #[test]
 fn device_mismatch_names_the_op_both_devices_and_the_fix() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::randn([3], CPU).unwrap();
     let y = Tensor::randn([3], Device::Cuda(0)).unwrap();
     let e = (&x + &y).unwrap_err();
@@ -403,4 +406,10 @@ fn empty_batches_flow_through_layers_losses_and_indexing() {
             .shape(),
         &[3, 0]
     );
+}
+
+/// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
+#[test]
+fn every_test_again_on_emulated_devices() {
+    stand_in::rerun_emulated("every_test_again_on_emulated_devices");
 }

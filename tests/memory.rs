@@ -1,6 +1,9 @@
 //! The caching allocator's numbers, exactly as PyTorch's rules give them, on the CPU and on a
 //! simulated GPU. One test binary, and one lock, so no other test's tensors disturb the counts.
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 use std::sync::Mutex;
 
 use placelab::prelude::*;
@@ -64,7 +67,7 @@ fn worked_example(device: Device) {
 #[test]
 fn pytorch_numbers_on_cpu_and_simulated_gpu() {
     let _g = serial();
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     worked_example(Device::Cpu);
     worked_example(Device::Cuda(0));
     // The cuda:: functions read the same allocator.
@@ -80,7 +83,7 @@ fn pytorch_numbers_on_cpu_and_simulated_gpu() {
 #[test]
 fn views_share_storage_and_keep_it_alive() {
     let _g = serial();
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let d = Device::Cuda(0);
     let before = memory::allocated(&d).unwrap();
     let x = Tensor::randn([512, 512], d).unwrap(); // 1 MiB: small pool
@@ -133,7 +136,7 @@ fn out_of_memory_is_an_error_with_the_numbers() {
         "{msg}"
     );
 
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let d = Device::Cuda(1);
     let keep = Tensor::ones([1024, 1024], d).unwrap();
     let e = Tensor::zeros([5usize << 30], d).unwrap_err(); // 20 GiB on a 16 GiB device
@@ -165,7 +168,7 @@ fn out_of_memory_is_an_error_with_the_numbers() {
 #[test]
 fn summary_lists_counters_and_live_tensors() {
     let _g = serial();
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::zeros([1000, 1000], Device::Cuda(0)).unwrap();
     let s = cuda::memory_summary(0).unwrap();
     assert!(
@@ -181,4 +184,10 @@ fn summary_lists_counters_and_live_tensors() {
         s.lines().all(|l| l.chars().count() <= 75),
         "75 columns, like PyTorch's:\n{s}"
     );
+}
+
+/// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
+#[test]
+fn every_test_again_on_emulated_devices() {
+    stand_in::rerun_emulated("every_test_again_on_emulated_devices");
 }

@@ -1,6 +1,9 @@
 //! The tutorials' model lessons, translated line by line to Rust: the SimpleNN training step on
 //! CPU and GPU, the autocast + GradScaler step, and DataParallel.
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 use placelab::nn::{CrossEntropyLoss, Dropout, Flatten, Linear, Module, Sigmoid, Tanh};
 use placelab::prelude::*;
 
@@ -51,7 +54,7 @@ fn training_step(device: Device) -> Result<(f32, f32)> {
 
 #[test]
 fn simple_nn_step_on_cpu_and_gpu() -> Result<()> {
-    cuda::simulate(3, None)?;
+    stand_in::gpus(3, None)?;
     for device in [Device::Cpu, Device::cuda_if_available()] {
         let (before, after) = training_step(device)?;
         assert!(
@@ -64,7 +67,7 @@ fn simple_nn_step_on_cpu_and_gpu() -> Result<()> {
 
 #[test]
 fn mixed_precision_step_with_grad_scaler() -> Result<()> {
-    cuda::simulate(3, None)?;
+    stand_in::gpus(3, None)?;
     let device = Device::cuda_if_available();
     let mut model = SimpleNN::new()?;
     model.to(&device)?;
@@ -95,7 +98,7 @@ fn mixed_precision_step_with_grad_scaler() -> Result<()> {
 
 #[test]
 fn data_parallel_when_there_are_several_gpus() -> Result<()> {
-    cuda::simulate(3, None)?;
+    stand_in::gpus(3, None)?;
     let device = Device::cuda_if_available();
     assert!(
         cuda::device_count() > 1,
@@ -144,7 +147,7 @@ fn other_layers_behave_as_in_pytorch() -> Result<()> {
 fn optimizer_state_lives_on_the_parameters_device() -> Result<()> {
     // Exact byte counts: cuda:2 is this test's alone (every test here simulates three devices
     // and the others allocate on cuda:0 and cuda:1 on parallel threads).
-    cuda::simulate(3, None)?;
+    stand_in::gpus(3, None)?;
     let d = Device::Cuda(2);
     let w = Tensor::randn([1000, 1000], d)?.requires_grad_(true)?;
     let mut opt = Adam::new(vec![w.clone()], 1e-3)?;
@@ -167,7 +170,7 @@ fn optimizer_state_lives_on_the_parameters_device() -> Result<()> {
 /// it lands on the GPU, while constructors given a device keep theirs.
 #[test]
 fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
-    cuda::simulate(3, None)?;
+    stand_in::gpus(3, None)?;
     assert_eq!(default_device(), Device::Cpu);
     let on_cpu = tensor![1.0, 2.0, 3.0]?;
     assert_eq!((on_cpu.device(), on_cpu.dtype()), (Device::Cpu, DType::F32));
@@ -206,4 +209,10 @@ fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
     assert!(missing.contains("cuda:5 is not available"), "{missing}");
     assert_eq!(default_device(), Device::Cpu);
     Ok(())
+}
+
+/// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
+#[test]
+fn every_test_again_on_emulated_devices() {
+    stand_in::rerun_emulated("every_test_again_on_emulated_devices");
 }

@@ -1,5 +1,8 @@
 //! The PyTorch reference cases on the CPU and on a simulated CUDA device.
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 #[path = "support/torch_cases.rs"]
 mod torch_cases;
 
@@ -13,7 +16,7 @@ fn every_case_matches_pytorch_on_cpu() {
 
 #[test]
 fn every_case_matches_pytorch_on_a_simulated_gpu() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     replay(&Device::Cuda(1));
 }
 
@@ -26,7 +29,7 @@ fn every_case_matches_pytorch_on_a_simulated_gpu() {
 #[test]
 fn half_precision_rounds_as_pytorch_does_on_every_device() {
     // The same setting as the test beside it, which runs on another thread of this process.
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     for device in [Device::Cpu, Device::Cuda(0)] {
         // Just above the midpoint between 1 and the next f16 (bf16): rounded once it is the
         // upper neighbour, rounded through f32 it becomes the midpoint, and ties go to even (1).
@@ -46,4 +49,10 @@ fn half_precision_rounds_as_pytorch_does_on_every_device() {
             "{device}"
         );
     }
+}
+
+/// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
+#[test]
+fn every_test_again_on_emulated_devices() {
+    stand_in::rerun_emulated("every_test_again_on_emulated_devices");
 }

@@ -2,6 +2,9 @@
 //! models, mixed precision, DataParallel, and an MLP that learns — identically on the CPU and a
 //! simulated GPU.
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 use placelab::nn::{CrossEntropyLoss, Linear, MSELoss, NLLLoss, ReLU, Sequential, summary};
 use placelab::prelude::*;
 
@@ -190,7 +193,7 @@ fn train(device: Device) -> Vec<f32> {
 #[test]
 fn mlp_learns_identically_on_cpu_and_simulated_gpu() {
     let _g = seeded();
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let cpu = train(Device::Cpu);
     assert!(cpu[0] > 1.5, "starts near ln 10: {}", cpu[0]);
     let last = cpu[cpu.len() - 10..].iter().sum::<f32>() / 10.0;
@@ -237,7 +240,7 @@ fn a_linear_layers_gradients_are_laid_out_like_its_parameters() {
 #[test]
 fn moving_a_model_reports_and_mismatches_name_the_parameter() {
     let _g = seeded();
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let mut model = mlp(Device::Cpu);
     assert_eq!(model.num_parameters(), 101_770);
     let report = model.to(&Device::Cuda(1)).unwrap();
@@ -372,7 +375,7 @@ fn grad_scaler_skips_overflowing_steps_and_adapts_its_scale() {
 #[test]
 fn data_parallel_matches_one_device() {
     let _g = seeded();
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let (x, y) = dataset(10, Device::Cpu);
     manual_seed(3);
     let single = mlp(Device::Cuda(0));
@@ -429,4 +432,10 @@ fn data_parallel_matches_one_device() {
     );
     wrapped.to(&Device::Cuda(0)).unwrap();
     assert_eq!(wrapped.forward(&x).unwrap().shape(), &[10, 10]);
+}
+
+/// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
+#[test]
+fn every_test_again_on_emulated_devices() {
+    stand_in::rerun_emulated("every_test_again_on_emulated_devices");
 }

@@ -1,5 +1,8 @@
 //! `.to()` and friends: copies that leave the original alone, measured and logged.
 
+#[path = "support/stand_in.rs"]
+mod stand_in;
+
 use placelab::prelude::*;
 use placelab::transfer::{Clock, CopyMode, HostMemoryKind};
 
@@ -7,7 +10,7 @@ static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn to_copies_and_records_the_transfer() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::arange(0.0, 6.0, Device::Cpu)
         .unwrap()
         .reshape([2, 3])
@@ -55,7 +58,7 @@ fn to_copies_and_records_the_transfer() {
 
 #[test]
 fn to_the_same_device_returns_the_same_storage_and_records_nothing() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = {
         let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
         Tensor::randn([4, 4], Device::Cuda(0)).unwrap()
@@ -77,7 +80,7 @@ fn to_the_same_device_returns_the_same_storage_and_records_nothing() {
 
 #[test]
 fn non_contiguous_views_transfer_their_elements() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::arange(0, 12, Device::Cpu)
         .unwrap()
         .reshape([3, 4])
@@ -91,7 +94,7 @@ fn non_contiguous_views_transfer_their_elements() {
 
 #[test]
 fn pinned_memory_is_recorded_as_pinned() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::ones([1000], Device::Cpu).unwrap();
     let p = x.pin_memory().unwrap();
     assert!(p.is_pinned() && !x.is_pinned());
@@ -111,7 +114,7 @@ fn pinned_memory_is_recorded_as_pinned() {
 
 #[test]
 fn cuda_past_the_device_count_is_an_error() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::ones([3], Device::Cpu).unwrap();
     let e = x.to(&Device::Cuda(7)).unwrap_err().to_string();
     assert!(
@@ -132,7 +135,7 @@ fn cuda_past_the_device_count_is_an_error() {
 
 #[test]
 fn same_seed_same_values_on_every_device() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     // One generator serves every device: hold the seed lock, so no test on another thread
     // draws between the seed and the draw.
     let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
@@ -154,7 +157,7 @@ fn same_seed_same_values_on_every_device() {
 /// The one test that makes copies in flight, so `transfer::pending()` counts only its own.
 #[test]
 fn non_blocking_copies_overlap_and_synchronize_completes_them() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let n = 16 << 20; // 64 MiB of f32: a copy that runs for milliseconds, not microseconds.
     let x = Tensor::arange(0.0, n as f64, Device::Cpu)
         .unwrap()
@@ -239,7 +242,7 @@ fn non_blocking_copies_overlap_and_synchronize_completes_them() {
 
 #[test]
 fn non_blocking_from_pageable_memory_copies_before_returning() {
-    cuda::simulate(2, None).unwrap();
+    stand_in::gpus(2, None).unwrap();
     let x = Tensor::ones([1000], Device::Cpu).unwrap();
     let y = x.to_non_blocking(&Device::Cuda(0)).unwrap();
     assert!(y.transfer_in_flight().is_none(), "nothing left to wait for");
@@ -250,4 +253,10 @@ fn non_blocking_from_pageable_memory_copies_before_returning() {
     );
     assert!(t.to_string().contains("pin_memory() first"), "{t}");
     assert_eq!(y.sum_all().unwrap().item::<f32>().unwrap(), 1000.0);
+}
+
+/// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
+#[test]
+fn every_test_again_on_emulated_devices() {
+    stand_in::rerun_emulated("every_test_again_on_emulated_devices");
 }

@@ -77,17 +77,18 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     Ok(g)
 }
 
-/// Forgets the emulated devices' drivers, so that a new emulation setting takes effect (the
-/// caller has checked that no storage lives on them).
-pub(crate) fn forget_emulated() {
+/// Forgets the drivers of the emulated devices that `keep` does not name, so that a new
+/// emulation setting takes effect for them (the caller has checked that no tensor lives on them).
+pub(crate) fn forget_emulated(keep: impl Fn(usize) -> bool) {
     let mut map = lock(gpus());
-    for g in map.values() {
-        if !g.driver.as_any().is::<CudaDriver>() {
+    let forget = |i: &usize, g: &Arc<Gpu>| !g.driver.as_any().is::<CudaDriver>() && !keep(*i);
+    for (i, g) in map.iter() {
+        if forget(i, g) {
             // Returns the cuBLAS workspace to the device's allocator, which goes too.
             lock(&g.workspace).take();
         }
     }
-    map.retain(|_, g| g.driver.as_any().is::<CudaDriver>());
+    map.retain(|i, g| !forget(i, g));
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.

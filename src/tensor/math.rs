@@ -81,11 +81,13 @@ fn compute_dtype(dtype: DType, device: crate::Device) -> DType {
 
 /// The right-hand side of a binary op or comparison.
 enum Rhs {
-    /// A tensor (a Rust number made one), with the dtype of the result and the dtype both
-    /// operands are cast to for the kernel.
+    /// A tensor (a Rust number made one), with the dtype of the result, the dtype both
+    /// operands are first rounded to (the result's for tensors, as PyTorch casts its inputs to
+    /// the common dtype; f32 for a number beside f16/bf16), and the dtype the kernel computes in.
     Tensor {
         tensor: Tensor,
         dtype: DType,
+        operands: DType,
         compute: DType,
     },
     /// A Rust number beside an f16/bf16 tensor of a real GPU: the kernel takes it as f32, and
@@ -93,12 +95,13 @@ enum Rhs {
     HalfNumber(Scalar),
 }
 
-/// Casts `a` and `b` to `dtype`, broadcasts them to one shape and runs `kernel` on them.
+/// Casts `a` and `b` to `operands`, then to `compute`, broadcasts them to one shape and runs
+/// `kernel` on them.
 fn broadcast_pair(
     op: &'static str,
     a: &Tensor,
     b: &Tensor,
-    dtype: DType,
+    (operands, compute): (DType, DType),
     kernel: impl FnOnce(
         &Storage,
         &crate::layout::Layout,
@@ -107,7 +110,8 @@ fn broadcast_pair(
     ) -> Result<Storage>,
 ) -> Result<(Storage, Vec<usize>)> {
     let shape = broadcast_shapes(op, a.shape(), b.shape())?;
-    let (a, b) = (a.to_dtype(dtype)?, b.to_dtype(dtype)?);
+    let cast = |t: &Tensor| t.to_dtype(operands)?.to_dtype(compute);
+    let (a, b) = (cast(a)?, cast(b)?);
     let s = kernel(
         a.storage(),
         &a.layout().broadcast_to(&shape),
@@ -144,6 +148,7 @@ impl Tensor {
                 Ok(Rhs::Tensor {
                     tensor: t,
                     dtype,
+                    operands: d,
                     compute: compute_dtype(dtype, self.device()),
                 })
             }
@@ -162,6 +167,7 @@ impl Tensor {
                 Ok(Rhs::Tensor {
                     tensor: self.scalar_like(s, compute)?,
                     dtype,
+                    operands: compute,
                     compute,
                 })
             }
@@ -170,12 +176,13 @@ impl Tensor {
 
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
-        let (other, dtype, compute) = match self.rhs(name, other, op == BinaryOp::Div)? {
+        let (other, dtype, operands, compute) = match self.rhs(name, other, op == BinaryOp::Div)? {
             Rhs::Tensor {
                 tensor,
                 dtype,
+                operands,
                 compute,
-            } => (tensor, dtype, compute),
+            } => (tensor, dtype, operands, compute),
             Rhs::HalfNumber(number) => {
                 let s = Storage::binary_number(
                     op,
@@ -212,7 +219,7 @@ impl Tensor {
             ));
         }
         let out = no_grad(|| {
-            let (s, shape) = broadcast_pair(name, a, b, compute, |x, lx, y, ly| {
+            let (s, shape) = broadcast_pair(name, a, b, (operands, compute), |x, lx, y, ly| {
                 Storage::binary(op, x, lx, y, ly)
             })?;
             Tensor::from_storage(s, shape).to_dtype(dtype)
@@ -270,19 +277,23 @@ impl Tensor {
 
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
-        let (other, compute) = match self.rhs(name, other, false)? {
+        let (other, operands, compute) = match self.rhs(name, other, false)? {
             Rhs::Tensor {
-                tensor, compute, ..
-            } => (tensor, compute),
+                tensor,
+                operands,
+                compute,
+                ..
+            } => (tensor, operands, compute),
             Rhs::HalfNumber(number) => {
                 let n = number.to_f64() as f32;
                 let s = Storage::compare_number(op, self.storage(), self.layout(), n)?;
                 return Ok(Tensor::from_storage(s, self.shape().to_vec()));
             }
         };
-        let (s, shape) = broadcast_pair(name, self, &other, compute, |x, lx, y, ly| {
-            Storage::compare(op, x, lx, y, ly)
-        })?;
+        let (s, shape) =
+            broadcast_pair(name, self, &other, (operands, compute), |x, lx, y, ly| {
+                Storage::compare(op, x, lx, y, ly)
+            })?;
         Ok(Tensor::from_storage(s, shape))
     }
 
