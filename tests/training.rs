@@ -199,10 +199,20 @@ fn mlp_learns_identically_on_cpu_and_simulated_gpu() {
     let last = cpu[cpu.len() - 10..].iter().sum::<f32>() / 10.0;
     assert!(last < 0.05, "the last 10 losses average {last}: {cpu:?}");
     let gpu = train(Device::Cuda(0));
-    assert_eq!(
-        cpu, gpu,
-        "same seed, same kernels: the same losses bit for bit"
-    );
+    if stand_in::kind() == placelab::device::StandIn::Simulated {
+        assert_eq!(
+            cpu, gpu,
+            "same seed, same kernels: the same losses bit for bit"
+        );
+    } else {
+        // The GPU's kernels (its exp, its order of sums, cuBLAS's transposed product) round
+        // differently in the last bits; forty steps keep the losses within 1e-4 of each other.
+        let close = cpu
+            .iter()
+            .zip(&gpu)
+            .all(|(c, g)| (c - g).abs() <= 1e-4 * c.abs().max(1e-6));
+        assert!(close, "the same losses within 1e-4:\n{cpu:?}\n{gpu:?}");
+    }
 }
 
 #[test]
@@ -272,9 +282,10 @@ fn moving_a_model_reports_and_mismatches_name_the_parameter() {
 
     let card = summary(&model);
     assert!(
-        card.starts_with(
-            "Sequential(3 layers) · 101,770 parameters · 397.54 KiB · cuda:1 (simulated)"
-        ),
+        card.starts_with(&format!(
+            "Sequential(3 layers) · 101,770 parameters · 397.54 KiB · cuda:1 ({})",
+            stand_in::label()
+        )),
         "{card}"
     );
     assert!(

@@ -33,12 +33,13 @@ fn to_copies_and_records_the_transfer() {
     );
     assert_eq!(
         t.clock,
-        Clock::SimulatedHostCopy,
+        stand_in::clock(),
         "a simulated device says how its time was obtained"
     );
     assert!(
         t.to_string().starts_with("cpu → cuda:0, ")
-            && t.to_string().contains("simulated: host copy time"),
+            && t.to_string()
+                .contains(&format!("{}: host copy time", stand_in::label())),
         "{t}"
     );
     assert!(
@@ -119,7 +120,10 @@ fn cuda_past_the_device_count_is_an_error() {
     let e = x.to(&Device::Cuda(7)).unwrap_err().to_string();
     assert!(
         e.contains("cuda:7 is not available")
-            && e.contains("2 simulated CUDA device(s), cuda:0 to cuda:1"),
+            && e.contains(&format!(
+                "2 {} CUDA device(s), cuda:0 to cuda:1",
+                stand_in::label()
+            )),
         "{e}"
     );
     let e = Tensor::zeros([2], Device::Cuda(2)).unwrap_err().to_string();
@@ -185,7 +189,7 @@ fn non_blocking_copies_overlap_and_synchronize_completes_them() {
         (
             CopyMode::NonBlocking,
             HostMemoryKind::Pinned,
-            Clock::SimulatedHostCopy,
+            stand_in::clock(),
             n * 4
         )
     );

@@ -61,3 +61,11 @@ pub fn rerun_emulated(me: &str) {
     // What ran: the parent's output shows it under this test's name with --nocapture.
     println!("on emulated devices: {summary}");
 }
+
+/// How a copy to or from this process's stand-in devices is timed.
+pub fn clock() -> placelab::Clock {
+    match kind() {
+        StandIn::Simulated => placelab::Clock::SimulatedHostCopy,
+        StandIn::Emulated => placelab::Clock::EmulatedEvents,
+    }
+}
