@@ -1,7 +1,7 @@
-//! On a real GPU: the caching allocator over `cuMemAlloc` gives PyTorch's numbers for the same
-//! sequence of allocations. The sequence is `benches/torch_cuda_memory.py`'s; with
-//! `PLACELAB_GPU_OUT` set, the numbers are written there for `benches/gpu-check.sh` to compare
-//! with PyTorch's, line by line. Ignored by a plain `cargo test`; `benches/gpu-check.sh` runs it on a GPU machine.
+//! On a real GPU (or emulated devices where there is none): the caching allocator over the
+//! driver's memory (`cuMemAlloc`) gives PyTorch's numbers for the same sequence of allocations.
+//! The sequence is `benches/torch_cuda_memory.py`'s; with `PLACELAB_GPU_OUT` set, the numbers
+//! are written there for `benches/gpu-check.sh` to compare with PyTorch's, line by line.
 
 #[path = "support/gpu.rs"]
 mod gpu;
@@ -20,9 +20,8 @@ fn snapshot(step: &str) -> serde_json::Value {
 }
 
 #[test]
-#[ignore = "needs an NVIDIA GPU: benches/gpu-check.sh runs it"]
 fn allocator_numbers_follow_pytorch_on_the_gpu() {
-    gpu::require_gpu();
+    let _serial = gpu::serial();
     let mut steps = Vec::new();
     let a = Tensor::zeros([1], GPU).unwrap();
     steps.push(snapshot("zeros(1)"));
@@ -84,9 +83,8 @@ fn allocator_numbers_follow_pytorch_on_the_gpu() {
 }
 
 #[test]
-#[ignore = "needs an NVIDIA GPU: benches/gpu-check.sh runs it"]
 fn out_of_memory_on_the_gpu_is_an_error_with_the_numbers() {
-    gpu::require_gpu();
+    let _serial = gpu::serial();
     let (free, total) = cuda::mem_get_info(0).unwrap();
     assert!(free > 0 && free <= total);
     let err = Tensor::zeros([total], GPU).unwrap_err();

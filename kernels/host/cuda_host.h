@@ -35,7 +35,8 @@ struct pl_dim3 {
 struct pl_thread {
     pl_dim3 thread_idx, block_idx, block_dim, grid_dim;
 };
-extern thread_local pl_thread* pl_current;
+// Hidden: kernels find it without going through the dynamic linker.
+extern __attribute__((visibility("hidden"))) thread_local pl_thread* pl_current;
 
 #define threadIdx (pl_current->thread_idx)
 #define blockIdx (pl_current->block_idx)

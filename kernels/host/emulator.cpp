@@ -16,7 +16,7 @@
 #define PL_ASAN 1
 #endif
 
-thread_local pl_thread* pl_current;
+__attribute__((visibility("hidden"))) thread_local pl_thread* pl_current;
 
 namespace {
 
@@ -24,8 +24,9 @@ const size_t STACK_BYTES = 256 << 10;  // with a guard page below; touched pages
 const unsigned MAX_THREADS = 1024;     // CUDA's limit per block
 
 #if defined(__x86_64__)
-// Saves the callee-saved registers and the FP control words on the current stack, stores the
-// stack pointer in *from, and continues on `to`'s stack where the same was saved.
+// Saves the callee-saved registers on the current stack, stores the stack pointer in *from, and
+// continues on `to`'s stack where the same was saved. The FP control words (MXCSR, x87) are not
+// switched: every fiber of a thread runs with the thread's, and kernels never change them.
 extern "C" void placelab_emu_switch(void** from, void* to);
 extern "C" void placelab_emu_trampoline();
 asm(R"(
@@ -40,14 +41,8 @@ placelab_emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -136,21 +131,17 @@ void fiber_entry(unsigned lo, unsigned hi) {
 // Gives `f` a fresh start at `fiber_main` (a new fiber, or one abandoned by a failed block).
 void reset_fiber(Fiber* f) {
 #if defined(__x86_64__)
-    // The frame `placelab_emu_switch` pops: FP control words, r15, r14, r13 (the entry), r12
-    // (its argument), rbx, rbp, then the return address (the trampoline); 16-byte aligned after.
+    // The frame `placelab_emu_switch` pops: r15, r14, r13 (the entry), r12 (its argument), rbx,
+    // rbp, then the return address (the trampoline); 16-byte aligned after the return.
     uintptr_t top = ((uintptr_t)(f->stack + STACK_BYTES)) & ~(uintptr_t)15;
-    void** frame = (void**)(top - 64);
-    unsigned csr[2];
-    asm volatile("stmxcsr %0" : "=m"(csr[0]));
-    asm volatile("fnstcw %0" : "=m"(csr[1]));
-    memcpy(&frame[0], csr, 8);
+    void** frame = (void**)(top - 56);
+    frame[0] = nullptr;
     frame[1] = nullptr;
-    frame[2] = nullptr;
-    frame[3] = (void*)&fiber_main;
-    frame[4] = (void*)f;
+    frame[2] = (void*)&fiber_main;
+    frame[3] = (void*)f;
+    frame[4] = nullptr;
     frame[5] = nullptr;
-    frame[6] = nullptr;
-    frame[7] = (void*)&placelab_emu_trampoline;
+    frame[6] = (void*)&placelab_emu_trampoline;
     f->sp = frame;
 #else
     getcontext(&f->uc);
@@ -280,7 +271,7 @@ extern "C" int placelab_emu_run_block(void (*invoke)(void**), void** args, const
         }
         for (unsigned i = 1; i < s->nparked; ++i) {
             Fiber* p = s->parked[i];
-            if (p->bar_line != line || strcmp(p->bar_file, file) != 0) {
+            if (p->bar_line != line || (p->bar_file != file && strcmp(p->bar_file, file) != 0)) {
                 snprintf(err, err_len,
                          "threads of one block wait at different __syncthreads (%s:%d and %s:%d)",
                          file, line, p->bar_file, p->bar_line);

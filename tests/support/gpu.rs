@@ -1,15 +1,45 @@
-//! For the tests that need a real NVIDIA GPU. They are `#[ignore]`d, so a plain `cargo test`
-//! (CI, most machines: no GPU) lists them as ignored; `benches/gpu-check.sh` runs them with
-//! `--include-ignored` on a GPU machine, where a missing GPU is a failure. The simulated-device
-//! tests cover the same engine paths everywhere.
+//! For the GPU tests. On a machine with an NVIDIA GPU they run on it (`benches/gpu-check.sh`
+//! runs them there); everywhere else on two *emulated* devices: the CUDA backend and the real
+//! `kernels/*.cu`, compiled for the host, so the same checks run in every `cargo test`. What
+//! only hardware can show (the driver, cuBLAS, real timings) is checked on the real GPU alone.
+
+#![allow(dead_code)] // each test binary uses part of it
 
 use placelab::prelude::*;
 
-/// Fails the test, saying why, unless `cuda:0` is a real GPU.
+/// Makes `cuda:0` ready (`require_gpu`) and holds a lock for the calling test: the tests of a
+/// binary share the process's random generator, and a seeded test draws the same numbers only
+/// if no other test draws between its `manual_seed` and its last draw.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_gpu();
+    guard
+}
+
+/// Makes `cuda:0` a real GPU when this machine has one, else an emulated device (of two).
 pub fn require_gpu() {
+    if cuda::real_device_count() == 0 {
+        cuda::emulate(2, None).expect("emulated devices");
+    }
     assert!(
         cuda::is_available() && !Device::Cuda(0).is_simulated(),
-        "this test needs a real CUDA device: {:?}",
+        "these tests need a real or emulated CUDA device: {:?}",
         cuda::unavailable_reason()
     );
+}
+
+/// Whether the tests run on a real GPU (else on emulated devices).
+pub fn real() -> bool {
+    !Device::Cuda(0).is_emulated()
+}
+
+/// The clock a copy to or from `cuda:0` is timed by: CUDA events, or the emulator's host
+/// timestamps on its stream.
+pub fn clock() -> placelab::Clock {
+    if real() {
+        placelab::Clock::CudaEvents
+    } else {
+        placelab::Clock::EmulatedEvents
+    }
 }
