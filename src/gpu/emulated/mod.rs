@@ -20,6 +20,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use kernels::checks_bounds;
+
+/// Checks a launch of kernel `name` as the emulator does before it queues one: the kernel
+/// exists in `kernels/*.cu`, `args` fill its parameters as the C++ compiler declared them, and
+/// `grid` is within CUDA's limits. The error names the kernel.
+pub fn check_launch(name: &str, grid: Grid, args: &[Arg]) -> Result<(), String> {
+    kernels::check_launch(name, grid, args).map(|_| ())
+}
+
+/// The parameters of kernel `name` as the C++ compiler declared them, if `kernels/*.cu` has it.
+pub fn kernel_params(name: &str) -> Option<Vec<super::launch::Param>> {
+    kernels::kernels().get(name).map(|k| k.params.clone())
+}
 pub(crate) use kernels::mark_usable;
 use stream::{Event, Stream};
 
