@@ -6,7 +6,11 @@
 //!
 //! `PLACELAB_EMULATOR_ASAN=1` compiles them under AddressSanitizer: run the tests with
 //! `LD_PRELOAD=$(gcc -print-file-name=libasan.so)`, and an emulated kernel that reads or writes
-//! outside a tensor's bytes stops the test with ASan's report (`.ci/run` does this once).
+//! outside a tensor's bytes stops the test with ASan's report (`.ci/emulator-checks`).
+//!
+//! `PLACELAB_KERNEL_MUTATION="FILE|FROM|TO"` compiles the kernels with the one occurrence of
+//! `FROM` in `kernels/FILE` replaced by `TO`: `.ci/emulator-checks` shows that the emulated tests
+//! then fail, so they do check the kernels. It never touches `kernels/` itself.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -54,6 +58,45 @@ fn declared_kernels(launch_rs: &str) -> BTreeMap<String, Vec<String>> {
     by_source
 }
 
+/// Copies `kernels/*.cu` and `common.cuh` into `dst` (what the host build compiles), applying
+/// `PLACELAB_KERNEL_MUTATION` if set; returns `dst`.
+fn copy_sources(kernels: &std::path::Path, dst: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dst).unwrap();
+    let mutation = std::env::var("PLACELAB_KERNEL_MUTATION").ok();
+    let mut applied = false;
+    for entry in std::fs::read_dir(kernels).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !(name.ends_with(".cu") || name.ends_with(".cuh")) {
+            continue;
+        }
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        if let Some(m) = &mutation {
+            let [file, from, to] = m.splitn(3, '|').collect::<Vec<_>>()[..] else {
+                panic!("PLACELAB_KERNEL_MUTATION: expected FILE|FROM|TO, got {m:?}");
+            };
+            if file == name {
+                assert_eq!(
+                    text.matches(from).count(),
+                    1,
+                    "PLACELAB_KERNEL_MUTATION: {from:?} must occur once in kernels/{file}"
+                );
+                text = text.replacen(from, to, 1);
+                applied = true;
+            }
+        }
+        std::fs::write(dst.join(&name), text).unwrap();
+    }
+    if let Some(m) = &mutation {
+        assert!(
+            applied,
+            "PLACELAB_KERNEL_MUTATION: no kernel file named in {m:?}"
+        );
+        println!("cargo:warning=kernels compiled for the host with the mutation {m:?}");
+    }
+    dst.to_path_buf()
+}
+
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
@@ -61,6 +104,8 @@ fn main() {
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=src/gpu/launch.rs");
     println!("cargo:rerun-if-env-changed=PLACELAB_EMULATOR_ASAN");
+    println!("cargo:rerun-if-env-changed=PLACELAB_KERNEL_MUTATION");
+    let sources = copy_sources(&kernels, &out.join("kernels"));
 
     let launch_rs = std::fs::read_to_string(root.join("src/gpu/launch.rs")).unwrap();
     let mut build = cc::Build::new();
@@ -69,7 +114,7 @@ fn main() {
         .cpp_link_stdlib(None) // header-only C++: templates, no library calls
         .std("c++17")
         .opt_level(2)
-        .include(&kernels)
+        .include(&sources)
         .include(kernels.join("host"))
         // NVRTC contracts `a * b + c` into FMAs by default; the host does not, so results match
         // the CPU backend's bit for bit (a GPU may differ in the last bit there).
@@ -89,7 +134,7 @@ fn main() {
     let mut index = String::from("#include \"cuda_host.h\"\n#include \"registry.h\"\n");
     let mut tables = Vec::new();
     for (stem, names) in declared_kernels(&launch_rs) {
-        let cu = kernels.join(format!("{stem}.cu"));
+        let cu = sources.join(format!("{stem}.cu"));
         assert!(
             cu.exists(),
             "kernels/{stem}.cu is named in src/gpu/launch.rs but missing"

@@ -39,8 +39,8 @@ fn every_launcher_has_its_host_kernel_with_the_same_parameters() {
 fn a_launch_that_does_not_fit_its_kernel_is_refused_naming_it() {
     // unary_f32(int op, u64 n, f32* out, const f32* a, Strided la): one argument short, and
     // the wrong kind first.
-    let e = emulated::check_launch("unary_f32", grid(1, 256), &[Arg::U64(0), Arg::U64(1)])
-        .unwrap_err();
+    let e =
+        emulated::check_launch("unary_f32", grid(1, 256), &[Arg::U64(0), Arg::U64(1)]).unwrap_err();
     assert!(
         e.contains("kernel unary_f32 takes parameters") && e.contains("the launch passed"),
         "{e}"
@@ -80,7 +80,10 @@ fn same_on_both(name: &str, x: &Tensor, f: impl Fn(&Tensor) -> Result<Tensor>) {
     assert_eq!(got.shape(), want.shape(), "{name}");
     let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
     let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-    assert!(same && g.len() == w.len(), "{name}: the GPU's values differ");
+    assert!(
+        same && g.len() == w.len(),
+        "{name}: the GPU's values differ"
+    );
 }
 
 #[test]
@@ -127,7 +130,13 @@ fn views_the_kernels_cannot_take_are_refused_not_misread() {
     let e = nine.contiguous().unwrap_err().to_string();
     assert!(e.contains("at most 8 dims"), "{e}");
     // Reshaped to fewer dims first, as the message says, it works.
-    let flat = x.reshape([16, 32]).unwrap().t().unwrap().contiguous().unwrap();
+    let flat = x
+        .reshape([16, 32])
+        .unwrap()
+        .t()
+        .unwrap()
+        .contiguous()
+        .unwrap();
     assert_eq!(flat.shape(), &[32, 16]);
 }
 

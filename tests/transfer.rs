@@ -4,7 +4,7 @@
 mod stand_in;
 
 use placelab::prelude::*;
-use placelab::transfer::{Clock, CopyMode, HostMemoryKind};
+use placelab::transfer::{CopyMode, HostMemoryKind};
 
 static SEEDED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 

@@ -22,9 +22,12 @@ pub(crate) struct Gpu {
     pub cc: (i32, i32),
     /// How long creating the context took (the first use of the device in this process).
     pub context_setup: Duration,
-    /// cuBLAS's workspace (address, bytes) and what keeps it allocated, taken at the first GEMM.
-    pub(super) workspace: Mutex<Option<(u64, usize, Box<dyn Send>)>>,
+    /// cuBLAS's workspace, taken at the first GEMM.
+    pub(super) workspace: Mutex<Option<Workspace>>,
 }
+
+/// Device memory for cuBLAS: its address, its size, and what keeps it allocated.
+pub(super) type Workspace = (u64, usize, Box<dyn Send>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -80,15 +83,22 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
 /// Forgets the drivers of the emulated devices that `keep` does not name, so that a new
 /// emulation setting takes effect for them (the caller has checked that no tensor lives on them).
 pub(crate) fn forget_emulated(keep: impl Fn(usize) -> bool) {
-    let mut map = lock(gpus());
     let forget = |i: &usize, g: &Arc<Gpu>| !g.driver.as_any().is::<CudaDriver>() && !keep(*i);
-    for (i, g) in map.iter() {
-        if forget(i, g) {
-            // Returns the cuBLAS workspace to the device's allocator, which goes too.
-            lock(&g.workspace).take();
-        }
+    let gone: Vec<Arc<Gpu>> = {
+        let mut map = lock(gpus());
+        let gone = map
+            .iter()
+            .filter(|(i, g)| forget(i, g))
+            .map(|(_, g)| g.clone())
+            .collect();
+        map.retain(|i, g| !forget(i, g));
+        gone
+    };
+    // Returns each cuBLAS workspace to its device's allocator (which goes too), outside the
+    // map's lock: freeing a block may ask for its device.
+    for g in gone {
+        lock(&g.workspace).take();
     }
-    map.retain(|i, g| !forget(i, g));
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.

@@ -164,8 +164,8 @@ impl Block {
         );
         drop(m);
         let emulated = device.is_emulated();
-        if emulated {
-            crate::gpu::emulated::mark_usable(addr, requested, true);
+        if emulated && let Device::Cuda(i) = device {
+            crate::gpu::emulated::mark_block(i, addr, requested, true);
         }
         Ok(Block {
             addr,
@@ -201,8 +201,10 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        if self.emulated {
-            crate::gpu::emulated::mark_usable(self.addr, self.size, false);
+        if self.emulated
+            && let Device::Cuda(i) = self.device
+        {
+            crate::gpu::emulated::mark_block(i, self.addr, self.size, false);
         }
         let mut m = lock(&self.mem);
         m.alloc.free(self.addr);

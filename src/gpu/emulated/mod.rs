@@ -20,6 +20,26 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use kernels::checks_bounds;
+use kernels::mark_usable;
+
+/// Under AddressSanitizer (`checks_bounds`): marks a block of emulated `cuda:index` as a
+/// tensor's (`usable`) or as freed, in its stream's order, as a GPU's caching allocator reuses
+/// memory: a kernel queued before the block was freed may still use it, and one queued after it
+/// was allocated again may use it from then on. Without ASan it does nothing.
+pub(crate) fn mark_block(index: usize, addr: usize, size: usize, usable: bool) {
+    if !checks_bounds() || size == 0 {
+        return;
+    }
+    let Ok(g) = super::runtime::gpu(index) else {
+        return;
+    };
+    if let Some(d) = g.driver.as_any().downcast_ref::<EmulatedDriver>() {
+        let _ = d.stream.enqueue(Box::new(move || {
+            mark_usable(addr, size, usable);
+            Ok(())
+        }));
+    }
+}
 
 /// Checks a launch of kernel `name` as the emulator does before it queues one: the kernel
 /// exists in `kernels/*.cu`, `args` fill its parameters as the C++ compiler declared them, and
@@ -32,7 +52,6 @@ pub fn check_launch(name: &str, grid: Grid, args: &[Arg]) -> Result<(), String> 
 pub fn kernel_params(name: &str) -> Option<Vec<super::launch::Param>> {
     kernels::kernels().get(name).map(|k| k.params.clone())
 }
-pub(crate) use kernels::mark_usable;
 use stream::{Event, Stream};
 
 use super::driver::{AllocFailure, Arg, Driver, DriverEvent, Gemm, Grid};
