@@ -14,7 +14,7 @@ use crate::{Device, Error, Result};
 
 /// What a queued copy's completion is waited on.
 pub(crate) enum Completion {
-    /// CUDA events around the copy on a real GPU's stream.
+    /// CUDA events around the copy on a GPU's stream.
     Events(Timing),
     /// A host thread copying between host-backed storages (simulated GPUs, pinned CPU memory);
     /// it returns how long the copy itself ran.
@@ -43,7 +43,7 @@ impl Completion {
     }
 }
 
-/// Makes `devices` ready for a copy (a real GPU's context is created on its first use) and
+/// Makes `devices` ready for a copy (a GPU's context is created on its first use) and
 /// returns the context setup time none has reported yet: a one-time cost that must never be
 /// counted in a copy's time.
 pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
@@ -57,7 +57,7 @@ pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
     Ok(crate::gpu::runtime::take_unreported_setup(devices))
 }
 
-/// Waits for every kernel and copy queued on `device`'s stream (a real GPU's); host-backed
+/// Waits for every kernel and copy queued on `device`'s stream (a GPU's); host-backed
 /// devices run their kernels to completion before returning, so there is nothing to wait for.
 pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
     match device {
@@ -142,12 +142,12 @@ impl Storage {
         Ok((out, Completion::Thread(thread)))
     }
 
-    /// Whether a copy to `device` is between host-backed storages (no real GPU involved).
+    /// Whether a copy to `device` is between host-backed storages (no GPU involved).
     fn stays_on_host(&self, device: Device) -> bool {
         self.is_host() && !is_gpu(device)
     }
 
-    /// Queues a copy that a real GPU's copy engine does, into a new storage.
+    /// Queues a copy that a GPU's copy engine does, into a new storage.
     fn gpu_copy(&self, device: Device, pinned_dst: bool) -> Result<(Storage, Timing)> {
         let bytes = self.numel * self.dtype.size_in_bytes();
         match (self.is_host(), is_gpu(device)) {
@@ -194,7 +194,7 @@ impl Storage {
     }
 
     /// A copy of the view `l` of a CPU storage in page-locked memory: from the driver when a
-    /// real GPU exists (its copy engine reads it directly), else ordinary host memory marked
+    /// GPU exists, real or emulated (its copy engine reads it directly), else host memory marked
     /// pinned, so transfers to a simulated GPU say "pinned" as they would on a real one.
     pub(crate) fn pinned_copy(&self, l: &Layout) -> Result<Storage> {
         if is_gpu(Device::Cuda(0)) {

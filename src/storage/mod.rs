@@ -20,9 +20,9 @@ use crate::{DType, Device, Element, Result};
 pub(crate) enum Backing {
     /// Host memory from the device's caching allocator: the CPU, or a simulated GPU.
     Host(Block),
-    /// Memory of a real GPU from its caching allocator (the block's address is a device pointer).
+    /// Memory of a GPU, real or emulated, from its caching allocator (a device address).
     Cuda(Block),
-    /// Page-locked host memory for a real GPU's copy engine (`pin_memory()`).
+    /// Page-locked host memory for a GPU's copy engine (`pin_memory()`).
     Pinned(PinnedHost),
 }
 
@@ -87,7 +87,7 @@ impl Storage {
         Ok(s)
     }
 
-    /// A CPU storage in page-locked memory from the CUDA driver (a real GPU must exist).
+    /// A CPU storage in page-locked memory from the driver (a GPU, real or emulated, must exist).
     pub(crate) fn alloc_pinned(dtype: DType, numel: usize) -> Result<Storage> {
         let bytes = numel * dtype.size_in_bytes();
         let mut s = Storage::new(
@@ -114,7 +114,7 @@ impl Storage {
         !matches!(self.backing, Backing::Cuda(_))
     }
 
-    /// The real GPU this storage lives on, or `None` for host memory.
+    /// The GPU (real or emulated) this storage lives on, or `None` for host memory.
     fn gpu(&self) -> Option<Result<Arc<Gpu>>> {
         match &self.backing {
             Backing::Cuda(b) => Some(crate::gpu::runtime::gpu(gpu_index(b.device()))),
@@ -122,7 +122,7 @@ impl Storage {
         }
     }
 
-    /// The device address of a real GPU's storage, as kernels and cuBLAS take it.
+    /// The device address of a GPU's storage, as kernels and cuBLAS take it.
     fn device_ptr(&self) -> u64 {
         match &self.backing {
             Backing::Cuda(b) => b.ptr() as u64,
