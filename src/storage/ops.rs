@@ -63,8 +63,8 @@ macro_rules! with_float {
 }
 
 impl Storage {
-    /// Whether `device`'s kernels take f16/bf16 directly (a GPU's, real or emulated, computing in f32
-    /// inside); host kernels get f16/bf16 values cast to f32 and back by the tensor layer.
+    /// Whether `device`'s kernels take f16/bf16 directly (a GPU's, real or emulated, computing
+    /// in f32 inside); host kernels get f16/bf16 values cast to f32 and back by the tensor layer.
     pub(crate) fn computes_half_natively(device: Device) -> bool {
         crate::device::registry::uses_gpu_backend(device)
     }
