@@ -154,3 +154,84 @@ fn out_of_memory_on_an_emulated_device_is_an_error_with_the_numbers() {
     let ok = Tensor::ones([4], GPU).unwrap().sum_all().unwrap();
     assert_eq!(ok.item::<f32>().unwrap(), 4.0);
 }
+
+/// `src/gpu/ops.rs` and `kernels/*.cu` each write the op codes down: a code that meant another op
+/// on one side would give another result here.
+#[test]
+fn every_op_code_means_the_same_op_in_rust_and_in_the_kernels() {
+    cuda::emulate(2, None).unwrap();
+    let values = vec![-2.5, -1.0, -0.0, 0.0, 0.5, 2.0, 3.0, f64::NAN];
+    let a = Tensor::from_vec(values.clone(), [8], Device::Cpu).unwrap();
+    let b = Tensor::from_vec(
+        vec![1.5, -1.0, 2.0, 0.0, 0.5, 3.0, -2.0, 1.0],
+        [8],
+        Device::Cpu,
+    )
+    .unwrap();
+    type Op = fn(&Tensor, &Tensor) -> Result<Tensor>;
+    let pairs: [(&str, Op); 13] = [
+        ("add", |x, y| x.add(y)),
+        ("sub", |x, y| x.sub(y)),
+        ("mul", |x, y| x.mul(y)),
+        ("div", |x, y| x.div(y)),
+        ("maximum", |x, y| x.maximum(y)),
+        ("minimum", |x, y| x.minimum(y)),
+        ("eq", |x, y| x.eq(y)),
+        ("ne", |x, y| x.ne(y)),
+        ("lt", |x, y| x.lt(y)),
+        ("le", |x, y| x.le(y)),
+        ("gt", |x, y| x.gt(y)),
+        ("ge", |x, y| x.ge(y)),
+        ("pow", |x, y| x.abs()?.pow(y)),
+    ];
+    let (ga, gb) = (a.to(&GPU).unwrap(), b.to(&GPU).unwrap());
+    let close = |c: &[f64], g: &[f64]| {
+        c.iter().zip(g).all(|(c, g)| {
+            c.to_bits() == g.to_bits()
+                || (c.is_nan() && g.is_nan())
+                || (c - g).abs() <= 1e-12 * c.abs()
+        })
+    };
+    for dtype in [DType::F64, DType::I64] {
+        let (a, b) = (a.to_dtype(dtype).unwrap(), b.to_dtype(dtype).unwrap());
+        let (ga, gb) = (ga.to_dtype(dtype).unwrap(), gb.to_dtype(dtype).unwrap());
+        for (name, op) in pairs {
+            let (Ok(c), Ok(g)) = (op(&a, &b), op(&ga, &gb)) else {
+                continue; // refused on both (integer powers of negatives)
+            };
+            let (c, g) = (c.to_f64_vec().unwrap(), g.to_f64_vec().unwrap());
+            assert!(close(&c, &g), "{name} {dtype}: cpu {c:?}, {GPU} {g:?}");
+        }
+    }
+    type Unary = fn(&Tensor) -> Result<Tensor>;
+    let unary: [(&str, Unary); 9] = [
+        ("neg", |x| x.neg()),
+        ("abs", |x| x.abs()),
+        ("relu", |x| x.relu()),
+        ("exp", |x| x.exp()),
+        ("log", |x| x.log()),
+        ("sqrt", |x| x.sqrt()),
+        ("sigmoid", |x| x.sigmoid()),
+        ("tanh", |x| x.tanh()),
+        ("gelu", |x| x.gelu()),
+    ];
+    for (name, op) in unary {
+        let (c, g) = (op(&a).unwrap(), op(&ga).unwrap());
+        let (c, g) = (c.to_f64_vec().unwrap(), g.to_f64_vec().unwrap());
+        assert!(close(&c, &g), "{name}: cpu {c:?}, {GPU} {g:?}");
+    }
+    // GELU's derivative is the last unary code: the gradient of gelu.
+    let grad = |x: &Tensor| {
+        let x = x.clone().requires_grad_(true).unwrap();
+        x.gelu().unwrap().sum_all().unwrap().backward().unwrap();
+        x.grad().unwrap().to_f64_vec().unwrap()
+    };
+    let (c, g) = (grad(&a), grad(&ga));
+    assert!(close(&c, &g), "gelu'(x): cpu {c:?}, {GPU} {g:?}");
+    // Every cast, by dtype code.
+    for to in DType::ALL {
+        let (c, g) = (a.to_dtype(to).unwrap(), ga.to_dtype(to).unwrap());
+        let (c, g) = (c.to_f64_vec().unwrap(), g.to_f64_vec().unwrap());
+        assert!(close(&c, &g), "f64 → {to}: cpu {c:?}, {GPU} {g:?}");
+    }
+}

@@ -159,3 +159,24 @@ fn a_second_session_beside_an_open_one_starts_warm() {
         "the second session ran in a slot of its own"
     );
 }
+
+/// `:simulate cuda 2 --emulate` in a session: the cells run the CUDA backend and the real
+/// kernels, compiled for the host inside the engine every cell links, and say so everywhere.
+#[test]
+fn emulated_devices_through_the_session() {
+    let _one = one_session_at_a_time();
+    let (out, ok) = run_script("emulated.plrs");
+    assert!(ok, "every cell runs:\n{out}");
+    expect(
+        &out,
+        &[
+            "2 emulated CUDA device(s), the real kernels run on the CPU on host memory: cuda:0 … cuda:1",
+            "Tensor f32[1000, 1000] · cuda:0 (emulated) · 3.81 MiB · last .to(): cpu → cuda:0, ",
+            "emulated: host copy time",
+            "── cuda:0 (emulated) allocated 3.81 MiB (1 tensor)",
+            // Softmax rows sum to 1: a thousand rows, through the kernels' barriers.
+            "true",
+            "cuda:0 (emulated) kernels/*.cu on the CPU, host memory, 16.00 GiB",
+        ],
+    );
+}
