@@ -147,7 +147,10 @@ fn kernels_match_the_cpu_on_large_random_inputs() {
         check(&format!("number / {to} view"), 0.0, &[&x], |t| {
             t[0].to_dtype(to)?.t()?.rdiv(0.3)
         });
-        check(&format!("{to} ^ number"), 0.0, &[&x], |t| {
+        // CUDA's `powf` is not correctly rounded (nor is the C library's an emulated device
+        // uses): a few of the million results may be one ulp of f16/bf16 apart, which moves
+        // this norm by about 1e-6.
+        check(&format!("{to} ^ number"), 1e-5, &[&x], |t| {
             t[0].to_dtype(to)?.abs()?.pow(1.37)
         });
         check(&format!("{to} > number"), 0.0, &[&x], |t| {

@@ -235,3 +235,95 @@ fn every_op_code_means_the_same_op_in_rust_and_in_the_kernels() {
         assert!(close(&c, &g), "f64 → {to}: cpu {c:?}, {GPU} {g:?}");
     }
 }
+
+/// `contiguous()` (and any same-dtype copy) moves bits, on the CPU and on a GPU: NaN payloads,
+/// signalling NaNs and negative zero survive.
+#[test]
+fn a_same_dtype_copy_keeps_every_bit() {
+    cuda::emulate(2, None).unwrap();
+    let bits: [u32; 4] = [0x7f80_0001, 0x7fc1_2345, 0x8000_0000, 0xffc0_0001];
+    let values: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+    // In f16 too, where a trip through f32 quiets the signalling NaN (0x7c01 → 0x7e01).
+    let bits16: [u16; 4] = [0x7c01, 0x7e55, 0x8000, 0xfc03];
+    let values16: Vec<half::f16> = bits16.iter().map(|&b| half::f16::from_bits(b)).collect();
+    for device in [Device::Cpu, GPU] {
+        let x = Tensor::from_vec(values.clone(), [2, 2], device).unwrap();
+        let t = x.t().unwrap().contiguous().unwrap();
+        let got: Vec<u32> = t
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(got, [bits[0], bits[2], bits[1], bits[3]], "f32 on {device}");
+        let x = Tensor::from_vec(values16.clone(), [2, 2], device).unwrap();
+        let t = x.t().unwrap().contiguous().unwrap();
+        let got: Vec<u16> = t
+            .to_vec::<half::f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(
+            got,
+            [bits16[0], bits16[2], bits16[1], bits16[3]],
+            "f16 on {device}"
+        );
+    }
+}
+
+/// A non-blocking copy to a GPU with work queued returns at once: the copy waits for that work
+/// on the device (an event), not on the host, and lands after it.
+#[test]
+fn a_copy_to_a_busy_gpu_does_not_wait_on_the_host() {
+    cuda::emulate(2, None).unwrap();
+    let other = Device::Cuda(1);
+    let x = Tensor::randn([1000], Device::Cpu).unwrap();
+    let (src, rows) = (
+        x.to(&GPU).unwrap(),
+        Tensor::randn([10_000, 3], other).unwrap(),
+    );
+    cuda::synchronize(0).unwrap();
+    cuda::synchronize(1).unwrap();
+    let start = std::time::Instant::now();
+    // Queued on cuda:1: a row per block of 256 threads, each row through their barriers.
+    let busy = rows.softmax(1).unwrap();
+    let y = src.to_non_blocking(&other).unwrap();
+    let returned = start.elapsed();
+    cuda::synchronize(1).unwrap();
+    let done = start.elapsed();
+    assert!(
+        returned * 10 < done,
+        "the call returned after {returned:?}; cuda:1's queued work took {done:?}"
+    );
+    assert_eq!(y.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    drop(busy);
+}
+
+/// `pin_memory()` takes its page-locked memory through a GPU the program already uses, never by
+/// creating another device's context; a pinned copy from a GPU goes through that GPU's.
+#[test]
+fn pinning_uses_a_gpu_already_in_use() {
+    // In a process of its own: the other tests here open cuda:0.
+    if std::env::var_os("PLACELAB_PIN_CHILD").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("PLACELAB_PIN_CHILD", "1")
+            .args(["--exact", "pinning_uses_a_gpu_already_in_use"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    cuda::emulate(3, None).unwrap();
+    let on_2 = Tensor::ones([1000], Device::Cuda(2)).unwrap();
+    let pinned = Tensor::ones([1000], Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    assert!(pinned.is_pinned());
+    let back = on_2.cpu_pinned().unwrap();
+    assert!(back.is_pinned());
+    assert_eq!(cuda::context_setup_time(0), None, "cuda:0 was never opened");
+    assert!(cuda::context_setup_time(2).is_some());
+}

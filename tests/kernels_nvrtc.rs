@@ -207,6 +207,38 @@ fn compiled_kernels_are_cached_on_disk_by_source_arch_and_version() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn devices_compiling_the_same_kernels_at_once_leave_one_whole_cache_file() {
+    load_nvrtc();
+    let dir = std::env::temp_dir().join(format!("placelab-at-once-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Four GPUs' first use at the same moment: each compiles, and each writes the cache.
+    let cubins: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let compiles: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| nvrtc::cubin_cached_in(&nvrtc::CAST, (9, 0), Some(&dir))))
+            .collect();
+        compiles
+            .into_iter()
+            .map(|c| c.join().unwrap().unwrap())
+            .collect()
+    });
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "one cache file, no temporaries left: {names:?}"
+    );
+    let cached = std::fs::read(dir.join(&names[0])).unwrap();
+    assert!(
+        cubins.iter().all(|c| *c == cached),
+        "every device got the whole CUBIN"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn tempdir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("placelab-kernels-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();

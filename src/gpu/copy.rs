@@ -36,8 +36,11 @@ pub(crate) struct PinnedHost {
 }
 
 impl PinnedHost {
-    pub(crate) fn alloc(bytes: usize) -> Result<PinnedHost> {
-        let g = gpu(0)?;
+    /// `bytes` of page-locked memory, through `cuda:near`'s context, or (`None`) through that of
+    /// a GPU already in use: pinning never creates a context (and takes its memory) on a GPU the
+    /// program does not use. Only when none is in use yet does it open `cuda:0`.
+    pub(crate) fn alloc(bytes: usize, near: Option<usize>) -> Result<PinnedHost> {
+        let g = gpu(near.or_else(super::runtime::first_open).unwrap_or(0))?;
         let ptr = g
             .driver
             .malloc_host(bytes)
@@ -155,15 +158,20 @@ pub(crate) fn device_to_host(index: usize, src: u64, dst: &mut [u8]) -> Result<T
 
 /// Queues a copy of `bytes` bytes from `src` on `cuda:from` to `dst` on `cuda:to`, directly
 /// between the devices (peer to peer where the hardware allows it, else staged by the driver).
-/// The destination's stream waits for the copy, so its later kernels read the copied values.
+/// Neither device's queue blocks the host: the copy waits on the GPU for the work queued on the
+/// destination so far (the block may have been freed there by a kernel still queued), and the
+/// destination's stream waits for the copy, so its later kernels read the copied values.
 pub(crate) fn device_to_device(
     (from, src): (usize, u64),
     (to, dst): (usize, u64),
     bytes: usize,
 ) -> Result<Timing> {
     let (from, to) = (gpu(from)?, gpu(to)?);
-    // The destination block may have been freed by a kernel still queued on its device.
-    to.synchronize()?;
+    let ready = to.driver.new_event().map_err(|e| to.err(".to()", e))?;
+    to.driver.record(&*ready).map_err(|e| to.err(".to()", e))?;
+    from.driver
+        .wait_event(&*ready)
+        .map_err(|e| from.err(".to()", e))?;
     let time = timed(&from, ".to()", || {
         if bytes == 0 {
             return Ok(());

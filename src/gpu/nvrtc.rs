@@ -110,7 +110,11 @@ pub fn cubin_cached_in(
     if let Some(p) = path {
         // A cache that cannot be written only costs a recompile next time.
         let _ = std::fs::create_dir_all(p.parent().expect("a file in a folder"));
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+        // A name no other writer uses (two GPUs, or two processes, may compile the same file at
+        // once); the rename then replaces the cache file in one step.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = p.with_extension(format!("tmp{}-{n}", std::process::id()));
         if std::fs::write(&tmp, &bytes).is_ok() {
             let _ = std::fs::rename(&tmp, &p);
         }

@@ -101,6 +101,11 @@ pub(crate) fn forget_emulated(keep: impl Fn(usize) -> bool) {
     }
 }
 
+/// The lowest-numbered device whose driver (context) has been created, if any.
+pub(crate) fn first_open() -> Option<usize> {
+    lock(gpus()).keys().min().copied()
+}
+
 /// How long creating `cuda:index`'s context took, if it has been created.
 pub fn context_setup_time(index: usize) -> Option<Duration> {
     lock(gpus()).get(&index).map(|g| g.context_setup)

@@ -159,7 +159,7 @@ impl Storage {
             }
             (false, false) => {
                 let mut out = if pinned_dst {
-                    Storage::alloc_pinned(self.dtype, self.numel)?
+                    Storage::alloc_pinned(self.dtype, self.numel, self.device().index())?
                 } else {
                     Storage::alloc(Device::Cpu, self.dtype, self.numel)?
                 };
@@ -198,7 +198,7 @@ impl Storage {
     /// pinned, so transfers to a simulated GPU say "pinned" as they would on a real one.
     pub(crate) fn pinned_copy(&self, l: &Layout) -> Result<Storage> {
         if is_gpu(Device::Cuda(0)) {
-            let mut s = Storage::alloc_pinned(self.dtype, l.numel())?;
+            let mut s = Storage::alloc_pinned(self.dtype, l.numel(), None)?;
             s.write_view(&Layout::contiguous(l.shape.clone()), self, l)?;
             return Ok(s);
         }

@@ -87,14 +87,15 @@ impl Storage {
         Ok(s)
     }
 
-    /// A CPU storage in page-locked memory from the driver (a GPU, real or emulated, must exist).
-    pub(crate) fn alloc_pinned(dtype: DType, numel: usize) -> Result<Storage> {
+    /// A CPU storage in page-locked memory from the driver (a GPU, real or emulated, must exist),
+    /// taken through `cuda:near`'s context (see `PinnedHost::alloc`).
+    pub(crate) fn alloc_pinned(dtype: DType, numel: usize, near: Option<usize>) -> Result<Storage> {
         let bytes = numel * dtype.size_in_bytes();
         let mut s = Storage::new(
             dtype,
             numel,
             true,
-            Backing::Pinned(PinnedHost::alloc(bytes)?),
+            Backing::Pinned(PinnedHost::alloc(bytes, near)?),
         );
         if dtype == DType::Bool {
             cpu::fill(s.bytes_mut(), 0u8);
