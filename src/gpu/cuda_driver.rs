@@ -5,6 +5,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::{CudaBlas, result as blas_result, sys as blas_sys};
@@ -25,7 +26,9 @@ pub(crate) struct CudaDriver {
     cc: (i32, i32),
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
-    blas: Mutex<Option<CudaBlas>>,
+    /// Never dropped: cudarc's `Drop` for it unwraps the destroy call's status, the one panic
+    /// a driver error could still cause. The handle lives as long as the process.
+    blas: Mutex<Option<ManuallyDrop<CudaBlas>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -278,6 +281,7 @@ impl Driver for CudaDriver {
         if slot.is_none() {
             let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))?
                 .map_err(|e| e.to_string())?;
+            let blas = ManuallyDrop::new(blas);
             let status =
                 unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ws as *mut _, ws_bytes) };
             if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
