@@ -57,7 +57,7 @@ pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, Result};
 pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
-pub use transfer::{Clock, CopyMode, HostMemoryKind, Transfer};
+pub use transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer};
 
 /// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compiled CUDA kernels, and the front end's
 /// compile directories and evcxr config.

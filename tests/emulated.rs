@@ -327,3 +327,26 @@ fn pinning_uses_a_gpu_already_in_use() {
     assert_eq!(cuda::context_setup_time(0), None, "cuda:0 was never opened");
     assert!(cuda::context_setup_time(2).is_some());
 }
+
+/// A copy between two GPUs enables peer access for that pair first (once), and the transfer
+/// says which way the copy went.
+#[test]
+fn gpu_to_gpu_copies_enable_peer_access_first_and_say_so() {
+    cuda::emulate(2, None).unwrap();
+    let x = Tensor::randn([1000], GPU).unwrap();
+    let y = x.to(&Device::Cuda(1)).unwrap();
+    let t = y.last_transfer().unwrap();
+    assert_eq!(t.between_gpus, Some(placelab::PeerCopy::Direct));
+    assert!(t.to_string().contains("peer to peer"), "{t}");
+    let back = y.to_non_blocking(&GPU).unwrap();
+    cuda::synchronize(0).unwrap();
+    assert_eq!(back.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
+    let enabled = emulated::peer_access_enabled();
+    assert!(
+        enabled.contains(&(0, 1)) && enabled.contains(&(1, 0)),
+        "{enabled:?}"
+    );
+    // A host copy is no copy between GPUs.
+    let t = x.cpu().unwrap().last_transfer().unwrap().clone();
+    assert_eq!(t.between_gpus, None);
+}

@@ -18,6 +18,8 @@ pub(crate) struct CopyTime {
     pub events: Duration,
     /// Host clock from the call to the copy's completion.
     pub wall: Duration,
+    /// Between two GPUs: whether the copy went peer to peer (else through host memory).
+    pub peer: Option<bool>,
 }
 
 static PINNED_BYTES: AtomicUsize = AtomicUsize::new(0);
@@ -88,6 +90,8 @@ pub(crate) struct Timing {
     start: Box<dyn DriverEvent>,
     end: Box<dyn DriverEvent>,
     issued: Instant,
+    /// Between two GPUs: whether the copy goes peer to peer.
+    pub(crate) peer: Option<bool>,
 }
 
 impl Timing {
@@ -103,6 +107,7 @@ impl Timing {
         Ok(CopyTime {
             events: Duration::from_secs_f64(ms as f64 / 1e3),
             wall,
+            peer: self.peer,
         })
     }
 
@@ -124,6 +129,7 @@ fn timed(g: &Arc<Gpu>, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -
         start,
         end,
         issued,
+        peer: None,
     })
 }
 
@@ -157,7 +163,8 @@ pub(crate) fn device_to_host(index: usize, src: u64, dst: &mut [u8]) -> Result<T
 }
 
 /// Queues a copy of `bytes` bytes from `src` on `cuda:from` to `dst` on `cuda:to`, directly
-/// between the devices (peer to peer where the hardware allows it, else staged by the driver).
+/// between the devices: peer to peer where the hardware allows it (peer access is enabled once
+/// per ordered pair, before the first copy), else staged by the driver through host memory.
 /// Neither device's queue blocks the host: the copy waits on the GPU for the work queued on the
 /// destination so far (the block may have been freed there by a kernel still queued), and the
 /// destination's stream waits for the copy, so its later kernels read the copied values.
@@ -167,6 +174,7 @@ pub(crate) fn device_to_device(
     bytes: usize,
 ) -> Result<Timing> {
     let (from, to) = (gpu(from)?, gpu(to)?);
+    let peer = from.peer_to(&to)?;
     let ready = to.driver.new_event().map_err(|e| to.err(".to()", e))?;
     to.driver.record(&*ready).map_err(|e| to.err(".to()", e))?;
     from.driver
@@ -183,5 +191,8 @@ pub(crate) fn device_to_device(
     to.driver
         .wait_event(&*time.end)
         .map_err(|e| to.err(".to()", e))?;
-    Ok(time)
+    Ok(Timing {
+        peer: Some(peer),
+        ..time
+    })
 }

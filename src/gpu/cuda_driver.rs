@@ -222,6 +222,30 @@ impl Driver for CudaDriver {
         .map_err(msg)
     }
 
+    fn enable_peer_access(&self, to: &dyn Driver) -> Result<bool, String> {
+        let to = to
+            .as_any()
+            .downcast_ref::<CudaDriver>()
+            .ok_or("peer access between a real GPU and an emulated one")?;
+        let mut can = 0;
+        let status = unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), to.ctx.cu_device())
+        };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("cuDeviceCanAccessPeer: {status:?}"));
+        }
+        if can == 0 {
+            return Ok(false);
+        }
+        self.bind()?;
+        match unsafe { sys::cuCtxEnablePeerAccess(to.ctx.cu_ctx(), 0) } {
+            sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                Ok(true)
+            }
+            status => Err(format!("cuCtxEnablePeerAccess: {status:?}")),
+        }
+    }
+
     fn new_event(&self) -> Result<Box<dyn DriverEvent>, String> {
         self.bind()?;
         let e = self

@@ -140,6 +140,11 @@ pub trait Driver: Send + Sync {
         bytes: usize,
     ) -> Result<(), String>;
 
+    /// Lets this device's copies reach `to`'s memory directly (`cuCtxEnablePeerAccess`), where
+    /// the hardware allows it; returns whether it does. Without it the driver stages a copy
+    /// between the two through host memory. Called once per ordered pair, before the first copy.
+    fn enable_peer_access(&self, to: &dyn Driver) -> Result<bool, String>;
+
     /// An event that can time (created with timing enabled).
     fn new_event(&self) -> Result<Box<dyn DriverEvent>, String>;
     /// Records `event` at the current end of this device's stream.

@@ -24,6 +24,8 @@ pub(crate) struct Gpu {
     pub context_setup: Duration,
     /// cuBLAS's workspace, taken at the first GEMM.
     pub(super) workspace: Mutex<Option<Workspace>>,
+    /// For each device this one has copied to: whether the copies go peer to peer.
+    peers: Mutex<HashMap<usize, bool>>,
 }
 
 /// Device memory for cuBLAS: its address, its size, and what keeps it allocated.
@@ -74,6 +76,7 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
         driver,
         context_setup,
         workspace: Mutex::default(),
+        peers: Mutex::default(),
     });
     lock(unreported_setups()).push((index, context_setup));
     map.insert(index, g.clone());
@@ -154,6 +157,21 @@ impl Gpu {
         // SAFETY: the launchers (`launch.rs`) pass the kernel's parameter kinds, and every
         // pointer is a live block of the device holding the elements its view addresses.
         unsafe { self.driver.launch(source, name, grid, args) }.map_err(|e| self.err(op, e))
+    }
+
+    /// Whether copies from this device to `to` go peer to peer, enabling peer access on the
+    /// first ask (else the driver stages them through host memory).
+    pub(crate) fn peer_to(&self, to: &Gpu) -> Result<bool> {
+        let mut peers = lock(&self.peers);
+        if let Some(&direct) = peers.get(&to.index) {
+            return Ok(direct);
+        }
+        let direct = self
+            .driver
+            .enable_peer_access(&*to.driver)
+            .map_err(|e| self.err("enable peer access", e))?;
+        peers.insert(to.index, direct);
+        Ok(direct)
     }
 
     /// Waits for all work queued on the device.

@@ -22,6 +22,14 @@ pub(crate) enum Completion {
 }
 
 impl Completion {
+    /// Between two GPUs: whether the copy goes peer to peer.
+    pub(crate) fn peer(&self) -> Option<bool> {
+        match self {
+            Completion::Events(t) => t.peer,
+            Completion::Thread(_) => None,
+        }
+    }
+
     /// Whether the copy has finished (never waits).
     pub(crate) fn is_done(&self) -> bool {
         match self {

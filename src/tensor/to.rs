@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::storage;
 use crate::transfer::inflight::{self, InFlight};
-use crate::transfer::{Clock, CopyMode, HostMemoryKind, Transfer, record};
+use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, record};
 use crate::{Device, Error, Result, Tensor};
 
 impl Tensor {
@@ -85,6 +85,7 @@ impl Tensor {
                 (true, true) => CopyMode::NonBlockingFromPageable,
                 (true, false) => CopyMode::NonBlocking,
             },
+            between_gpus: None,
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
         };
@@ -93,6 +94,7 @@ impl Tensor {
             let start = Instant::now();
             let (storage, completion) = src.storage().transfer_non_blocking(*device, pinned_dst)?;
             t.wall = start.elapsed();
+            t.between_gpus = completion.peer().map(peer_copy);
             // The copy reads a temporary when the source was strided: keep it until done.
             let keep_alive = (!src.shares_storage_with(self)).then(|| src.0.storage.clone());
             let f = InFlight::track(t, completion, keep_alive);
@@ -118,6 +120,7 @@ impl Tensor {
         let wall = start.elapsed();
         t.duration = gpu_time.map_or(wall, |g| g.events);
         t.wall = gpu_time.map_or(wall, |g| g.wall);
+        t.between_gpus = gpu_time.and_then(|g| g.peer).map(peer_copy);
         Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(record(t)))
     }
 
@@ -163,5 +166,14 @@ impl Tensor {
         }
         let s = self.storage().pinned_copy(self.layout())?;
         Ok(Tensor::from_storage(s, self.shape().to_vec()))
+    }
+}
+
+/// How a GPU-to-GPU copy went, from whether it went peer to peer.
+fn peer_copy(direct: bool) -> PeerCopy {
+    if direct {
+        PeerCopy::Direct
+    } else {
+        PeerCopy::StagedThroughHost
     }
 }

@@ -64,6 +64,15 @@ impl Clock {
     }
 }
 
+/// How a copy between two GPUs travelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerCopy {
+    /// Straight from one GPU's memory to the other's (NVLink or PCIe peer to peer).
+    Direct,
+    /// Through host memory, staged by the driver: the GPUs cannot reach each other's memory.
+    StagedThroughHost,
+}
+
 /// Whether `.to()` waited for its copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CopyMode {
@@ -99,6 +108,8 @@ pub struct Transfer {
     /// Whether the call waited for the copy. For a non-blocking copy `wall` is how long the
     /// call took to queue it.
     pub mode: CopyMode,
+    /// Between two GPUs (real or emulated): the way the copy went.
+    pub between_gpus: Option<PeerCopy>,
     pub dtype: DType,
     pub shape: Vec<usize>,
 }
@@ -123,9 +134,11 @@ impl Transfer {
 /// `cpu → cuda:0, 0.41 ms (9.7 GB/s, pageable)`, with `simulated` when it was.
 impl fmt::Display for Transfer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mem = match self.memory {
-            HostMemoryKind::Pageable => "pageable",
-            HostMemoryKind::Pinned => "pinned",
+        let mem = match (self.between_gpus, self.memory) {
+            (Some(PeerCopy::Direct), _) => "peer to peer",
+            (Some(PeerCopy::StagedThroughHost), _) => "staged through host memory",
+            (None, HostMemoryKind::Pageable) => "pageable",
+            (None, HostMemoryKind::Pinned) => "pinned",
         };
         let clock = match self.clock.stand_in() {
             Some(s) => format!(", {}", clock_note(s)),

@@ -66,6 +66,7 @@ use crate::cpu::matmul::{Matmul, Operand};
 pub const EMULATED_CC: (i32, i32) = (9, 0);
 
 pub(crate) struct EmulatedDriver {
+    index: usize,
     stream: Arc<Stream>,
     memory: Mutex<HostMemory>,
 }
@@ -79,6 +80,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn pinned() -> &'static Mutex<BTreeMap<usize, usize>> {
     static P: OnceLock<Mutex<BTreeMap<usize, usize>>> = OnceLock::new();
     P.get_or_init(Default::default)
+}
+
+/// The ordered pairs of emulated devices whose peer access was enabled, in the order it was.
+fn peers() -> &'static Mutex<Vec<(usize, usize)>> {
+    static P: OnceLock<Mutex<Vec<(usize, usize)>>> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+/// The ordered pairs `(from, to)` of emulated devices whose copies were given peer access, in
+/// the order the backend asked. Every pair of emulated devices can access each other, and a
+/// peer copy before that is refused: a test sees that the backend enables it first.
+pub fn peer_access_enabled() -> Vec<(usize, usize)> {
+    lock(peers()).clone()
 }
 
 fn is_pinned(ptr: usize, len: usize) -> bool {
@@ -110,6 +124,7 @@ fn memcpy(dst: Addr, src: Addr, len: usize) -> Result<(), String> {
 impl EmulatedDriver {
     pub(crate) fn new(index: usize, capacity: usize) -> EmulatedDriver {
         EmulatedDriver {
+            index,
             stream: Stream::start(format!("placelab-emulated-cuda{index}")),
             memory: Mutex::new(HostMemory::simulated(capacity)),
         }
@@ -204,13 +219,31 @@ impl Driver for EmulatedDriver {
         src: u64,
         bytes: usize,
     ) -> Result<(), String> {
-        if !to.as_any().is::<EmulatedDriver>() {
+        let Some(to) = to.as_any().downcast_ref::<EmulatedDriver>() else {
             return Err("a peer copy between an emulated device and a real GPU".into());
+        };
+        if !lock(peers()).contains(&(self.index, to.index)) {
+            return Err(format!(
+                "a copy from cuda:{} to cuda:{} before peer access between them was enabled (a GPU would stage it through host memory)",
+                self.index, to.index
+            ));
         }
         let (dst, src) = (Addr(dst as usize), Addr(src as usize));
         self.stream
             .enqueue(Box::new(move || memcpy(dst, src, bytes)))?;
         Ok(())
+    }
+
+    fn enable_peer_access(&self, to: &dyn Driver) -> Result<bool, String> {
+        let to = to
+            .as_any()
+            .downcast_ref::<EmulatedDriver>()
+            .ok_or("peer access between an emulated device and a real GPU")?;
+        let mut p = lock(peers());
+        if !p.contains(&(self.index, to.index)) {
+            p.push((self.index, to.index));
+        }
+        Ok(true)
     }
 
     fn new_event(&self) -> Result<Box<dyn DriverEvent>, String> {
