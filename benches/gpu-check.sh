@@ -10,7 +10,8 @@
 #
 # `run` checks every op against the CPU backend and PyTorch's reference cases, the allocator's
 # numbers against PyTorch's for the same allocations, and measures host↔device bandwidth
-# (pageable and pinned) and a few kernels against PyTorch on the same GPU.
+# (pageable and pinned), with two GPUs a copy between them peer to peer against one staged through
+# host memory, and a few kernels against PyTorch on the same GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=target/gpu-check
@@ -97,6 +98,14 @@ for r in ours:
     if r["bench"] == "non_blocking":
         p = t[key(r)]
         rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['call_ms']:.3f} / {r['event_ms']:.3f} | {p['call_ms']:.3f} / {p['event_ms']:.3f} |")
+peer = [r for r in ours if r["bench"] == "peer"]
+if peer:
+    rows += ["", "| cuda:0 → cuda:1 | bytes | placelab route | placelab GB/s direct / staged (wall) | PyTorch GB/s direct / staged (wall) |", "|---|---|---|---|---|"]
+    for r in peer:
+        p = t[key(r)]
+        rows.append(f"| d2d | {r['bytes']:,} | {r['route']} | {r['direct_wall_gbps']:.1f} / {r['staged_wall_gbps']:.1f} | {p['direct_wall_gbps']:.1f} / {p['staged_wall_gbps']:.1f} |")
+else:
+    rows += ["", "One GPU: no copy between GPUs to measure."]
 rows += ["", "| op | placelab ms | PyTorch ms | ratio |", "|---|---|---|---|"]
 for r in ours:
     if r["bench"] == "op":

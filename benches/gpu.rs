@@ -2,6 +2,7 @@
 //! `torch_gpu.py`, which measures the same workloads with PyTorch). Prints one JSON object per
 //! line: host↔device bandwidth, pageable and pinned, from 4 KiB to 1 GiB (CUDA-event time and
 //! the wall time the caller waited), a non-blocking upload (the call's time against the copy's),
+//! with two GPUs a copy between them peer to peer against one staged through pinned host memory,
 //! and a few kernels and GEMMs timed with a synchronize.
 
 use std::time::Instant;
@@ -82,6 +83,58 @@ fn non_blocking() -> Result<()> {
     Ok(())
 }
 
+/// `cuda:0 → cuda:1` directly (peer to peer once peer access is enabled; the transfer says which
+/// route it took) against the same bytes staged through pinned host memory by hand, the route a
+/// copy takes without peer access.
+fn peer() -> Result<()> {
+    let other = Device::Cuda(1);
+    for shift in [20, 24, 28, 30] {
+        let bytes = 1usize << shift;
+        let x = Tensor::zeros([bytes / 4], GPU)?;
+        let staged = || -> Result<(f64, f64)> {
+            let t = Instant::now();
+            let host = x.cpu_pinned()?;
+            let y = host.to(&other)?;
+            let events = [host.last_transfer(), y.last_transfer()]
+                .iter()
+                .map(|tr| tr.expect("a transfer").duration.as_secs_f64())
+                .sum::<f64>();
+            Ok((events * 1e3, t.elapsed().as_secs_f64() * 1e3))
+        };
+        let direct = || -> Result<(f64, f64, String)> {
+            let y = x.to(&other)?;
+            let tr = y.last_transfer().expect("a transfer");
+            let route = format!("{:?}", tr.between_gpus.expect("a copy between GPUs"));
+            Ok((
+                tr.duration.as_secs_f64() * 1e3,
+                tr.wall.as_secs_f64() * 1e3,
+                route,
+            ))
+        };
+        let (_, _, route) = direct()?; // enables peer access, warms the caches
+        staged()?;
+        let (mut de, mut dw, mut se, mut sw) = (vec![], vec![], vec![], vec![]);
+        for _ in 0..reps(bytes) {
+            let (e, w, _) = direct()?;
+            de.push(e);
+            dw.push(w);
+            let (e, w) = staged()?;
+            se.push(e);
+            sw.push(w);
+        }
+        let gbps = |ms: f64| bytes as f64 / ms / 1e6;
+        let (de, dw, se, sw) = (median(de), median(dw), median(se), median(sw));
+        println!(
+            "{{\"bench\":\"peer\",\"kind\":\"d2d\",\"bytes\":{bytes},\"route\":\"{route}\",\"direct_event_gbps\":{:.3},\"direct_wall_gbps\":{:.3},\"staged_event_gbps\":{:.3},\"staged_wall_gbps\":{:.3}}}",
+            gbps(de),
+            gbps(dw),
+            gbps(se),
+            gbps(sw)
+        );
+    }
+    Ok(())
+}
+
 fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()> {
     for _ in 0..3 {
         let _warm_up = run()?;
@@ -109,8 +162,14 @@ fn ops() -> Result<()> {
     timed("add 10M f32", 0.0, || &a + &b)?;
     timed("exp 10M f32", 0.0, || a.exp())?;
     timed("sum 10M f32", 0.0, || a.sum_all())?;
+    timed("softmax 1x10M f32", 0.0, || a.softmax(0))?;
     let s = Tensor::randn([4096, 4096], GPU)?;
     timed("softmax 4096x4096 f32", 0.0, || s.softmax(1))?;
+    let rows: Vec<i64> = (0..1000).map(|i| (i * 7919) % 4096).collect();
+    let rows = Tensor::from_vec(rows, [1000], GPU)?;
+    timed("index_select 1000 of 4096 rows f32", 0.0, || {
+        s.index_select(0, &rows)
+    })?;
     timed("transpose contiguous 4096x4096 f32", 0.0, || {
         s.t()?.contiguous()
     })?;
@@ -150,5 +209,8 @@ fn main() -> Result<()> {
     );
     transfers()?;
     non_blocking()?;
+    if cuda::device_count() >= 2 {
+        peer()?;
+    }
     ops()
 }

@@ -68,6 +68,36 @@ def non_blocking():
                           "call_ms": statistics.median(call), "event_ms": statistics.median(ev)}))
 
 
+def peer():
+    """cuda:0 → cuda:1 directly (PyTorch enables peer access where it can) against the same
+    bytes staged through pinned host memory by hand."""
+    other = torch.device("cuda:1")
+    for shift in [20, 24, 28, 30]:
+        nbytes = 1 << shift
+        x = torch.zeros(nbytes // 4, device=dev)
+        host = torch.empty(nbytes // 4, pin_memory=True)
+
+        def direct():
+            t0 = time.perf_counter()
+            x.to(other)
+            torch.cuda.synchronize(other)
+            return (time.perf_counter() - t0) * 1e3
+
+        def staged():
+            t0 = time.perf_counter()
+            host.copy_(x)
+            host.to(other)
+            torch.cuda.synchronize(other)
+            return (time.perf_counter() - t0) * 1e3
+
+        direct(), staged()
+        d = statistics.median(direct() for _ in range(reps(nbytes)))
+        s = statistics.median(staged() for _ in range(reps(nbytes)))
+        print(json.dumps({"bench": "peer", "kind": "d2d", "bytes": nbytes,
+                          "route": "can_device_access_peer=%s" % torch.cuda.can_device_access_peer(0, 1),
+                          "direct_wall_gbps": nbytes / d / 1e6, "staged_wall_gbps": nbytes / s / 1e6}))
+
+
 def timed(name, flops, fn):
     for _ in range(3):
         fn()
@@ -87,8 +117,11 @@ def ops():
     timed("add 10M f32", 0, lambda: a + b)
     timed("exp 10M f32", 0, lambda: a.exp())
     timed("sum 10M f32", 0, lambda: a.sum())
+    timed("softmax 1x10M f32", 0, lambda: a.softmax(0))
     s = torch.randn(4096, 4096, device=dev)
     timed("softmax 4096x4096 f32", 0, lambda: s.softmax(1))
+    rows = torch.tensor([(i * 7919) % 4096 for i in range(1000)], device=dev)
+    timed("index_select 1000 of 4096 rows f32", 0, lambda: s.index_select(0, rows))
     timed("transpose contiguous 4096x4096 f32", 0, lambda: s.t().contiguous())
     torch.backends.cuda.matmul.allow_tf32 = False
     for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16")]:
@@ -102,4 +135,6 @@ def ops():
 if __name__ == "__main__":
     transfers()
     non_blocking()
+    if torch.cuda.device_count() >= 2:
+        peer()
     ops()

@@ -1,5 +1,5 @@
 // Copies: dtype conversion of a strided view into a contiguous output, strided writes into a
-// view (cat, index_select, in-place updates), and fills.
+// view (cat, in-place updates), index_select's gather, and fills.
 
 // DType codes, in the order of `DType::code()` on the host.
 #define DT_F32 0
@@ -53,6 +53,27 @@ COPY(u8, b1)
 COPY(unsigned short, b2)
 COPY(unsigned, b4)
 COPY(u64, b8)
+
+// index_select in one launch: output element `i` (row-major over the output's shape, which is
+// `ls.shape`) reads the source at the same coordinates, except along dim `dim`, where coordinate
+// `c` reads the source's `positions[c]` (checked on the host, never negative).
+#define GATHER(T, W)                                                                           \
+    extern "C" __global__ void index_select_##W(u64 n, T* out, const T* src, Strided ls,       \
+                                                int dim, const i64* positions) {               \
+        GRID_STRIDE(i, n) {                                                                    \
+            u64 off = ls.offset, rest = i;                                                     \
+            for (int d = (int)ls.rank - 1; d >= 0; --d) {                                      \
+                u64 c = rest % ls.shape[d];                                                    \
+                rest /= ls.shape[d];                                                           \
+                off += (d == dim ? (u64)positions[c] : c) * ls.strides[d];                     \
+            }                                                                                  \
+            out[i] = src[off];                                                                 \
+        }                                                                                      \
+    }
+GATHER(u8, b1)
+GATHER(unsigned short, b2)
+GATHER(unsigned, b4)
+GATHER(u64, b8)
 
 #define FILL(T, W)                                                                             \
     extern "C" __global__ void fill_##W(u64 n, T* out, u64 bits) {                             \

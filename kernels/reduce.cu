@@ -65,6 +65,13 @@ __device__ void sum_partials(u64 chunks, u64 len, u64 parts, const T* in,
     }
 }
 
+// A row's mean from its sum: floats divide in f64; an i64 sum (kept in u64) divides as the signed
+// integer it is, truncating toward zero, as the CPU backend does.
+__device__ __forceinline__ double mean_of(double acc, u64 len) { return acc / (double)len; }
+__device__ __forceinline__ u64 mean_of(u64 acc, u64 len) {
+    return len == 0 ? 0 : (u64)((i64)acc / (i64)len);
+}
+
 template <typename T>
 __device__ void sum_finish(u64 rows, u64 parts, int mean, u64 len,
                           const typename SumAcc<T>::Acc* partial, T* out) {
@@ -72,7 +79,7 @@ __device__ void sum_finish(u64 rows, u64 parts, int mean, u64 len,
     GRID_STRIDE(r, rows) {
         A acc = 0;
         for (u64 p = 0; p < parts; ++p) acc += partial[r * parts + p];
-        if (mean) acc = (A)((double)acc / (double)len);  // float dtypes only
+        if (mean) acc = mean_of(acc, len);
         out[r] = Math<T>::store((typename Math<T>::Acc)acc);
     }
 }
@@ -165,7 +172,25 @@ __device__ void extreme_finish(u64 rows, u64 parts, int greater, const T* pv, co
 FOR_ALL_DTYPES(EXTREME)
 
 // ---- softmax -------------------------------------------------------------------------------------
-// A block per row, stable around the row's max; the sum of exponentials accumulates in f64.
+// Stable around the row's max; the sum of exponentials accumulates in f64. A row short enough for
+// one block's share of the work runs in `softmax_rows`, a block per row. A longer row is split into
+// `parts` chunks: `softmax_partials` finds each chunk's max and its sum of exponentials around
+// that max; `softmax_write` combines its row's partials in a fixed order (the sums rescaled to the
+// row's max) and writes the chunk. A chunk of nothing but -inf (its sum NaN, as -inf - -inf is)
+// adds nothing, as its elements add nothing to the unsplit row's sum.
+
+// Writes elements [start, end) of a row whose max is `m` and whose sum of exponentials around it is
+// `s`.
+template <typename T, typename A>
+__device__ void softmax_write_range(const T* r, T* o, u64 start, u64 end, int log_, A m, double s) {
+    if (log_) {
+        A ls = (A)log(s);
+        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) o[j] = Math<T>::store(Math<T>::load(r[j]) - m - ls);
+    } else {
+        A inv = (A)(1.0 / s);
+        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) o[j] = Math<T>::store(exp(Math<T>::load(r[j]) - m) * inv);
+    }
+}
 
 template <typename T> __device__ void softmax_rows(u64 rows, u64 len, int log_, const T* in, T* out) {
     typedef typename Math<T>::Acc A;
@@ -173,20 +198,62 @@ template <typename T> __device__ void softmax_rows(u64 rows, u64 len, int log_, 
     __shared__ double shs[REDUCE_THREADS];
     BLOCK_STRIDE(row, rows) {
         const T* r = in + row * len;
-        T* o = out + row * len;
         A m = -PL_INFINITY;
         for (u64 j = threadIdx.x; j < len; j += blockDim.x) m = Max()(m, Math<T>::load(r[j]));
         m = block_reduce(m, shm, Max());
         double s = 0.0;
         for (u64 j = threadIdx.x; j < len; j += blockDim.x) s += (double)exp(Math<T>::load(r[j]) - m);
         s = block_reduce(s, shs, Add());
-        if (log_) {
-            A ls = (A)log(s);
-            for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(Math<T>::load(r[j]) - m - ls);
-        } else {
-            A inv = (A)(1.0 / s);
-            for (u64 j = threadIdx.x; j < len; j += blockDim.x) o[j] = Math<T>::store(exp(Math<T>::load(r[j]) - m) * inv);
+        softmax_write_range(r, out + row * len, 0, len, log_, m, s);
+    }
+}
+
+template <typename T>
+__device__ void softmax_partials(u64 chunks, u64 len, u64 parts, const T* in, double* maxima,
+                                 double* sums) {
+    typedef typename Math<T>::Acc A;
+    __shared__ A shm[REDUCE_THREADS];
+    __shared__ double shs[REDUCE_THREADS];
+    BLOCK_STRIDE(b, chunks) {
+        u64 row, start, end;
+        chunk_of(b, parts, len, &row, &start, &end);
+        const T* r = in + row * len;
+        A m = -PL_INFINITY;
+        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) m = Max()(m, Math<T>::load(r[j]));
+        m = block_reduce(m, shm, Max());
+        double s = 0.0;
+        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) s += (double)exp(Math<T>::load(r[j]) - m);
+        s = block_reduce(s, shs, Add());
+        if (threadIdx.x == 0) {
+            maxima[b] = (double)m;
+            sums[b] = s;
         }
+    }
+}
+
+template <typename T>
+__device__ void softmax_write(u64 chunks, u64 len, u64 parts, int log_, const T* in,
+                              const double* maxima, const double* sums, T* out) {
+    typedef typename Math<T>::Acc A;
+    __shared__ double row_max, row_sum;
+    BLOCK_STRIDE(b, chunks) {
+        u64 row, start, end;
+        chunk_of(b, parts, len, &row, &start, &end);
+        if (threadIdx.x == 0) {
+            const double* pm = maxima + row * parts;
+            const double* ps = sums + row * parts;
+            double m = -PL_INFINITY, s = 0.0;
+            for (u64 p = 0; p < parts; ++p) m = Max()(m, pm[p]);
+            for (u64 p = 0; p < parts; ++p)
+                if (pm[p] != -PL_INFINITY) s += ps[p] * exp(pm[p] - m);
+            row_max = m;
+            row_sum = s;
+        }
+        __syncthreads();
+        A m = (A)row_max;
+        double s = row_sum;
+        __syncthreads();  // every thread has read them before the next chunk's are written
+        softmax_write_range(in + row * len, out + row * len, start, end, log_, m, s);
     }
 }
 
@@ -194,5 +261,15 @@ template <typename T> __device__ void softmax_rows(u64 rows, u64 len, int log_, 
     extern "C" __global__ void softmax_rows_##S(u64 rows, u64 len, int log_, const T* in,      \
                                                 T* out) {                                      \
         softmax_rows<T>(rows, len, log_, in, out);                                             \
+    }                                                                                          \
+    extern "C" __global__ void softmax_partials_##S(u64 chunks, u64 len, u64 parts,            \
+                                                    const T* in, double* maxima,               \
+                                                    double* sums) {                            \
+        softmax_partials<T>(chunks, len, parts, in, maxima, sums);                             \
+    }                                                                                          \
+    extern "C" __global__ void softmax_write_##S(u64 chunks, u64 len, u64 parts, int log_,     \
+                                                 const T* in, const double* maxima,            \
+                                                 const double* sums, T* out) {                 \
+        softmax_write<T>(chunks, len, parts, log_, in, maxima, sums, out);                     \
     }
 FOR_FLOAT_DTYPES(SOFTMAX)

@@ -179,6 +179,8 @@ fn kernels_match_the_cpu_on_large_random_inputs() {
     // One long row: the reduction is split across many blocks.
     check("sum 10M", 1e-6, &[&long], |t| t[0].sum_all());
     check("argmax 10M", 0.0, &[&long], |t| t[0].argmax_all());
+    check("softmax 10M", 1e-6, &[&long], |t| t[0].softmax(0));
+    check("log_softmax 10M", 1e-6, &[&long], |t| t[0].log_softmax(0));
     check("integer arithmetic", 0.0, &[&x], |t| {
         let i = (&t[0] * 1000.0)?.to_dtype(DType::I64)?;
         (&(&i * &i)? - &i)?.sum(1, false)

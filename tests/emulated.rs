@@ -350,3 +350,151 @@ fn gpu_to_gpu_copies_enable_peer_access_first_and_say_so() {
     let t = x.cpu().unwrap().last_transfer().unwrap().clone();
     assert_eq!(t.between_gpus, None);
 }
+
+/// Softmax over `len`-long rows of `x`, written out here in f64 from the definition.
+fn softmax_reference(x: &[f64], len: usize, log: bool) -> Vec<f64> {
+    x.chunks(len)
+        .flat_map(|row| {
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+            row.iter().map(move |v| {
+                if log {
+                    v - m - s.ln()
+                } else {
+                    (v - m).exp() / s
+                }
+            })
+        })
+        .collect()
+}
+
+/// A long row's softmax is split over many blocks (each chunk's max and sum of exponentials,
+/// then combined per row) and equals the formula; chunks of nothing but -inf (a masked half of
+/// a row) add nothing, and a row of nothing but -inf is NaN, as in PyTorch.
+#[test]
+fn long_rows_of_softmax_are_split_over_blocks_and_equal_the_formula() {
+    cuda::emulate(2, None).unwrap();
+    let len = 100_000;
+    let mut data = Tensor::randn([3 * len], Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    data[len..len + 60_000].fill(f64::NEG_INFINITY); // row 1: its first 60% masked
+    data[2 * len..].fill(f64::NEG_INFINITY); // row 2: all masked
+    let x = Tensor::from_vec(data.clone(), [3, len], GPU).unwrap();
+    for log in [false, true] {
+        let splits = emulated::launches("softmax_partials_f64");
+        let y = if log { x.log_softmax(1) } else { x.softmax(1) }.unwrap();
+        let got = y.to_vec::<f64>().unwrap();
+        assert!(
+            emulated::launches("softmax_partials_f64") > splits,
+            "the rows were not split"
+        );
+        let want = softmax_reference(&data, len, log);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let close = if w.is_finite() {
+                (g - w).abs() <= 1e-12 * w.abs().max(1e-300) + 1e-300
+            } else {
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())
+            };
+            assert!(
+                close,
+                "log={log}: element {i} is {g}, the formula gives {w}"
+            );
+        }
+        assert!(got[2 * len..].iter().all(|v| v.is_nan()));
+    }
+}
+
+/// `index_select` is one kernel however many indices it takes, along any dim of any view, with
+/// negative indices counting from the end.
+#[test]
+fn index_select_is_one_launch_for_any_number_of_indices() {
+    cuda::emulate(2, None).unwrap();
+    let (rows, cols) = (300usize, 40usize);
+    let data: Vec<f64> = (0..rows * cols).map(|i| i as f64 * 0.5 - 7.0).collect();
+    let x = Tensor::from_vec(data.clone(), [rows, cols], Device::Cpu).unwrap();
+    let index: Vec<i64> = (0..1000i64).map(|i| (i * 7919) % 600 - 300).collect();
+    let idx = Tensor::from_vec(index.clone(), [1000], Device::Cpu).unwrap();
+    let before = emulated::launches("index_select_b8");
+    let got = x
+        .to(&GPU)
+        .unwrap()
+        .index_select(0, &idx.to(&GPU).unwrap())
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    assert_eq!(emulated::launches("index_select_b8") - before, 1);
+    let want: Vec<f64> = index
+        .iter()
+        .flat_map(|&i| {
+            let r = if i < 0 { i + rows as i64 } else { i } as usize;
+            data[r * cols..(r + 1) * cols].to_vec()
+        })
+        .collect();
+    assert_eq!(got, want);
+    // Along the middle dim of a permuted, narrowed view, i32 indices: as on the CPU.
+    let idx32 = Tensor::from_vec(vec![-1i32, 3, 3, 0, 9], [5], Device::Cpu).unwrap();
+    same_on_both("index_select of a view", &x, |t| {
+        let view = t
+            .reshape([30, 10, 40])?
+            .permute([2, 0, 1])?
+            .narrow(0, 5, 20)?;
+        view.index_select(2, &idx32.to(&t.device())?)
+    });
+}
+
+/// Ctrl-C while a cell waits for a GPU's queued work (reading a value, copying to the CPU,
+/// `synchronize`) ends the wait with `Interrupted` at once, where it would have waited seconds;
+/// the work finishes on the device, and the tensors stay, their values right.
+#[test]
+fn an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors() {
+    // In a process of its own: the interrupt flag is the whole process's.
+    if std::env::var_os("PLACELAB_INTERRUPT_CHILD").is_none() {
+        let name = "an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("PLACELAB_INTERRUPT_CHILD", "1")
+            .args(["--exact", name, "--nocapture"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    cuda::emulate(1, None).unwrap();
+    // A block per row of 256 threads meeting at barriers: seconds of work on an emulated GPU.
+    let rows = Tensor::randn([20_000, 3], GPU).unwrap();
+    cuda::synchronize(0).unwrap();
+    for wait in ["item", "cpu", "synchronize"] {
+        let busy = rows.softmax(1).unwrap();
+        let total = busy.sum_all().unwrap();
+        let start = std::time::Instant::now();
+        let stopper = std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            placelab::interrupt::request();
+        });
+        let result = match wait {
+            "item" => total.item::<f32>().map(drop),
+            "cpu" => busy.cpu().map(drop),
+            _ => cuda::synchronize(0),
+        };
+        let returned = start.elapsed();
+        stopper.join().unwrap();
+        assert!(
+            matches!(result, Err(Error::Interrupted)),
+            "{wait}: {result:?}"
+        );
+        placelab::interrupt::clear();
+        cuda::synchronize(0).unwrap();
+        let done = start.elapsed();
+        println!("{wait}: interrupted after {returned:?}, the work took {done:?}");
+        assert!(
+            returned * 3 < done,
+            "{wait} returned after {returned:?}; the queued work took {done:?}"
+        );
+        let sum = total.item::<f32>().unwrap();
+        assert!((sum - 20_000.0).abs() < 0.5, "{sum}");
+    }
+}

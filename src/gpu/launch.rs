@@ -111,9 +111,12 @@ kernels! {
     cast in CAST for ALL (to_code: i32, n: u64, out: u64, a: u64, la: Strided);
     copy in CAST for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
     fill in CAST for WIDTHS (n: u64, out: u64, bits: u64);
+    index_select in CAST for WIDTHS (n: u64, out: u64, src: u64, ls: Strided, dim: i32, positions: u64);
     sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, input: u64, partial: u64);
     sum_finish in REDUCE for SUMS (rows: u64, parts: u64, mean: i32, len: u64, partial: u64, out: u64);
     extreme_partials in REDUCE for ALL (chunks: u64, len: u64, parts: u64, greater: i32, input: u64, partial_values: u64, partial_indices: u64);
     extreme_finish in REDUCE for ALL (rows: u64, parts: u64, greater: i32, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
     softmax_rows in REDUCE for FLOATS (rows: u64, len: u64, log: i32, input: u64, out: u64);
+    softmax_partials in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, input: u64, maxima: u64, sums: u64);
+    softmax_write in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, log: i32, input: u64, maxima: u64, sums: u64, out: u64);
 }

@@ -1,5 +1,5 @@
 //! The CUDA backend: kernels compiled by NVRTC (`nvrtc`) and launched with typed parameters
-//! (`launch`, `ops`), GEMMs (`blas`), timed copies (`copy`), and each device's driver, stream
+//! (`launch`, `ops`, `reduce`), GEMMs (`blas`), timed copies (`copy`), and each device's driver, stream
 //! and raw memory (`runtime`). What runs it is behind one seam (`driver`): a real GPU through
 //! cudarc (`cuda_driver`, with libraries found by `libs`), or the emulator (`emulated`), which
 //! runs the same `kernels/*.cu` compiled for the CPU. It works on device pointers, host slices
@@ -14,4 +14,5 @@ pub mod launch;
 pub mod libs;
 pub mod nvrtc;
 pub(crate) mod ops;
+pub(crate) mod reduce;
 pub mod runtime;

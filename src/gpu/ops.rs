@@ -17,8 +17,6 @@ pub(crate) type Input<'a> = (u64, &'a Layout);
 
 /// As `MAX_DIMS` in `kernels/common.cuh`.
 pub(crate) const MAX_DIMS: usize = 8;
-/// As `REDUCE_THREADS` in `kernels/reduce.cu`.
-const REDUCE_THREADS: u32 = 256;
 
 /// A view as the kernels read it (`Strided` in `kernels/common.cuh`).
 #[repr(C)]
@@ -35,6 +33,15 @@ unsafe impl DeviceRepr for Strided {}
 /// The kernels' views of `layouts` (one shape), with mergeable dims merged.
 pub(crate) fn views(op: &'static str, layouts: &[&Layout]) -> Result<Vec<Strided>> {
     let (shape, strides) = coalesce(layouts);
+    layouts
+        .iter()
+        .zip(strides)
+        .map(|(l, st)| strided(op, l.offset, &shape, &st))
+        .collect()
+}
+
+/// A view of `shape` and `strides` from element `offset`, refused past `MAX_DIMS` dims.
+fn strided(op: &'static str, offset: usize, shape: &[usize], strides: &[usize]) -> Result<Strided> {
     if shape.len() > MAX_DIMS {
         return Err(Error::invalid(
             op,
@@ -44,23 +51,17 @@ pub(crate) fn views(op: &'static str, layouts: &[&Layout]) -> Result<Vec<Strided
             ),
         ));
     }
-    Ok(layouts
-        .iter()
-        .zip(strides)
-        .map(|(l, st)| {
-            let mut v = Strided {
-                offset: l.offset as u64,
-                rank: shape.len() as u64,
-                shape: [0; MAX_DIMS],
-                strides: [0; MAX_DIMS],
-            };
-            for d in 0..shape.len() {
-                v.shape[d] = shape[d] as u64;
-                v.strides[d] = st[d] as u64;
-            }
-            v
-        })
-        .collect())
+    let mut v = Strided {
+        offset: offset as u64,
+        rank: shape.len() as u64,
+        shape: [0; MAX_DIMS],
+        strides: [0; MAX_DIMS],
+    };
+    for d in 0..shape.len() {
+        v.shape[d] = shape[d] as u64;
+        v.strides[d] = strides[d] as u64;
+    }
+    Ok(v)
 }
 
 /// The suffix of a dtype's kernels (`binary_f32`).
@@ -118,23 +119,12 @@ pub(crate) fn scalar_bits(dtype: DType, value: Scalar) -> u64 {
     })
 }
 
-fn elementwise_grid(n: usize) -> Grid {
+pub(super) fn elementwise_grid(n: usize) -> Grid {
     // Grid-stride loops: enough blocks to fill any GPU, never more than the work needs.
     let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
     Grid {
         blocks: (blocks, 1, 1),
         threads: (256, 1, 1),
-        shared_bytes: 0,
-    }
-}
-
-/// A reduction grid for `count` blocks' worth of work: the kernels walk their blocks
-/// `blockIdx.x, blockIdx.x + gridDim.x, …`, so the grid stays within the launch limits however
-/// many rows there are.
-fn blocks(count: usize) -> Grid {
-    Grid {
-        blocks: (count.clamp(1, 1 << 16) as u32, 1, 1),
-        threads: (REDUCE_THREADS, 1, 1),
         shared_bytes: 0,
     }
 }
@@ -386,6 +376,57 @@ pub(crate) fn write_view(g: &Gpu, dtype: DType, (pd, ld): Input, (ps, ls): Input
     )
 }
 
+/// `index_select` in one launch: fills the contiguous output (the shape of `l` with `count`
+/// entries along `dim`) from the view `l`, reading `positions[c]` (a device buffer of `count`
+/// i64, each checked to lie within the dim) for coordinate `c` along `dim`.
+pub(crate) fn index_select(
+    g: &Gpu,
+    dtype: DType,
+    out: u64,
+    (src, l): Input,
+    dim: usize,
+    (positions, count): (u64, usize),
+) -> Result<()> {
+    let n: usize = (l.shape.iter().enumerate())
+        .map(|(d, &size)| if d == dim { count } else { size })
+        .product();
+    if n == 0 {
+        return Ok(());
+    }
+    // The dims before `dim` merge among themselves, as do those after it; `dim` stays its own.
+    let merged = |dims: std::ops::Range<usize>| {
+        let part = Layout {
+            shape: l.shape[dims.clone()].to_vec(),
+            strides: l.strides[dims].to_vec(),
+            offset: 0,
+        };
+        let (shape, mut strides) = coalesce(&[&part]);
+        (shape, strides.remove(0))
+    };
+    let (mut shape, mut strides) = merged(0..dim);
+    let at = shape.len();
+    let (inner_shape, inner_strides) = merged(dim + 1..l.shape.len());
+    shape.push(count);
+    strides.push(l.strides[dim]);
+    shape.extend(inner_shape);
+    strides.extend(inner_strides);
+    let v = strided("index_select", l.offset, &shape, &strides)?;
+    let (grid, nn) = (elementwise_grid(n), n as u64);
+    let t = width_tag(dtype);
+    launch::index_select(
+        g,
+        t,
+        grid,
+        "index_select",
+        nn,
+        out,
+        src,
+        v,
+        at as i32,
+        positions,
+    )
+}
+
 /// Sets the `n` elements of `dtype` at `ptr` to `value`.
 pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> Result<()> {
     if n == 0 {
@@ -400,142 +441,5 @@ pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> 
         n as u64,
         ptr,
         bits,
-    )
-}
-
-/// How many blocks share one row of a reduction: enough blocks to fill a large GPU when there
-/// are few rows, never chunks under 4096 elements. The caller allocates `rows × parts` partial
-/// results.
-pub(crate) fn reduce_parts(rows: usize, len: usize) -> usize {
-    (2048usize.div_ceil(rows.max(1)))
-        .min(len.div_ceil(4096))
-        .max(1)
-}
-
-/// The dtype a sum's partial results are kept in.
-pub(crate) fn sum_accumulator(dtype: DType) -> DType {
-    if dtype == DType::I64 {
-        DType::I64
-    } else {
-        DType::F64
-    }
-}
-
-/// Sums (or means) of `rows` contiguous rows of `len` elements of `dtype` at `input` into `out`,
-/// through `partial` (`rows × reduce_parts(rows, len)` values of `sum_accumulator(dtype)`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn sum_rows(
-    g: &Gpu,
-    dtype: DType,
-    input: u64,
-    (rows, len): (usize, usize),
-    mean: bool,
-    partial: u64,
-    out: u64,
-) -> Result<()> {
-    if rows == 0 {
-        return Ok(());
-    }
-    let parts = reduce_parts(rows, len);
-    let t = tag(dtype);
-    let (cn, ln, pn) = ((rows * parts) as u64, len as u64, parts as u64);
-    launch::sum_partials(
-        g,
-        t,
-        blocks(rows * parts),
-        "sum",
-        cn,
-        ln,
-        pn,
-        input,
-        partial,
-    )?;
-    let (rn, m) = (rows as u64, mean as i32);
-    launch::sum_finish(
-        g,
-        t,
-        elementwise_grid(rows),
-        "sum",
-        rn,
-        pn,
-        m,
-        ln,
-        partial,
-        out,
-    )
-}
-
-/// Per-row max (or min) values and their i64 indices of `rows` non-empty contiguous rows, through
-/// `partials` (`rows × reduce_parts(rows, len)` values of `dtype`, and as many i64 indices).
-pub(crate) fn extreme_rows(
-    g: &Gpu,
-    dtype: DType,
-    input: u64,
-    (rows, len, greater): (usize, usize, bool),
-    (partial_values, partial_indices): (u64, u64),
-    (values, indices): (u64, u64),
-) -> Result<()> {
-    if rows == 0 {
-        return Ok(());
-    }
-    let parts = reduce_parts(rows, len);
-    let t = tag(dtype);
-    let (cn, ln, pn, gr) = (
-        (rows * parts) as u64,
-        len as u64,
-        parts as u64,
-        greater as i32,
-    );
-    launch::extreme_partials(
-        g,
-        t,
-        blocks(rows * parts),
-        "max",
-        cn,
-        ln,
-        pn,
-        gr,
-        input,
-        partial_values,
-        partial_indices,
-    )?;
-    launch::extreme_finish(
-        g,
-        t,
-        elementwise_grid(rows),
-        "max",
-        rows as u64,
-        pn,
-        gr,
-        partial_values,
-        partial_indices,
-        values,
-        indices,
-    )
-}
-
-/// Softmax (or log-softmax) of each of `rows` contiguous rows of `len` elements.
-pub(crate) fn softmax_rows(
-    g: &Gpu,
-    dtype: DType,
-    input: u64,
-    (rows, len): (usize, usize),
-    log: bool,
-    out: u64,
-) -> Result<()> {
-    if rows == 0 || len == 0 {
-        return Ok(());
-    }
-    let (rn, ln, lg) = (rows as u64, len as u64, log as i32);
-    launch::softmax_rows(
-        g,
-        tag(dtype),
-        blocks(rows),
-        "softmax",
-        rn,
-        ln,
-        lg,
-        input,
-        out,
     )
 }

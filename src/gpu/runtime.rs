@@ -83,6 +83,21 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     Ok(g)
 }
 
+/// An emulated device of `capacity` bytes outside the registry: for unit tests of kernel paths
+/// that no tensor op reaches.
+#[cfg(test)]
+pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
+    let driver: Box<dyn Driver> = Box::new(EmulatedDriver::new(0, capacity));
+    Gpu {
+        index: 0,
+        cc: driver.compute_capability(),
+        driver,
+        context_setup: Duration::ZERO,
+        workspace: Mutex::default(),
+        peers: Mutex::default(),
+    }
+}
+
 /// Forgets the drivers of the emulated devices that `keep` does not name, so that a new
 /// emulation setting takes effect for them (the caller has checked that no tensor lives on them).
 pub(crate) fn forget_emulated(keep: impl Fn(usize) -> bool) {
@@ -172,6 +187,29 @@ impl Gpu {
             .map_err(|e| self.err("enable peer access", e))?;
         peers.insert(to.index, direct);
         Ok(direct)
+    }
+
+    /// Waits for the work queued on the device so far, returning `Error::Interrupted` as soon as
+    /// the user interrupts the cell: the work goes on on the device, in order, and the session
+    /// keeps its variables. A stream sync cannot be interrupted, so this polls an event: yielding
+    /// at first, then sleeping up to 200 µs between looks. Only waits that release no memory
+    /// use it; those that guard memory (a segment's release, an in-flight copy) wait to the end.
+    pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
+        let done = self.driver.new_event().map_err(|e| self.err(op, e))?;
+        self.driver.record(&*done).map_err(|e| self.err(op, e))?;
+        let start = Instant::now();
+        let mut nap = Duration::from_micros(10);
+        while !done.is_complete() {
+            crate::interrupt::check()?;
+            if start.elapsed() < Duration::from_micros(100) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_micros(200));
+            }
+        }
+        // Reports a failure of the queued work, if any.
+        done.synchronize().map_err(|e| self.err(op, e))
     }
 
     /// Waits for all work queued on the device.

@@ -69,7 +69,11 @@ pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
 /// devices run their kernels to completion before returning, so there is nothing to wait for.
 pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
     match device {
-        Device::Cuda(i) if is_gpu(device) => crate::gpu::runtime::gpu(i)?.synchronize(),
+        Device::Cuda(i) if is_gpu(device) => {
+            let g = crate::gpu::runtime::gpu(i)?;
+            g.wait_interruptibly("synchronize")?;
+            g.synchronize()
+        }
         _ => Ok(()),
     }
 }
@@ -103,8 +107,27 @@ impl Storage {
             cpu::copy_bytes(self.bytes(), out.bytes_mut());
             return Ok((out, None));
         }
+        let asked = Instant::now();
+        self.wait_for_gpus_of_copy(device)?;
         let (out, timing) = self.gpu_copy(device, pinned_dst)?;
-        Ok((out, Some(timing.wait()?)))
+        let time = timing.wait()?;
+        // The user waited for the queued work too, as for any blocking copy.
+        let wall = asked.elapsed();
+        Ok((out, Some(CopyTime { wall, ..time })))
+    }
+
+    /// Waits for the work queued on the GPUs that a copy of this storage to `device` goes
+    /// through, before the copy is queued: the wait a blocking copy makes, done so that an
+    /// interrupt ends it (nothing is queued yet that reads or writes host memory).
+    fn wait_for_gpus_of_copy(&self, device: Device) -> Result<()> {
+        for d in [self.device(), device] {
+            if let Device::Cuda(i) = d
+                && is_gpu(d)
+            {
+                crate::gpu::runtime::gpu(i)?.wait_interruptibly(".to()")?;
+            }
+        }
+        Ok(())
     }
 
     /// Queues a copy of the whole storage on `device` and returns before it finishes; both
@@ -196,6 +219,7 @@ impl Storage {
             contiguous = self.copy_as(l, self.dtype)?;
             &contiguous
         };
+        src.wait_for_gpus_of_copy(Device::Cpu)?;
         let (out, timing) = src.gpu_copy(Device::Cpu, false)?;
         timing.wait()?;
         Ok(out)

@@ -1,11 +1,12 @@
 //! The bytes of a tensor, on some backend. This is the only place that matches on the backend:
 //! every op the tensor layer needs is one function here (`ops.rs`) that sends host-backed
 //! storages (the CPU and simulated CUDA devices) to the `cpu` kernels and GPU storages to the
-//! CUDA backend (`gpu`), allocating every buffer itself and passing pointers down. Copies to
-//! other devices are in `copy.rs`.
+//! CUDA backend (`gpu`), allocating every buffer itself and passing pointers down. Reductions
+//! are in `reduce.rs`, copies to other devices in `copy.rs`.
 
 mod copy;
 mod ops;
+mod reduce;
 
 use std::sync::{Arc, Mutex};
 

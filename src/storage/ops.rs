@@ -5,7 +5,7 @@ use half::f16;
 
 use super::Storage;
 use crate::cpu::elementwise as ew;
-use crate::cpu::{self, matmul::Matmul, reduce};
+use crate::cpu::{self, matmul::Matmul};
 use crate::gpu::{blas, ops as gpu};
 use crate::layout::Layout;
 use crate::memory::Block;
@@ -143,6 +143,44 @@ impl Storage {
             cpu::copy_strided(src.slice::<T>(), ls, self.slice_mut::<T>(), ld)
         );
         Ok(())
+    }
+
+    /// The entries `positions` (each within the dim) of dimension `dim` of the view `l`, as a
+    /// new contiguous storage: one kernel on a GPU (the positions uploaded beside it, with no
+    /// wait), a strided copy per entry on the host.
+    pub(crate) fn index_select(
+        &self,
+        l: &Layout,
+        dim: usize,
+        positions: &[usize],
+    ) -> Result<Storage> {
+        let mut shape = l.shape.clone();
+        shape[dim] = positions.len();
+        let numel = crate::layout::numel_checked("index_select", &shape)?;
+        let mut out = Storage::alloc(self.device(), self.dtype, numel)?;
+        if let Some(g) = self.gpu() {
+            let g = g?;
+            let at: Vec<i64> = positions.iter().map(|&p| p as i64).collect();
+            let on_host = Storage::from_slice(Device::Cpu, &at)?;
+            let on_device = Storage::alloc(self.device(), DType::I64, at.len())?;
+            // From pageable memory the driver has staged the bytes when this returns; the
+            // kernel after it on the stream reads them. Nothing waits for either.
+            crate::gpu::copy::host_to_device(g.index, on_host.bytes(), on_device.device_ptr())?;
+            let (src, at) = ((self.device_ptr(), l), (on_device.device_ptr(), at.len()));
+            gpu::index_select(&g, self.dtype, out.device_ptr(), src, dim, at)?;
+            return Ok(out);
+        }
+        let out_layout = Layout::contiguous(shape);
+        for (i, &p) in positions.iter().enumerate() {
+            let mut dst = out_layout.clone();
+            dst.offset = i * dst.strides[dim];
+            dst.shape[dim] = 1;
+            let mut src = l.clone();
+            src.offset += p * src.strides[dim];
+            src.shape[dim] = 1;
+            out.write_view(&dst, self, &src)?;
+        }
+        Ok(out)
     }
 
     /// Overwrites the view `ld` of a storage that other tensors may share (in-place updates:
@@ -368,115 +406,6 @@ impl Storage {
                 );
                 gpu::where_(g, a.0.dtype, out, inputs.0, inputs.1, inputs.2)
             },
-        )
-    }
-
-    /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
-    pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
-        // The GPU's partial sums: one per block sharing a row.
-        let partial = match self.gpu() {
-            Some(_) if rows > 0 => {
-                let count = rows * gpu::reduce_parts(rows, len);
-                let dtype = gpu::sum_accumulator(self.dtype);
-                Some(Storage::alloc(self.device(), dtype, count)?)
-            }
-            _ => None,
-        };
-        self.produce(
-            self.dtype,
-            rows,
-            |out| match self.dtype {
-                DType::F32 => reduce::sum_rows::<f32>(self.slice(), len, mean, out.slice_mut()),
-                DType::F64 => reduce::sum_rows::<f64>(self.slice(), len, mean, out.slice_mut()),
-                DType::I64 => reduce::sum_rows::<i64>(self.slice(), len, mean, out.slice_mut()),
-                d => unreachable!("sum over {d} runs in a wider dtype"),
-            },
-            |g, out| match &partial {
-                Some(p) => {
-                    let (input, partial) = (self.device_ptr(), p.device_ptr());
-                    gpu::sum_rows(g, self.dtype, input, (rows, len), mean, partial, out)
-                }
-                None => Ok(()), // no rows
-            },
-        )
-    }
-
-    /// Sums (or means) of each column of a contiguous `reduced × kept` storage (the sum over a
-    /// tensor's leading dims); dtype f32, f64 or i64.
-    pub(crate) fn sum_cols(&self, reduced: usize, kept: usize, mean: bool) -> Result<Storage> {
-        if !self.is_host() {
-            // The GPU's reductions walk rows: the columns become rows in a transposed copy.
-            let columns = Layout {
-                shape: vec![kept, reduced],
-                strides: vec![1, kept],
-                offset: 0,
-            };
-            return self
-                .copy_as(&columns, self.dtype)?
-                .sum_rows(kept, reduced, mean);
-        }
-        let mut out = Storage::alloc(self.device(), self.dtype, kept)?;
-        let o = &mut out;
-        match self.dtype {
-            DType::F32 => reduce::sum_cols::<f32>(self.slice(), reduced, kept, mean, o.slice_mut()),
-            DType::F64 => reduce::sum_cols::<f64>(self.slice(), reduced, kept, mean, o.slice_mut()),
-            DType::I64 => reduce::sum_cols::<i64>(self.slice(), reduced, kept, mean, o.slice_mut()),
-            d => unreachable!("sum over {d} runs in a wider dtype"),
-        }
-        Ok(out)
-    }
-
-    /// Per-row max (or min) values and their i64 indices.
-    pub(crate) fn extreme_rows(
-        &self,
-        rows: usize,
-        len: usize,
-        greater: bool,
-    ) -> Result<(Storage, Storage)> {
-        let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
-        let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
-        if let Some(g) = self.gpu() {
-            if rows == 0 {
-                return Ok((values, indices));
-            }
-            let count = rows * gpu::reduce_parts(rows, len);
-            let pv = Storage::alloc(self.device(), self.dtype, count)?;
-            let pi = Storage::alloc(self.device(), DType::I64, count)?;
-            gpu::extreme_rows(
-                &*g?,
-                self.dtype,
-                self.device_ptr(),
-                (rows, len, greater),
-                (pv.device_ptr(), pi.device_ptr()),
-                (values.device_ptr(), indices.device_ptr()),
-            )?;
-            return Ok((values, indices));
-        }
-        crate::with_dtype!(self.dtype, T, {
-            reduce::extreme_rows::<T>(
-                self.slice(),
-                len,
-                greater,
-                values.slice_mut(),
-                indices.slice_mut(),
-            )
-        });
-        Ok((values, indices))
-    }
-
-    pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
-        let rows = self.numel.checked_div(len).unwrap_or(0);
-        self.produce(
-            self.dtype,
-            self.numel,
-            |out| {
-                with_float!(
-                    self.dtype,
-                    T,
-                    reduce::softmax_rows::<T>(self.slice(), len, log, out.slice_mut())
-                )
-            },
-            |g, out| gpu::softmax_rows(g, self.dtype, self.device_ptr(), (rows, len), log, out),
         )
     }
 

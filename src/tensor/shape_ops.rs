@@ -404,21 +404,7 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         shape[d] = positions.len();
-        let mut out = Storage::alloc(
-            self.device(),
-            self.dtype(),
-            numel_checked("index_select", &shape)?,
-        )?;
-        let out_layout = Layout::contiguous(shape.clone());
-        for (i, &p) in positions.iter().enumerate() {
-            let mut dst = out_layout.clone();
-            dst.offset = i * dst.strides[d];
-            dst.shape[d] = 1;
-            let mut src = self.layout().clone();
-            src.offset += p * src.strides[d];
-            src.shape[d] = 1;
-            out.write_view(&dst, self.storage(), &src)?;
-        }
+        let out = self.storage().index_select(self.layout(), d, &positions)?;
         let backward = grads::index_select(self.shape().to_vec(), d, positions);
         Ok(record(
             Tensor::from_storage(out, shape),

@@ -95,6 +95,18 @@ pub fn peer_access_enabled() -> Vec<(usize, usize)> {
     lock(peers()).clone()
 }
 
+/// Launches queued on emulated devices in this process, by kernel name.
+fn launched() -> &'static Mutex<BTreeMap<String, u64>> {
+    static L: OnceLock<Mutex<BTreeMap<String, u64>>> = OnceLock::new();
+    L.get_or_init(Default::default)
+}
+
+/// How many launches of kernel `name` (`index_select_b8`) emulated devices have queued in this
+/// process: a test counts the kernels an op costs.
+pub fn launches(name: &str) -> u64 {
+    lock(launched()).get(name).copied().unwrap_or(0)
+}
+
 fn is_pinned(ptr: usize, len: usize) -> bool {
     let map = lock(pinned());
     map.range(..=ptr)
@@ -270,6 +282,7 @@ impl Driver for EmulatedDriver {
         args: &[Arg],
     ) -> Result<(), String> {
         let kernel = kernels::check_launch(name, grid, args)?;
+        *lock(launched()).entry(name.to_string()).or_default() += 1;
         let (name, args) = (name.to_string(), args.to_vec());
         // SAFETY: the caller vouches for the pointers; the stream runs the kernel after the
         // work queued before it, as a GPU's stream does.

@@ -1,0 +1,130 @@
+//! The reductions, once for every backend: sums and means over rows or columns, max/min with
+//! their index, and softmax. Host storages run the `cpu` kernels; a GPU's run its kernels
+//! (`gpu::reduce`) through the partial results allocated here.
+
+use super::Storage;
+use crate::cpu::reduce;
+use crate::gpu::reduce as gpu_reduce;
+use crate::layout::Layout;
+use crate::{DType, Result};
+
+impl Storage {
+    /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
+    pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
+        // The GPU's partial sums: one per block sharing a row.
+        let partial = match self.gpu() {
+            Some(_) if rows > 0 => {
+                let count = rows * gpu_reduce::reduce_parts(rows, len);
+                let dtype = gpu_reduce::sum_accumulator(self.dtype);
+                Some(Storage::alloc(self.device(), dtype, count)?)
+            }
+            _ => None,
+        };
+        self.produce(
+            self.dtype,
+            rows,
+            |out| match self.dtype {
+                DType::F32 => reduce::sum_rows::<f32>(self.slice(), len, mean, out.slice_mut()),
+                DType::F64 => reduce::sum_rows::<f64>(self.slice(), len, mean, out.slice_mut()),
+                DType::I64 => reduce::sum_rows::<i64>(self.slice(), len, mean, out.slice_mut()),
+                d => unreachable!("sum over {d} runs in a wider dtype"),
+            },
+            |g, out| match &partial {
+                Some(p) => {
+                    let (input, partial) = (self.device_ptr(), p.device_ptr());
+                    gpu_reduce::sum_rows(g, self.dtype, input, (rows, len), mean, partial, out)
+                }
+                None => Ok(()), // no rows
+            },
+        )
+    }
+
+    /// Sums (or means) of each column of a contiguous `reduced × kept` storage (the sum over a
+    /// tensor's leading dims); dtype f32, f64 or i64.
+    pub(crate) fn sum_cols(&self, reduced: usize, kept: usize, mean: bool) -> Result<Storage> {
+        if !self.is_host() {
+            // The GPU's reductions walk rows: the columns become rows in a transposed copy.
+            let columns = Layout {
+                shape: vec![kept, reduced],
+                strides: vec![1, kept],
+                offset: 0,
+            };
+            return self
+                .copy_as(&columns, self.dtype)?
+                .sum_rows(kept, reduced, mean);
+        }
+        let mut out = Storage::alloc(self.device(), self.dtype, kept)?;
+        let o = &mut out;
+        match self.dtype {
+            DType::F32 => reduce::sum_cols::<f32>(self.slice(), reduced, kept, mean, o.slice_mut()),
+            DType::F64 => reduce::sum_cols::<f64>(self.slice(), reduced, kept, mean, o.slice_mut()),
+            DType::I64 => reduce::sum_cols::<i64>(self.slice(), reduced, kept, mean, o.slice_mut()),
+            d => unreachable!("sum over {d} runs in a wider dtype"),
+        }
+        Ok(out)
+    }
+
+    /// Per-row max (or min) values and their i64 indices.
+    pub(crate) fn extreme_rows(
+        &self,
+        rows: usize,
+        len: usize,
+        greater: bool,
+    ) -> Result<(Storage, Storage)> {
+        let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
+        let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
+        if let Some(g) = self.gpu() {
+            if rows == 0 {
+                return Ok((values, indices));
+            }
+            let count = rows * gpu_reduce::reduce_parts(rows, len);
+            let pv = Storage::alloc(self.device(), self.dtype, count)?;
+            let pi = Storage::alloc(self.device(), DType::I64, count)?;
+            gpu_reduce::extreme_rows(
+                &*g?,
+                self.dtype,
+                self.device_ptr(),
+                (rows, len, greater),
+                (pv.device_ptr(), pi.device_ptr()),
+                (values.device_ptr(), indices.device_ptr()),
+            )?;
+            return Ok((values, indices));
+        }
+        crate::with_dtype!(self.dtype, T, {
+            reduce::extreme_rows::<T>(
+                self.slice(),
+                len,
+                greater,
+                values.slice_mut(),
+                indices.slice_mut(),
+            )
+        });
+        Ok((values, indices))
+    }
+
+    pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
+        let rows = self.numel.checked_div(len).unwrap_or(0);
+        // A GPU splits long rows, keeping each chunk's max and sum here.
+        let partials = match (self.gpu(), gpu_reduce::softmax_partials(rows, len)) {
+            (Some(_), n) if n > 0 => Some(Storage::alloc(self.device(), DType::F64, n)?),
+            _ => None,
+        };
+        self.produce(
+            self.dtype,
+            self.numel,
+            |out| {
+                let (x, o) = (self, out);
+                match self.dtype {
+                    DType::F32 => reduce::softmax_rows::<f32>(x.slice(), len, log, o.slice_mut()),
+                    DType::F64 => reduce::softmax_rows::<f64>(x.slice(), len, log, o.slice_mut()),
+                    d => unreachable!("softmax of {d} runs in f32"),
+                }
+            },
+            |g, out| {
+                let partials = partials.as_ref().map_or(0, |p| p.device_ptr());
+                let (input, shape) = (self.device_ptr(), (rows, len));
+                gpu_reduce::softmax_rows(g, self.dtype, input, shape, log, partials, out)
+            },
+        )
+    }
+}
