@@ -26,6 +26,8 @@ LAYERS = [
     (0, "units", ["units.rs"]),
     (0, "dtype", ["dtype.rs"]),
     (0, "op", ["op.rs"]),
+    # what named GPUs would take: a table and a model (names dtypes only)
+    (1, "cost", ["cost/"]),
     # 1. the Device value, then `error` (which names devices), then what needs both
     (1, "device", ["device/value.rs"]),
     (2, "error", ["error.rs"]),

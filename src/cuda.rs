@@ -34,7 +34,14 @@ pub fn synchronize(index: usize) -> Result<()> {
 pub fn device_name(index: usize) -> Result<String> {
     Ok(match backend(index)? {
         Backend::Simulated { capacity } => {
-            format!("on host memory, {}", crate::units::human_bytes(capacity))
+            match crate::device::registry::stands_for(&Device::Cuda(index)) {
+                Some(gpu) => format!(
+                    "standing for {} (its costs predicted), on host memory, {}",
+                    gpu.with_article(),
+                    crate::units::human_bytes(capacity)
+                ),
+                None => format!("on host memory, {}", crate::units::human_bytes(capacity)),
+            }
         }
         Backend::Emulated { capacity } => format!(
             "kernels/*.cu on the CPU, host memory, {}",
@@ -107,7 +114,20 @@ pub fn memory_summary(index: usize) -> Result<String> {
 /// `PLACELAB_SIMULATE_CUDA` does at start-up: host memory and the CPU kernels, fast, for
 /// learners. Fails while tensors live on a device that would disappear or change.
 pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
-    replace_stand_ins(StandIn::Simulated, count, capacity)
+    replace_stand_ins(
+        StandIn::Simulated,
+        stand_ins(StandIn::Simulated, count, capacity),
+    )
+}
+
+/// `count` simulated CUDA devices standing for the named GPU (`"h100"`, `"a100"`, `"t4"`, …; as
+/// `PLACELAB_SIMULATE_CUDA=2,h100`): its memory less a CUDA context's (`CONTEXT_RESERVE`), and
+/// beside every measured host copy, what that GPU would take (predicted, from `cost`). An
+/// unknown name is an error listing the known ones.
+pub fn simulate_as(count: usize, gpu: &str) -> Result<()> {
+    let new = Simulation::standing_for(count, gpu)
+        .map_err(|why| Error::invalid("cuda::simulate_as", why))?;
+    replace_stand_ins(StandIn::Simulated, (count > 0).then_some(new))
 }
 
 /// Turns emulated CUDA devices on (`count > 0`) or off (`count == 0`) for this process, as
@@ -116,19 +136,27 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
 /// than simulated devices; for tests). Fails while tensors live on a device that would
 /// disappear or change.
 pub fn emulate(count: usize, capacity: Option<usize>) -> Result<()> {
-    replace_stand_ins(StandIn::Emulated, count, capacity)
+    replace_stand_ins(
+        StandIn::Emulated,
+        stand_ins(StandIn::Emulated, count, capacity),
+    )
 }
 
-fn replace_stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Result<()> {
+/// `count` stand-ins of `kind` (none when 0) standing for no named GPU.
+fn stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Option<Simulation> {
+    (count > 0).then(|| Simulation {
+        count,
+        capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
+        kind,
+        stands_for: None,
+    })
+}
+
+fn replace_stand_ins(kind: StandIn, new: Option<Simulation>) -> Result<()> {
     let op = match kind {
         StandIn::Simulated => "cuda::simulate",
         StandIn::Emulated => "cuda::emulate",
     };
-    let new = (count > 0).then(|| Simulation {
-        count,
-        capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
-        kind,
-    });
     let mut previous = None;
     crate::device::registry::replace_simulation(new, |old| {
         previous = old;
@@ -188,7 +216,12 @@ fn replace_stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Re
 
 /// Whether stand-in `cuda:i` stays the same device when `old` becomes `new`.
 fn keeps(old: Simulation, new: Option<Simulation>, i: usize) -> bool {
-    new.is_some_and(|n| i < n.count && n.capacity == old.capacity && n.kind == old.kind)
+    new.is_some_and(|n| {
+        i < n.count
+            && n.capacity == old.capacity
+            && n.kind == old.kind
+            && n.stands_for.map(|g| g.key) == old.stands_for.map(|g| g.key)
+    })
 }
 
 /// `CUDA driver 12.4 · NVRTC 13.0` for `:devices`; `None` where the devices are simulated or

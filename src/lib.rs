@@ -18,6 +18,8 @@
 pub mod dtype;
 pub mod op;
 pub mod units;
+// what named GPUs would take (a table and a model over it; predicted costs)
+pub mod cost;
 // 1. devices and errors (the `Device` value, `error`, then the registry of what exists)
 pub mod device;
 pub mod error;

@@ -12,8 +12,9 @@ use placelab::frontend::{devices_banner, repl, script, session, setup};
     name = "placelab",
     version,
     about = "Tensors on the CPU and CUDA devices, in a Rust REPL and a Jupyter kernel",
-    after_help = "Environment: PLACELAB_SIMULATE_CUDA=N[,CAPACITY] gives N simulated CUDA devices \
-                  (e.g. 2,8GiB); PLACELAB_CACHE moves the compile cache (default ~/.cache/placelab)."
+    after_help = "Environment: PLACELAB_SIMULATE_CUDA=N[,CAPACITY|,GPU] gives N simulated CUDA devices \
+                  (e.g. 2,8GiB; 2,h100 stands them for H100s, with predicted costs); \
+                  PLACELAB_CACHE moves the compile cache (default ~/.cache/placelab)."
 )]
 struct Cli {
     #[command(subcommand)]

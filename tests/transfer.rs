@@ -259,6 +259,79 @@ fn non_blocking_from_pageable_memory_copies_before_returning() {
     assert_eq!(y.sum_all().unwrap().item::<f32>().unwrap(), 1000.0);
 }
 
+/// Simulated devices standing for a named GPU (`PLACELAB_SIMULATE_CUDA=2,h100`) have its memory
+/// less a context's, and every copy shows, beside the host copy it measured, what the GPU would
+/// take: pinned faster than pageable, NVLink between two of them. Unknown names are refused
+/// with the list of known ones.
+#[test]
+fn devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one() {
+    // In a process of its own, started as a user would: the setting is the whole process's.
+    if std::env::var_os("PLACELAB_STANDING_CHILD").is_none() {
+        let name = "devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one";
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .env("PLACELAB_STANDING_CHILD", "1")
+            .env("PLACELAB_SIMULATE_CUDA", "2,h100")
+            .env("PLACELAB_TEST_EMULATED", "0")
+            .args(["--exact", name, "--nocapture"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+        return;
+    }
+    let gpu = Device::Cuda(0);
+    assert!(gpu.is_simulated());
+    let (_, total) = cuda::mem_get_info(0).unwrap();
+    assert_eq!(
+        total,
+        81_559 * (1 << 20) - (512 << 20),
+        "an H100's memory less a context's"
+    );
+    assert!(
+        cuda::device_name(0)
+            .unwrap()
+            .contains("standing for an H100 SXM")
+    );
+    let x = Tensor::zeros([16 << 20], Device::Cpu).unwrap(); // 64 MiB
+    let pageable = x.to(&gpu).unwrap();
+    let pinned = x.pin_memory().unwrap().to(&gpu).unwrap();
+    let between = pageable.to(&Device::Cuda(1)).unwrap();
+    let predicted = |t: &Tensor| t.last_transfer().unwrap().predicted.clone().unwrap();
+    let (pg, pn, nv) = (
+        predicted(&pageable),
+        predicted(&pinned),
+        predicted(&between),
+    );
+    assert_eq!(pn.gpu.with_article(), "an H100 SXM");
+    assert_eq!(pn.link, "PCIe 5 ×16, pinned");
+    assert_eq!(pg.link, "PCIe 5 ×16, pageable");
+    assert!(nv.link.starts_with("NVLink"), "{nv:?}");
+    assert!(
+        pn.duration <= pg.duration,
+        "pinned is never slower: {pn:?} {pg:?}"
+    );
+    assert!(nv.duration * 4 < pn.duration, "{nv:?} against {pn:?}");
+    // 64 MiB at 0.883 × 63.0 GB/s, plus 10 µs.
+    let expected = 10e-6 + (64 << 20) as f64 / (0.883 * 63.015e9);
+    assert!(
+        (pn.duration.as_secs_f64() - expected).abs() < 1e-6,
+        "{pn:?}"
+    );
+    let shown = pinned.last_transfer().unwrap().to_string();
+    assert!(
+        shown.contains("simulated: host copy time")
+            && shown.contains("≈ 1.22 ms on an H100 SXM (predicted: PCIe 5 ×16, pinned)"),
+        "{shown}"
+    );
+    // The CPU's own copies predict nothing.
+    assert!(x.to(&Device::Cpu).unwrap().last_transfer().is_none());
+    let e = cuda::simulate_as(1, "h800").unwrap_err().to_string();
+    assert!(
+        e.contains("no GPU named \"h800\"") && e.contains("h100, h100-pcie, h200"),
+        "{e}"
+    );
+}
+
 /// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
 #[test]
 fn every_test_again_on_emulated_devices() {

@@ -9,6 +9,7 @@ use std::sync::{OnceLock, RwLock};
 
 use super::guard::guarded;
 use super::value::StandIn;
+use crate::cost::GpuSpec;
 use crate::units::parse_bytes;
 use crate::{Device, Error, Result};
 
@@ -31,12 +32,42 @@ pub enum Backend {
 /// The capacity of a simulated device when none is given.
 pub const DEFAULT_SIMULATED_CAPACITY: usize = 16 << 30;
 
-/// Stand-in CUDA devices: how many, the capacity each pretends to have, and which kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a CUDA context takes of a GPU's memory before the first tensor (the driver's context,
+/// its loaded modules, cuBLAS's handle): a device standing for a named GPU has its memory less
+/// this. An assumed figure, about what `nvidia-smi` shows a PyTorch process using on a
+/// data-centre GPU before its first tensor.
+pub const CONTEXT_RESERVE: usize = 512 << 20;
+
+/// Stand-in CUDA devices: how many, the capacity each pretends to have, which kind, and the
+/// named GPU a simulated one stands for (its costs are then predicted beside the host's).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Simulation {
     pub(crate) count: usize,
     pub(crate) capacity: usize,
     pub(crate) kind: StandIn,
+    pub(crate) stands_for: Option<&'static GpuSpec>,
+}
+
+impl Simulation {
+    /// `count` simulated devices standing for the GPU named `name`, with its memory less a
+    /// context's; an unknown name is an error that lists the known ones.
+    pub(crate) fn standing_for(
+        count: usize,
+        name: &str,
+    ) -> std::result::Result<Simulation, String> {
+        let gpu = crate::cost::find(name).ok_or_else(|| {
+            format!(
+                "no GPU named {name:?} in placelab's table; known: {}",
+                crate::cost::names().join(", ")
+            )
+        })?;
+        Ok(Simulation {
+            count,
+            capacity: gpu.memory_bytes as usize - CONTEXT_RESERVE,
+            kind: StandIn::Simulated,
+            stands_for: Some(gpu),
+        })
+    }
 }
 
 /// The setting in `var` (`N` or `N,CAPACITY`), if set and valid; an invalid one is reported.
@@ -87,7 +118,8 @@ pub(crate) fn replace_simulation(
     Ok(())
 }
 
-/// Parses `N` or `N,CAPACITY` (`4`, `2,8GiB`, `1,512MiB`, `2,1000000000`).
+/// Parses `N`, `N,CAPACITY` (`4`, `2,8GiB`, `1,512MiB`, `2,1000000000`) or, for simulated
+/// devices, `N,GPU` (`2,h100`).
 fn parse_simulation(v: &str, kind: StandIn) -> std::result::Result<Option<Simulation>, String> {
     let v = v.trim();
     if v.is_empty() {
@@ -104,6 +136,9 @@ fn parse_simulation(v: &str, kind: StandIn) -> std::result::Result<Option<Simula
         return Ok(None);
     }
     let capacity = match cap {
+        Some(c) if kind == StandIn::Simulated && parse_bytes(c).is_none() => {
+            return Simulation::standing_for(count, c).map(Some);
+        }
         Some(c) => parse_bytes(c).ok_or_else(|| {
             format!("{c:?} is not a size; write e.g. 8GiB, 512MiB or a byte count")
         })?,
@@ -113,6 +148,7 @@ fn parse_simulation(v: &str, kind: StandIn) -> std::result::Result<Option<Simula
         count,
         capacity,
         kind,
+        stands_for: None,
     }))
 }
 
@@ -252,6 +288,16 @@ pub(crate) fn stand_in(device: &Device) -> Option<StandIn> {
     }
 }
 
+/// The named GPU a simulated `device` stands for (`--as h100`), if any.
+pub fn stands_for(device: &Device) -> Option<&'static GpuSpec> {
+    match device {
+        Device::Cpu => None,
+        Device::Cuda(i) => current_simulation()
+            .filter(|s| *i < s.count)
+            .and_then(|s| s.stands_for),
+    }
+}
+
 pub(crate) fn is_simulated(device: &Device) -> bool {
     stand_in(device) == Some(StandIn::Simulated)
 }
@@ -322,6 +368,7 @@ mod tests {
                 count: 2,
                 capacity: DEFAULT_SIMULATED_CAPACITY,
                 kind: sim,
+                stands_for: None,
             })
         );
         assert_eq!(
@@ -330,10 +377,22 @@ mod tests {
                 count: 1,
                 capacity: 512 << 20,
                 kind: StandIn::Emulated,
+                stands_for: None,
             })
         );
         assert_eq!(parse_simulation("0", sim).unwrap(), None);
         assert!(parse_simulation("two", sim).is_err());
-        assert!(parse_simulation("2,lots", sim).is_err());
+        // A name that is neither a size nor a GPU in the table: the error lists the GPUs.
+        let e = parse_simulation("2,lots", sim).unwrap_err();
+        assert!(
+            e.contains("no GPU named \"lots\"") && e.contains("t4"),
+            "{e}"
+        );
+        // Standing for an A100: its memory less a context's.
+        let a100 = parse_simulation("2, A100", sim).unwrap().unwrap();
+        assert_eq!(a100.stands_for.map(|g| g.key), Some("a100"));
+        assert_eq!(a100.capacity, 81_920 * (1 << 20) - CONTEXT_RESERVE);
+        // Emulated devices run the CUDA backend: they stand for no named GPU.
+        assert!(parse_simulation("1,h100", StandIn::Emulated).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! `:plot transfers` (time against size, log-log) and `:plot bandwidth` (GB/s against size), a
-//! line per route and kind of host memory, and `:plot memory` (allocated bytes per device after
-//! each cell), drawn with plotters as SVG files.
+//! line per route and kind of host memory, with, on devices standing for a named GPU, its
+//! predicted pinned and pageable curves dashed beside them; and `:plot memory` (allocated bytes
+//! per device after each cell), drawn with plotters as SVG files.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 
 use super::probe_client::{Snapshot, TransferLine};
+use crate::cost::CopyRoute;
 
 const COLOURS: [RGBColor; 6] = [
     RGBColor(59, 110, 165),
@@ -80,13 +82,63 @@ fn transfer_series(log: &[TransferLine], axis: TransferAxis) -> BTreeMap<String,
         .collect()
 }
 
+/// The name of a predicted curve's series: drawn dashed, without dots.
+const PREDICTED: &str = "predicted";
+
+/// Where `log` has copies timed on a device standing for a named GPU: that GPU's predicted
+/// host-to-device curves, pinned and pageable, from `xmin` to `xmax` bytes. The pageable one is
+/// bounded by `host_gbps`, this host's memcpy rate.
+fn predicted_series(
+    log: &[TransferLine],
+    axis: TransferAxis,
+    (xmin, xmax): (f64, f64),
+    host_gbps: f64,
+) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let Some(gpu) = log
+        .iter()
+        .find_map(|t| t.predicted.as_ref())
+        .and_then(|(key, _)| crate::cost::find(key))
+    else {
+        return BTreeMap::new();
+    };
+    let steps = 48;
+    let sizes: Vec<f64> = (0..=steps)
+        .map(|i| xmin * (xmax / xmin).powf(i as f64 / steps as f64))
+        .collect();
+    [
+        (CopyRoute::Pinned, "pinned"),
+        (CopyRoute::Pageable, "pageable"),
+    ]
+    .into_iter()
+    .map(|(route, kind)| {
+        let points = (sizes.iter())
+            .map(|&bytes| {
+                let s = crate::cost::model::copy(gpu, route, bytes as u64, host_gbps).seconds;
+                let y = match axis {
+                    TransferAxis::Time => s * 1e6,
+                    TransferAxis::Bandwidth => bytes / s / 1e9,
+                };
+                (bytes, y)
+            })
+            .collect();
+        (format!("{} {PREDICTED}, {kind}", gpu.name), points)
+    })
+    .collect()
+}
+
 /// Transfer time (µs, log) or bandwidth (GB/s) against size (bytes, log), a line per route and
 /// kind of host memory.
 pub fn transfers(dir: &Path, log: &[TransferLine], axis: TransferAxis) -> Result<PathBuf, String> {
     if log.is_empty() {
         return Err("no transfers yet: move a tensor with `.to(&device)?` first".into());
     }
-    let series = transfer_series(log, axis);
+    let mut series = transfer_series(log, axis);
+    let measured = |series: &BTreeMap<String, Vec<(f64, f64)>>| {
+        let xs = series.values().flatten().map(|p| p.0);
+        xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)))
+    };
+    let host_gbps = crate::transfer::predicted::host_memcpy_gbps();
+    series.extend(predicted_series(log, axis, measured(&series), host_gbps));
     let points = || series.values().flatten();
     let (xmin, xmax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (ymin, ymax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
@@ -141,6 +193,18 @@ where
         .map_err(err)?;
     for (i, (route, points)) in series.into_iter().enumerate() {
         let c = COLOURS[i % COLOURS.len()];
+        if route.contains(PREDICTED) {
+            // A model's curve, not measurements: dashed, no dots.
+            let dashed = DashedLineSeries::new(points, 6, 4, c.stroke_width(2));
+            chart
+                .draw_series(dashed)
+                .map_err(err)?
+                .label(route)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x - 6, y), (x + 6, y)], c.stroke_width(2))
+                });
+            continue;
+        }
         chart
             .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))
             .map_err(err)?
@@ -202,4 +266,57 @@ pub fn memory(dir: &Path, history: &[Snapshot]) -> Result<PathBuf, String> {
     drop(chart);
     drop(root);
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(bytes: u64, nanos: u64, pinned: bool) -> TransferLine {
+        TransferLine {
+            seq: 1,
+            from: "cpu".into(),
+            to: "cuda:0".into(),
+            bytes,
+            nanos,
+            pinned,
+            stand_in: Some(crate::device::StandIn::Simulated),
+            predicted: Some(("h100".into(), 1)),
+        }
+    }
+
+    /// On devices standing for an H100, `:plot bandwidth` draws its predicted curves beside the
+    /// measured points: pinned above pageable once copies are large (for a host that copies at
+    /// 10 GB/s), and both rising to the link's plateau.
+    #[test]
+    fn bandwidth_plots_carry_the_named_gpus_predicted_curves() {
+        let log = [
+            line(1 << 20, 100_000, false),
+            line(64 << 20, 6_710_886, true),
+        ];
+        let series = transfer_series(&log, TransferAxis::Bandwidth);
+        let predicted = predicted_series(&log, TransferAxis::Bandwidth, (1e6, 7e7), 10.0);
+        let pinned = &predicted["H100 SXM predicted, pinned"];
+        let pageable = &predicted["H100 SXM predicted, pageable"];
+        let (p, q) = (pinned.last().unwrap(), pageable.last().unwrap());
+        assert!(p.1 > 50.0 && p.1 < 56.0, "PCIe 5 ×16 plateau: {p:?}");
+        assert!(
+            (q.1 - 10.0).abs() < 0.5,
+            "the host's memcpy bounds pageable: {q:?}"
+        );
+        assert!(
+            pinned.first().unwrap().1 < p.1,
+            "small copies are latency-bound"
+        );
+        assert_eq!(series.len(), 2, "the measured series stay as they were");
+        let dir = std::env::temp_dir().join(format!("placelab-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg = std::fs::read_to_string(transfers(&dir, &log, TransferAxis::Bandwidth).unwrap())
+            .unwrap();
+        assert!(
+            svg.contains("H100 SXM predicted, pinned"),
+            "the legend names the curve"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

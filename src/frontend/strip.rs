@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::probe_client::{DeviceStats, Snapshot};
+use super::probe_client::{DeviceStats, Snapshot, TransferLine};
 use crate::display::{human_bytes, human_duration, human_rate};
 
 /// Device memory before and after a cell (or, while it runs, after so far).
@@ -164,6 +164,7 @@ impl MemoryChange {
             Some(s) => format!(", {}", crate::transfer::clock_note(s)),
             None => String::new(),
         };
+        let simulated = simulated + &predicted_total(t).unwrap_or_default();
         Some(format!(
             "{} transfer{} this cell: {} in {} ({}{simulated})",
             t.len(),
@@ -173,6 +174,22 @@ impl MemoryChange {
             human_rate(bytes as f64 / (nanos.max(1) as f64 / 1e9))
         ))
     }
+}
+
+/// `; ≈ 0.22 ms on an H100 SXM, predicted`: the predicted times of the transfers that have one
+/// (a device standing for a named GPU), summed.
+pub(crate) fn predicted_total(lines: &[TransferLine]) -> Option<String> {
+    let (gpu, _) = lines.iter().find_map(|t| t.predicted.as_ref())?;
+    let nanos: u64 = lines
+        .iter()
+        .filter_map(|t| t.predicted.as_ref())
+        .map(|p| p.1)
+        .sum();
+    let name = crate::cost::find(gpu).map_or_else(|| gpu.clone(), |g| g.with_article());
+    Some(format!(
+        "; ≈ {} on {name}, predicted",
+        human_duration(Duration::from_nanos(nanos))
+    ))
 }
 
 fn signed_bytes(delta: i128) -> String {
@@ -239,6 +256,7 @@ mod tests {
             nanos: 1_000_000,
             pinned: false,
             stand_in: Some(crate::device::StandIn::Simulated),
+            predicted: None,
         });
         assert_eq!(
             change.lines(),
@@ -246,6 +264,16 @@ mod tests {
                 "── cuda:0 (simulated) allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB · free 15.00 GiB / 16.00 GiB · this cell +3.81 MiB",
                 "── 1 transfer this cell: 3.81 MiB in 1.00 ms (4.0 GB/s, simulated: host copy time)"
             ]
+        );
+        // Standing for an H100, the total carries the predicted time too.
+        let mut standing = change.clone();
+        standing.after.transfers[0].predicted = Some(("h100".into(), 82_000));
+        let mut second = standing.after.transfers[0].clone();
+        second.predicted = Some(("h100".into(), 18_000));
+        standing.after.transfers.push(second);
+        assert_eq!(
+            standing.lines()[1],
+            "── 2 transfers this cell: 7.63 MiB in 2.00 ms (4.0 GB/s, simulated: host copy time; ≈ 100.0 µs on an H100 SXM, predicted)"
         );
         let html = change.html();
         assert!(html.contains("class=\"placelab-memory\""));

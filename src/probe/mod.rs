@@ -87,6 +87,9 @@ fn snapshot(after_seq: u64) -> Snapshot {
             nanos: t.duration.as_nanos() as u64,
             pinned: t.memory == transfer::HostMemoryKind::Pinned,
             stand_in: t.clock.stand_in(),
+            predicted: t
+                .predicted
+                .map(|p| (p.gpu.key.to_string(), p.duration.as_nanos() as u64)),
         })
         .collect();
     Snapshot {

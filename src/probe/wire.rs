@@ -79,6 +79,9 @@ pub struct TransferLine {
     pub pinned: bool,
     /// The copy of a simulated or emulated GPU (its time is a host copy's).
     pub stand_in: Option<StandIn>,
+    /// On a device standing for a named GPU: that GPU's key (`h100`) and the copy's predicted
+    /// time there, in nanoseconds.
+    pub predicted: Option<(String, u64)>,
 }
 
 /// The reply to `stats`: devices by name, and the transfers asked for.
@@ -124,14 +127,18 @@ impl Reply {
                 for t in &s.transfers {
                     let _ = writeln!(
                         out,
-                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} stand_in={}",
+                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} stand_in={}{}",
                         t.seq,
                         t.from,
                         t.to,
                         t.bytes,
                         t.nanos,
                         t.pinned as u8,
-                        stand_in_text(t.stand_in)
+                        stand_in_text(t.stand_in),
+                        match &t.predicted {
+                            Some((gpu, ns)) => format!(" predicted_on={gpu} predicted_ns={ns}"),
+                            None => String::new(),
+                        }
                     );
                 }
                 let _ = writeln!(out, "seq last={}", s.last_seq);
@@ -224,6 +231,9 @@ fn parse_snapshot(reply: &str) -> Snapshot {
                 nanos: number(&f, "ns"),
                 pinned: number(&f, "pinned") == 1,
                 stand_in: stand_in_of(&text(&f, "stand_in")),
+                predicted: f
+                    .get("predicted_on")
+                    .map(|gpu| (gpu.to_string(), number(&f, "predicted_ns"))),
             }),
             Some("seq") => snap.last_seq = number(&f, "last"),
             _ => {}
@@ -269,6 +279,17 @@ mod tests {
             nanos: 1_000_000,
             pinned: false,
             stand_in: Some(StandIn::Simulated),
+            predicted: None,
+        });
+        snap.transfers.push(TransferLine {
+            seq: 10,
+            from: "cuda:0".into(),
+            to: "cuda:1".into(),
+            bytes: 4_000_000,
+            nanos: 1_000_000,
+            pinned: false,
+            stand_in: Some(StandIn::Simulated),
+            predicted: Some(("h100".into(), 20_000)),
         });
         let stats = Request::Stats { after_seq: 8 };
         let reply = Reply::Snapshot(snap);

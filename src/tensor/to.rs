@@ -86,6 +86,7 @@ impl Tensor {
                 (true, false) => CopyMode::NonBlocking,
             },
             between_gpus: None,
+            predicted: None,
             dtype: self.dtype(),
             shape: self.shape().to_vec(),
         };

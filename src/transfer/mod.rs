@@ -3,12 +3,14 @@
 //! non-blocking `.to()` (`inflight.rs`). The copy itself is `Tensor::to` (`tensor/to.rs`).
 
 pub(crate) mod inflight;
+pub mod predicted;
 
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 pub use inflight::pending;
+pub use predicted::PredictedCopy;
 
 use crate::device::StandIn;
 use crate::{DType, Device};
@@ -110,6 +112,8 @@ pub struct Transfer {
     pub mode: CopyMode,
     /// Between two GPUs (real or emulated): the way the copy went.
     pub between_gpus: Option<PeerCopy>,
+    /// On a simulated device standing for a named GPU: what the copy would take there.
+    pub predicted: Option<PredictedCopy>,
     pub dtype: DType,
     pub shape: Vec<usize>,
 }
@@ -170,6 +174,15 @@ impl fmt::Display for Transfer {
             crate::units::human_duration(self.duration),
             crate::units::human_rate(self.bandwidth())
         )?;
+        if let Some(p) = &self.predicted {
+            write!(
+                f,
+                "; ≈ {} on {} (predicted: {})",
+                crate::units::human_duration(p.duration),
+                p.gpu.with_article(),
+                p.link
+            )?;
+        }
         if let Some(setup) = self.context_setup {
             write!(
                 f,
@@ -192,6 +205,7 @@ pub(crate) fn record(mut t: Transfer) -> Transfer {
     let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
     log.0 += 1;
     t.seq = log.0;
+    t.predicted = predicted::of(&t);
     if log.1.len() == LOG_CAPACITY {
         log.1.remove(0);
     }
