@@ -141,6 +141,8 @@ impl fmt::Display for Transfer {
         let mem = match (self.between_gpus, self.memory) {
             (Some(PeerCopy::Direct), _) => "peer to peer",
             (Some(PeerCopy::StagedThroughHost), _) => "staged through host memory",
+            // A simulated GPU's memory is host memory: no route to name.
+            (None, _) if self.from.is_cuda() && self.to.is_cuda() => "between GPUs",
             (None, HostMemoryKind::Pageable) => "pageable",
             (None, HostMemoryKind::Pinned) => "pinned",
         };
