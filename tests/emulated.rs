@@ -5,6 +5,10 @@
 //! more rows than blocks) gives the CPU's results. The engine's other tests run again on emulated
 //! devices from their own binaries (`support/stand_in.rs`).
 
+#[path = "support/own_process.rs"]
+mod own_process;
+
+use own_process::in_own_process;
 use placelab::cuda::driver::{Arg, Grid};
 use placelab::cuda::emulated;
 use placelab::cuda::launch::{KERNELS, Param};
@@ -305,14 +309,7 @@ fn a_copy_to_a_busy_gpu_does_not_wait_on_the_host() {
 #[test]
 fn pinning_uses_a_gpu_already_in_use() {
     // In a process of its own: the other tests here open cuda:0.
-    if std::env::var_os("PLACELAB_PIN_CHILD").is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .env("PLACELAB_PIN_CHILD", "1")
-            .args(["--exact", "pinning_uses_a_gpu_already_in_use"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    if !in_own_process("pinning_uses_a_gpu_already_in_use", &[]) {
         return;
     }
     cuda::emulate(3, None).unwrap();
@@ -452,15 +449,8 @@ fn index_select_is_one_launch_for_any_number_of_indices() {
 #[test]
 fn an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors() {
     // In a process of its own: the interrupt flag is the whole process's.
-    if std::env::var_os("PLACELAB_INTERRUPT_CHILD").is_none() {
-        let name = "an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors";
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .env("PLACELAB_INTERRUPT_CHILD", "1")
-            .args(["--exact", name, "--nocapture"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    let name = "an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors";
+    if !in_own_process(name, &[]) {
         return;
     }
     cuda::emulate(1, None).unwrap();

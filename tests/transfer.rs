@@ -1,5 +1,7 @@
 //! `.to()` and friends: copies that leave the original alone, measured and logged.
 
+#[path = "support/own_process.rs"]
+mod own_process;
 #[path = "support/stand_in.rs"]
 mod stand_in;
 
@@ -265,18 +267,13 @@ fn non_blocking_from_pageable_memory_copies_before_returning() {
 /// with the list of known ones.
 #[test]
 fn devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one() {
-    // In a process of its own, started as a user would: the setting is the whole process's.
-    if std::env::var_os("PLACELAB_STANDING_CHILD").is_none() {
-        let name = "devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one";
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .env("PLACELAB_STANDING_CHILD", "1")
-            .env("PLACELAB_SIMULATE_CUDA", "2,h100")
-            .env("PLACELAB_TEST_EMULATED", "0")
-            .args(["--exact", name, "--nocapture"])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    // In a process of its own, set up as a user would: the setting is the whole process's.
+    let name = "devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one";
+    let env = [
+        ("PLACELAB_SIMULATE_CUDA", "2,h100"),
+        ("PLACELAB_TEST_EMULATED", "0"),
+    ];
+    if !own_process::in_own_process(name, &env) {
         return;
     }
     let gpu = Device::Cuda(0);

@@ -57,28 +57,31 @@ pub struct GpuSpec {
 
 const MIB: u64 = 1 << 20;
 
+/// The H100 SXM; the H200 is the same chip with more, faster memory.
+const H100_SXM: GpuSpec = GpuSpec {
+    key: "h100",
+    aliases: &["h100-sxm", "h100-sxm5"],
+    name: "H100 SXM",
+    memory_bytes: 81_559 * MIB,
+    memory_gbps: 3350.0,
+    fp64_tflops: 34.0,
+    fp32_tflops: 67.0,
+    tf32_tflops: Some(494.7),
+    fp16_tflops: 989.4,
+    bf16_tflops: Some(989.4),
+    sms: 132,
+    pcie: Pcie {
+        generation: 5,
+        lanes: 16,
+    },
+    nvlink_gbps: Some(450.0),
+    pcie_peer: true,
+    source: "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column; NVLink 900 GB/s both directions)",
+};
+
 /// The named GPUs, most common in courses first.
 pub const GPUS: &[GpuSpec] = &[
-    GpuSpec {
-        key: "h100",
-        aliases: &["h100-sxm", "h100-sxm5"],
-        name: "H100 SXM",
-        memory_bytes: 81_559 * MIB,
-        memory_gbps: 3350.0,
-        fp64_tflops: 34.0,
-        fp32_tflops: 67.0,
-        tf32_tflops: Some(494.7),
-        fp16_tflops: 989.4,
-        bf16_tflops: Some(989.4),
-        sms: 132,
-        pcie: Pcie {
-            generation: 5,
-            lanes: 16,
-        },
-        nvlink_gbps: Some(450.0),
-        pcie_peer: true,
-        source: "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column; NVLink 900 GB/s both directions)",
-    },
+    H100_SXM,
     GpuSpec {
         key: "h100-pcie",
         aliases: &[],
@@ -105,19 +108,8 @@ pub const GPUS: &[GpuSpec] = &[
         name: "H200 SXM",
         memory_bytes: 143_771 * MIB,
         memory_gbps: 4800.0,
-        fp64_tflops: 34.0,
-        fp32_tflops: 67.0,
-        tf32_tflops: Some(494.7),
-        fp16_tflops: 989.4,
-        bf16_tflops: Some(989.4),
-        sms: 132,
-        pcie: Pcie {
-            generation: 5,
-            lanes: 16,
-        },
-        nvlink_gbps: Some(450.0),
-        pcie_peer: true,
-        source: "NVIDIA H200 Tensor Core GPU product page (SXM column)",
+        source: "NVIDIA H200 Tensor Core GPU product page (SXM column; compute and links as the H100 SXM's)",
+        ..H100_SXM
     },
     GpuSpec {
         key: "a100",
