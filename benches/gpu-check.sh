@@ -88,11 +88,20 @@ load = lambda f: [json.loads(l) for l in open(f"{out}/{f}") if l.strip()]
 ours, torch = load("bench_placelab.jsonl"), load("bench_torch.jsonl")
 key = lambda r: (r["bench"], r.get("kind", r.get("name")), r.get("bytes", 0))
 t = {key(r): r for r in torch}
-rows = ["| transfer | bytes | placelab GB/s (event / wall) | PyTorch GB/s (event / wall) |", "|---|---|---|---|"]
+# The cost model's prediction for this GPU (benches/gpu.rs adds predicted_ms where the GPU is in
+# placelab's table), against the time measured: its error here, per row and at the median.
+errors = []
+def model(r, measured_ms):
+    if "predicted_ms" not in r:
+        return "–"
+    e = (r["predicted_ms"] - measured_ms) / measured_ms
+    errors.append(abs(e))
+    return f"{r['predicted_ms']:.3f} ms ({e * 100:+.0f}%)"
+rows = ["| transfer | bytes | placelab GB/s (event / wall) | PyTorch GB/s (event / wall) | model (error) |", "|---|---|---|---|---|"]
 for r in ours:
     if r["bench"] == "transfer":
         p = t[key(r)]
-        rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['event_gbps']:.1f} / {r['wall_gbps']:.1f} | {p['event_gbps']:.1f} / {p['wall_gbps']:.1f} |")
+        rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['event_gbps']:.1f} / {r['wall_gbps']:.1f} | {p['event_gbps']:.1f} / {p['wall_gbps']:.1f} | {model(r, r['event_ms'])} |")
 rows += ["", "| non-blocking | bytes | placelab call / copy ms | PyTorch call / copy ms |", "|---|---|---|---|"]
 for r in ours:
     if r["bench"] == "non_blocking":
@@ -100,17 +109,22 @@ for r in ours:
         rows.append(f"| {r['kind']} | {r['bytes']:,} | {r['call_ms']:.3f} / {r['event_ms']:.3f} | {p['call_ms']:.3f} / {p['event_ms']:.3f} |")
 peer = [r for r in ours if r["bench"] == "peer"]
 if peer:
-    rows += ["", "| cuda:0 → cuda:1 | bytes | placelab route | placelab GB/s direct / staged (wall) | PyTorch GB/s direct / staged (wall) |", "|---|---|---|---|---|"]
+    rows += ["", "| cuda:0 → cuda:1 | bytes | placelab route | placelab GB/s direct / staged (wall) | PyTorch GB/s direct / staged (wall) | model, direct (error) |", "|---|---|---|---|---|---|"]
     for r in peer:
         p = t[key(r)]
-        rows.append(f"| d2d | {r['bytes']:,} | {r['route']} | {r['direct_wall_gbps']:.1f} / {r['staged_wall_gbps']:.1f} | {p['direct_wall_gbps']:.1f} / {p['staged_wall_gbps']:.1f} |")
+        rows.append(f"| d2d | {r['bytes']:,} | {r['route']} | {r['direct_wall_gbps']:.1f} / {r['staged_wall_gbps']:.1f} | {p['direct_wall_gbps']:.1f} / {p['staged_wall_gbps']:.1f} | {model(r, r['event_ms'])} |")
 else:
     rows += ["", "One GPU: no copy between GPUs to measure."]
-rows += ["", "| op | placelab ms | PyTorch ms | ratio |", "|---|---|---|---|"]
+rows += ["", "| op | placelab ms | PyTorch ms | ratio | model (error against placelab) |", "|---|---|---|---|---|"]
 for r in ours:
     if r["bench"] == "op":
         p = t[key(r)]
-        rows.append(f"| {r['name']} | {r['ms']:.3f} | {p['ms']:.3f} | {r['ms'] / p['ms']:.2f} |")
+        rows.append(f"| {r['name']} | {r['ms']:.3f} | {p['ms']:.3f} | {r['ms'] / p['ms']:.2f} | {model(r, r['ms'])} |")
+if errors:
+    errors.sort()
+    rows += ["", f"Cost model on this GPU: median error {errors[len(errors) // 2] * 100:.0f}% over {len(errors)} rows (target ≤ 20%), largest {errors[-1] * 100:.0f}%."]
+else:
+    rows += ["", "Cost model: this GPU is not in placelab's table; nothing predicted."]
 open(f"{out}/bench.md", "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY

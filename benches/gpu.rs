@@ -3,13 +3,34 @@
 //! line: host↔device bandwidth, pageable and pinned, from 4 KiB to 1 GiB (CUDA-event time and
 //! the wall time the caller waited), a non-blocking upload (the call's time against the copy's),
 //! with two GPUs a copy between them peer to peer against one staged through pinned host memory,
-//! and a few kernels and GEMMs timed with a synchronize.
+//! and a few kernels and GEMMs timed with a synchronize. Where the GPU is in placelab's table
+//! (`placelab::cost`), each line also carries the cost model's prediction (`predicted_ms`), so
+//! `gpu-check.sh` can report the model's error on this machine.
 
+use std::sync::OnceLock;
 use std::time::Instant;
 
+use placelab::cost::{self, Arithmetic, CopyRoute, GpuSpec};
 use placelab::prelude::*;
 
 const GPU: Device = Device::Cuda(0);
+
+/// This GPU's entry in the cost model's table, if it has one.
+fn spec() -> Option<&'static GpuSpec> {
+    static SPEC: OnceLock<Option<&'static GpuSpec>> = OnceLock::new();
+    *SPEC.get_or_init(|| cost::gpus::for_device_name(&cuda::device_name(0).ok()?))
+}
+
+/// `,"predicted_ms":X` when the model knows this GPU, else nothing.
+fn predicted(ms: impl FnOnce(&GpuSpec) -> f64) -> String {
+    spec().map_or(String::new(), |g| format!(",\"predicted_ms\":{:.5}", ms(g)))
+}
+
+/// The model's time for a copy of `bytes` along `route`, in ms.
+fn copy_ms(g: &GpuSpec, route: CopyRoute, bytes: usize) -> f64 {
+    let host = transfer::predicted::host_memcpy_gbps();
+    cost::model::copy(g, route, bytes as u64, host).seconds * 1e3
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -48,10 +69,16 @@ fn transfers() -> Result<()> {
                 wall.push(tr.wall.as_secs_f64() * 1e3);
             }
             let (e, w) = (median(event), median(wall));
+            let route = if kind.ends_with("pinned") {
+                CopyRoute::Pinned
+            } else {
+                CopyRoute::Pageable
+            };
             println!(
-                "{{\"bench\":\"transfer\",\"kind\":\"{kind}\",\"bytes\":{bytes},\"event_ms\":{e:.5},\"wall_ms\":{w:.5},\"event_gbps\":{:.3},\"wall_gbps\":{:.3}}}",
+                "{{\"bench\":\"transfer\",\"kind\":\"{kind}\",\"bytes\":{bytes},\"event_ms\":{e:.5},\"wall_ms\":{w:.5},\"event_gbps\":{:.3},\"wall_gbps\":{:.3}{}}}",
                 bytes as f64 / e / 1e6,
-                bytes as f64 / w / 1e6
+                bytes as f64 / w / 1e6,
+                predicted(|g| copy_ms(g, route, bytes))
             );
         }
     }
@@ -125,17 +152,45 @@ fn peer() -> Result<()> {
         let gbps = |ms: f64| bytes as f64 / ms / 1e6;
         let (de, dw, se, sw) = (median(de), median(dw), median(se), median(sw));
         println!(
-            "{{\"bench\":\"peer\",\"kind\":\"d2d\",\"bytes\":{bytes},\"route\":\"{route}\",\"direct_event_gbps\":{:.3},\"direct_wall_gbps\":{:.3},\"staged_event_gbps\":{:.3},\"staged_wall_gbps\":{:.3}}}",
+            "{{\"bench\":\"peer\",\"kind\":\"d2d\",\"bytes\":{bytes},\"route\":\"{route}\",\"direct_event_gbps\":{:.3},\"direct_wall_gbps\":{:.3},\"staged_event_gbps\":{:.3},\"staged_wall_gbps\":{:.3},\"event_ms\":{de:.5}{}}}",
             gbps(de),
             gbps(dw),
             gbps(se),
-            gbps(sw)
+            gbps(sw),
+            predicted(|g| copy_ms(g, CopyRoute::BetweenGpus, bytes))
         );
     }
     Ok(())
 }
 
-fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()> {
+/// What the model predicts for one op, in ms.
+enum Model {
+    /// A streaming kernel: bytes read and written, and its flops in f32.
+    Kernel(usize, f64),
+    /// A GEMM of `n³` in `dtype`, TF32 allowed or not.
+    Gemm(usize, DType, bool),
+}
+
+impl Model {
+    fn ms(&self, g: &GpuSpec) -> f64 {
+        1e3 * match *self {
+            Model::Kernel(bytes, flops) => {
+                cost::model::kernel(g, bytes as u64, flops, Arithmetic::F32)
+            }
+            Model::Gemm(n, dtype, tf32) => {
+                let n = n as u64;
+                let arithmetic = Arithmetic::of_matmul(dtype, tf32);
+                cost::model::matmul(g, (1, n, n, n), dtype.size_in_bytes() as u64, arithmetic)
+            }
+        }
+    }
+}
+
+fn timed(name: &str, model: Model, run: impl Fn() -> Result<Tensor>) -> Result<()> {
+    let flops = match model {
+        Model::Gemm(n, ..) => 2.0 * (n as f64).powi(3),
+        Model::Kernel(..) => 0.0,
+    };
     for _ in 0..3 {
         let _warm_up = run()?;
     }
@@ -150,43 +205,60 @@ fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()>
     }
     let m = median(ms);
     println!(
-        "{{\"bench\":\"op\",\"name\":\"{name}\",\"ms\":{m:.5},\"tflops\":{:.3}}}",
-        flops / m / 1e9
+        "{{\"bench\":\"op\",\"name\":\"{name}\",\"ms\":{m:.5},\"tflops\":{:.3}{}}}",
+        flops / m / 1e9,
+        predicted(|g| model.ms(g))
     );
     Ok(())
 }
 
 fn ops() -> Result<()> {
+    const MB40: usize = 40_000_000; // 10M f32
+    const MB64: usize = 64 << 20; // 4096² f32
     let a = Tensor::randn([10_000_000], GPU)?;
     let b = Tensor::randn([10_000_000], GPU)?;
-    timed("add 10M f32", 0.0, || &a + &b)?;
-    timed("exp 10M f32", 0.0, || a.exp())?;
-    timed("sum 10M f32", 0.0, || a.sum_all())?;
-    timed("softmax 1x10M f32", 0.0, || a.softmax(0))?;
+    timed("add 10M f32", Model::Kernel(3 * MB40, 1e7), || &a + &b)?;
+    timed("exp 10M f32", Model::Kernel(2 * MB40, 1e7), || a.exp())?;
+    timed("sum 10M f32", Model::Kernel(MB40, 1e7), || a.sum_all())?;
+    // Softmax reads its input three times (max, sum, write) and writes once.
+    timed("softmax 1x10M f32", Model::Kernel(4 * MB40, 3e7), || {
+        a.softmax(0)
+    })?;
     let s = Tensor::randn([4096, 4096], GPU)?;
-    timed("softmax 4096x4096 f32", 0.0, || s.softmax(1))?;
+    timed(
+        "softmax 4096x4096 f32",
+        Model::Kernel(4 * MB64, 5e7),
+        || s.softmax(1),
+    )?;
     let rows: Vec<i64> = (0..1000).map(|i| (i * 7919) % 4096).collect();
     let rows = Tensor::from_vec(rows, [1000], GPU)?;
-    timed("index_select 1000 of 4096 rows f32", 0.0, || {
-        s.index_select(0, &rows)
-    })?;
-    timed("transpose contiguous 4096x4096 f32", 0.0, || {
-        s.t()?.contiguous()
-    })?;
+    let picked = 1000 * 4096 * 4;
+    timed(
+        "index_select 1000 of 4096 rows f32",
+        Model::Kernel(2 * picked, 0.0),
+        || s.index_select(0, &rows),
+    )?;
+    timed(
+        "transpose contiguous 4096x4096 f32",
+        Model::Kernel(2 * MB64, 0.0),
+        || s.t()?.contiguous(),
+    )?;
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         let n = 4096usize;
         let m = Tensor::randn([n, n], GPU)?.to_dtype(dtype)?;
         timed(
             &format!("matmul {n}^3 {dtype}"),
-            2.0 * (n as f64).powi(3),
+            Model::Gemm(n, dtype, false),
             || m.matmul(&m),
         )?;
     }
     cuda::set_allow_tf32(true);
     let m = Tensor::randn([4096, 4096], GPU)?;
-    timed("matmul 4096^3 f32 tf32", 2.0 * 4096f64.powi(3), || {
-        m.matmul(&m)
-    })?;
+    timed(
+        "matmul 4096^3 f32 tf32",
+        Model::Gemm(4096, DType::F32, true),
+        || m.matmul(&m),
+    )?;
     Ok(())
 }
 

@@ -211,6 +211,33 @@ pub fn find(name: &str) -> Option<&'static GpuSpec> {
         .find(|g| g.key == name || g.aliases.contains(&name.as_str()))
 }
 
+/// The table's entry for a GPU as its driver names it (`NVIDIA H100 80GB HBM3`, `Tesla T4`),
+/// if the table has that part: a benchmark on real hardware sets its measurements beside the
+/// model's predictions.
+pub fn for_device_name(name: &str) -> Option<&'static GpuSpec> {
+    let n = name.to_ascii_lowercase();
+    let key = if n.contains("h100") {
+        if n.contains("pcie") {
+            "h100-pcie"
+        } else {
+            "h100"
+        }
+    } else if n.contains("h200") {
+        "h200"
+    } else if n.contains("a100") && n.contains("80g") {
+        "a100"
+    } else if n.contains("4090") {
+        "rtx4090"
+    } else if n.split_whitespace().any(|w| w == "l4") {
+        "l4"
+    } else if n.split_whitespace().any(|w| w == "t4") {
+        "t4"
+    } else {
+        return None;
+    };
+    find(key)
+}
+
 /// The names `--as` takes, for an error that lists them.
 pub fn names() -> Vec<&'static str> {
     GPUS.iter().map(|g| g.key).collect()

@@ -293,6 +293,19 @@ mod tests {
         assert_eq!(find("H100").unwrap().name, "H100 SXM");
         assert_eq!(find("4090").unwrap().key, "rtx4090");
         assert!(find("h800").is_none());
+        let by_driver = |n: &str| crate::cost::gpus::for_device_name(n).map(|g| g.key);
+        assert_eq!(by_driver("NVIDIA H100 80GB HBM3"), Some("h100"));
+        assert_eq!(by_driver("NVIDIA H100 PCIe"), Some("h100-pcie"));
+        assert_eq!(by_driver("NVIDIA H200"), Some("h200"));
+        assert_eq!(by_driver("NVIDIA A100-SXM4-80GB"), Some("a100"));
+        assert_eq!(
+            by_driver("NVIDIA A100-SXM4-40GB"),
+            None,
+            "not the table's A100"
+        );
+        assert_eq!(by_driver("Tesla T4"), Some("t4"));
+        assert_eq!(by_driver("NVIDIA L4"), Some("l4"));
+        assert_eq!(by_driver("NVIDIA GeForce RTX 4090"), Some("rtx4090"));
         assert!(crate::cost::gpus::names().contains(&"a100"));
     }
 }
