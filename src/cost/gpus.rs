@@ -238,6 +238,14 @@ pub fn for_device_name(name: &str) -> Option<&'static GpuSpec> {
     find(key)
 }
 
+/// Why `name` stands for no GPU, listing those that can be named.
+pub fn unknown(name: &str) -> String {
+    format!(
+        "no GPU named {name:?} in placelab's table; known: {}",
+        names().join(", ")
+    )
+}
+
 /// The names `--as` takes, for an error that lists them.
 pub fn names() -> Vec<&'static str> {
     GPUS.iter().map(|g| g.key).collect()

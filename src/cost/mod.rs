@@ -5,5 +5,5 @@
 pub mod gpus;
 pub mod model;
 
-pub use gpus::{GPUS, GpuSpec, Pcie, find, names};
+pub use gpus::{GPUS, GpuSpec, Pcie, find, names, unknown};
 pub use model::{Arithmetic, CopyPrediction, CopyRoute};

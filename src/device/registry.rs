@@ -55,12 +55,7 @@ impl Simulation {
         count: usize,
         name: &str,
     ) -> std::result::Result<Simulation, String> {
-        let gpu = crate::cost::find(name).ok_or_else(|| {
-            format!(
-                "no GPU named {name:?} in placelab's table; known: {}",
-                crate::cost::names().join(", ")
-            )
-        })?;
+        let gpu = crate::cost::find(name).ok_or_else(|| crate::cost::unknown(name))?;
         Ok(Simulation {
             count,
             capacity: gpu.memory_bytes as usize - CONTEXT_RESERVE,

@@ -346,10 +346,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     if let Some(name) = gpu
         && crate::cost::find(name).is_none()
     {
-        return CellReport::error(format!(
-            "no GPU named {name:?} in placelab's table; known: {}",
-            crate::cost::names().join(", ")
-        ));
+        return CellReport::error(crate::cost::unknown(name));
     }
     let cap = match cap.map(crate::units::parse_bytes) {
         Some(None) => {
