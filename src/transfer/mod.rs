@@ -204,10 +204,11 @@ fn log_store() -> &'static Mutex<(u64, Vec<Transfer>)> {
 }
 
 pub(crate) fn record(mut t: Transfer) -> Transfer {
+    // Outside the log's lock: the first prediction measures the host's memcpy.
+    t.predicted = predicted::of(&t);
     let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
     log.0 += 1;
     t.seq = log.0;
-    t.predicted = predicted::of(&t);
     if log.1.len() == LOG_CAPACITY {
         log.1.remove(0);
     }
