@@ -37,6 +37,7 @@ LAYERS = [
     # 2. backends: pointers, slices and layouts
     (4, "alloc", ["alloc/"]),
     (4, "cpu", ["cpu/"]),
+    (4, "profile", ["profile/"]),
     (5, "cuda_backend", ["gpu/"]),
     # 3.-5. memory, storage, transfers
     (6, "memory", ["memory/"]),

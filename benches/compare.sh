@@ -25,7 +25,8 @@ work = {
     "sum_10m": ("byte", 40 * MB), "softmax_1000x1000": ("byte", 8 * MB),
     "randn_1000x1000": ("byte", 4 * MB), "clone_400mb": ("byte", 800 * MB),
     "transpose_contig_2048": ("byte", 2048 * 2048 * 8), "to_f16_10m": ("byte", 60 * MB),
-    "mlp_step_64": ("flop", mlp(64)), "mlp_step_1024": ("flop", mlp(1024)),
+    "mlp_step_64": ("flop", mlp(64)), "mlp_step_64_profiled": ("flop", mlp(64)),
+    "mlp_step_1024": ("flop", mlp(1024)),
 }
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")

@@ -72,13 +72,15 @@ fn workloads() -> Vec<(&'static str, Setup)> {
             }),
         ),
         ("to_f16_10m", ten_m(|a| a.to_dtype(DType::F16))),
-        ("mlp_step_64", mlp_step(64)),
-        ("mlp_step_1024", mlp_step(1024)),
+        ("mlp_step_64", mlp_step(64, false)),
+        ("mlp_step_64_profiled", mlp_step(64, true)),
+        ("mlp_step_1024", mlp_step(1024, false)),
     ]
 }
 
-/// One training step of the 784-128-10 MLP: forward, cross-entropy, backward, SGD.
-fn mlp_step(batch: usize) -> Setup {
+/// One training step of the 784-128-10 MLP: forward, cross-entropy, backward, SGD; `profiled`:
+/// inside `profile(|| …)`, recording every op and block (what recording costs).
+fn mlp_step(batch: usize, profiled: bool) -> Setup {
     use placelab::nn::{CrossEntropyLoss, Linear, ReLU, Sequential};
     Box::new(move || {
         let cpu = Device::Cpu;
@@ -92,13 +94,21 @@ fn mlp_step(batch: usize) -> Setup {
             Tensor::randint(0, 10, [batch], cpu).unwrap(),
         );
         Box::new(move || {
-            opt.zero_grad();
-            let loss = CrossEntropyLoss
-                .forward(&model.forward(&x).unwrap(), &y)
-                .unwrap();
-            loss.backward().unwrap();
-            opt.step().unwrap();
-            drop(black_box(loss));
+            let mut step = || {
+                opt.zero_grad();
+                let loss = CrossEntropyLoss.forward(&model.forward(&x)?, &y)?;
+                loss.backward()?;
+                opt.step()?;
+                drop(black_box(loss));
+                Ok(())
+            };
+            if profiled {
+                let p = profile(step);
+                assert!(p.failure().is_none(), "{}", p.text());
+                drop(black_box(p.rows()));
+            } else {
+                step().unwrap();
+            }
         })
     })
 }

@@ -60,8 +60,9 @@ def workloads():
         a = torch.randn(2048, 2048)
         return lambda: a.t().contiguous()
 
-    def mlp_step(batch):
-        """One training step of the 784-128-10 MLP: forward, cross-entropy, backward, SGD."""
+    def mlp_step(batch, profiled=False):
+        """One training step of the 784-128-10 MLP: forward, cross-entropy, backward, SGD;
+        `profiled`: under torch.profiler, recording CPU ops and memory (what recording costs)."""
         def setup():
             model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -74,7 +75,13 @@ def workloads():
                 loss.backward()
                 opt.step()
                 return loss
-            return step
+
+            def profiled_step():
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                with torch.profiler.profile(activities=activities, profile_memory=True) as p:
+                    step()
+                return p.key_averages()
+            return profiled_step if profiled else step
         return setup
 
     return [
@@ -91,6 +98,7 @@ def workloads():
         ("transpose_contig_2048", transpose_contig),
         ("to_f16_10m", ten_m(lambda a: a.to(torch.float16))),
         ("mlp_step_64", mlp_step(64)),
+        ("mlp_step_64_profiled", mlp_step(64, profiled=True)),
         ("mlp_step_1024", mlp_step(1024)),
     ]
 

@@ -30,6 +30,8 @@ pub mod layout;
 mod alloc;
 pub mod cpu;
 mod gpu;
+// where a piece of code's time and memory go (what the layers below report while it records)
+pub mod profile;
 // 3. per-device memory and its ledger
 pub mod memory;
 // 4. storage: the only place that matches on the backend
@@ -86,6 +88,7 @@ pub mod prelude {
     pub use crate::nn::{self, Module, ModuleExt};
     pub use crate::optim::{self, Adam, Optimizer, Sgd};
     pub use crate::parallel::DataParallel;
+    pub use crate::profile::{Profile, profile};
     /// In scope (unnamed) so a cell's last `Debug` value shows without a second compile.
     pub use crate::show::ShowDebug as _;
     pub use crate::transfer::{self, Transfer};

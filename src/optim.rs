@@ -24,6 +24,7 @@ pub trait Optimizer {
 
     /// Clears every parameter's gradient.
     fn zero_grad(&self) {
+        let _phase = crate::profile::phase(crate::profile::Phase::Optimizer);
         for p in self.params() {
             p.zero_grad();
         }
@@ -102,6 +103,7 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&mut self) -> Result<()> {
+        let _phase = crate::profile::phase(crate::profile::Phase::Optimizer);
         check_grads("Sgd::step", &self.params)?;
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
             return Err(Error::invalid(
@@ -206,6 +208,7 @@ impl Adam {
 
 impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
+        let _phase = crate::profile::phase(crate::profile::Phase::Optimizer);
         check_grads("Adam::step", &self.params)?;
         self.step += 1;
         let (b1, b2) = self.betas;

@@ -44,6 +44,22 @@ impl Tensor {
     }
 }
 
+impl crate::profile::Profile {
+    /// Shows the profile in evcxr: the table and the memory timeline (HTML), and the table with
+    /// a sparkline of memory as text.
+    pub fn evcxr_display(&self) {
+        use std::io::Write;
+        let block = format!(
+            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\n",
+            self.html(),
+            self.text()
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(block.as_bytes());
+        let _ = out.flush();
+    }
+}
+
 /// Shows a cell's last value through `Debug` in the cell's first compile. evcxr first compiles
 /// `(value).evcxr_display();` and, when that fails, compiles the cell again to print `{:?}`;
 /// with this trait in the prelude the first compile succeeds for the values cells show most

@@ -2,6 +2,8 @@
 //! models, mixed precision, DataParallel, and an MLP that learns — identically on the CPU and a
 //! simulated GPU.
 
+#[path = "support/own_process.rs"]
+mod own_process;
 #[path = "support/stand_in.rs"]
 mod stand_in;
 
@@ -443,6 +445,141 @@ fn data_parallel_matches_one_device() {
     );
     wrapped.to(&Device::Cuda(0)).unwrap();
     assert_eq!(wrapped.forward(&x).unwrap().shape(), &[10, 10]);
+}
+
+/// One SGD step (zero_grad, forward, loss, backward, step) of `model` on a batch, profiled.
+fn profile_step(model: &Sequential, opt: &mut Sgd, (x, y): (&Tensor, &Tensor)) -> Profile {
+    profile(|| {
+        opt.zero_grad();
+        let loss = CrossEntropyLoss.forward(&model.forward(x)?, y)?;
+        loss.backward()?;
+        opt.step()
+    })
+}
+
+#[test]
+fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
+    use placelab::cost::{gpus, model as cost};
+    use placelab::profile::Phase;
+    let me = "a_profile_puts_a_training_steps_ops_and_memory_in_its_phases";
+    // Memory totals and the peak are the whole process's: no other test may allocate meanwhile.
+    if !own_process::in_own_process(me, &[]) {
+        return;
+    }
+    match stand_in::kind() {
+        placelab::device::StandIn::Simulated => cuda::simulate_as(1, "h100").unwrap(),
+        placelab::device::StandIn::Emulated => stand_in::gpus(1, None).unwrap(),
+    }
+    for device in [Device::Cpu, Device::Cuda(0)] {
+        let (x, y) = dataset(512, device);
+        let model = mlp(device);
+        let mut opt = Sgd::new(model.parameters(), 0.05).unwrap().momentum(0.9);
+        // A first step makes the momentum buffers (and, on a GPU, loads the kernels).
+        assert!(profile_step(&model, &mut opt, (&x, &y)).failure().is_none());
+        memory::reset_peak(&device).unwrap();
+        let before = memory::allocated(&device).unwrap() as u64;
+        let p = profile_step(&model, &mut opt, (&x, &y));
+        assert_eq!(p.failure(), None);
+        let rows = p.rows();
+        let row = |phase: Phase, name: &str| {
+            rows.iter()
+                .find(|r| r.phase == phase && r.name == name && r.device == device)
+                .unwrap_or_else(|| panic!("no {name} row in {phase:?} on {device}:\n{}", p.text()))
+        };
+        // Each Linear's x·Wᵀ: once forward, and backward once for the weight's gradient and once
+        // for the input's
+        assert_eq!(row(Phase::Forward, "matmul").calls, 2, "{}", p.text());
+        // (the first layer's input needs no gradient: x is data).
+        assert_eq!(
+            row(Phase::Backward, "matmul (in matmul's backward)").calls,
+            3,
+            "{}",
+            p.text()
+        );
+        assert!(row(Phase::Forward, "relu").calls == 1);
+        assert!(
+            rows.iter().any(|r| r.phase == Phase::Optimizer),
+            "{}",
+            p.text()
+        );
+        let ops_total = p.ops_total();
+        assert!(ops_total <= p.wall() && ops_total > std::time::Duration::ZERO);
+        // The timeline starts and ends where the device's allocator did, and its peak is the
+        // allocator's own.
+        let steps = p.steps(&device);
+        assert_eq!(steps.first().unwrap().1, before);
+        assert_eq!(
+            steps.last().unwrap().1,
+            memory::allocated(&device).unwrap() as u64
+        );
+        let peak = p.peak(&device).expect("the step allocated");
+        assert_eq!(
+            peak.allocated as usize,
+            memory::stats(&device).unwrap().peak_allocated_bytes
+        );
+        assert!(
+            peak.allocated > before && peak.reached_by.op.is_some(),
+            "{}",
+            p.text()
+        );
+        let held: u64 = peak.held.iter().map(|b| b.bytes).sum();
+        assert!(
+            held >= peak.allocated - before,
+            "what the step made and held covers its rise"
+        );
+        // Predicted times only where the device stands for a named GPU: the first forward
+        // matmul (512×784 by 784×128) priced by the cost model with its own dims.
+        let first = p.ops().iter().find(|o| o.name == "matmul").unwrap();
+        let simulated_h100 =
+            device.is_cuda() && stand_in::kind() == placelab::device::StandIn::Simulated;
+        match simulated_h100 {
+            true => {
+                let gpu = gpus::find("h100").unwrap();
+                let want = cost::matmul(gpu, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
+                assert_eq!(
+                    first.predicted,
+                    Some(std::time::Duration::from_secs_f64(want))
+                );
+                assert!(p.text().contains("predicted"), "{}", p.text());
+            }
+            false => assert_eq!(p.predicted_total(), None),
+        }
+    }
+}
+
+#[test]
+fn a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it() {
+    let me = "a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it";
+    if !own_process::in_own_process(me, &[]) {
+        return;
+    }
+    let before = memory::allocated(&Device::Cpu).unwrap();
+    let p = profile(|| {
+        let a = Tensor::randn([64, 64], Device::Cpu)?;
+        let b = a.matmul(&a)?.relu()?;
+        b.matmul(&Tensor::randn([3, 5], Device::Cpu)?)
+    });
+    let failure = p.failure().expect("the second matmul fails");
+    assert!(failure.contains("matmul"), "{failure}");
+    assert!(p.text().starts_with("the code failed"), "{}", p.text());
+    let names: Vec<&str> = p.ops().iter().map(|o| o.name).collect();
+    // The ops that ran, then the one that failed (its checks ran, and took their time).
+    assert_eq!(names, ["matmul", "relu", "matmul"]);
+    assert_eq!(
+        memory::allocated(&Device::Cpu).unwrap(),
+        before,
+        "what the code freed is freed"
+    );
+    assert_eq!(p.steps(&Device::Cpu).last().unwrap().1 as usize, before);
+    // A panic is a failure too, and a profile inside a profile says it records nothing.
+    let p = profile(|| -> placelab::Result<()> { panic!("boom") });
+    assert_eq!(p.failure(), Some("panicked: boom"));
+    let outer = profile(|| {
+        let inner = profile(|| Tensor::zeros([4], Device::Cpu));
+        assert!(inner.failure().unwrap().contains("do not nest"));
+        Tensor::zeros([4], Device::Cpu)
+    });
+    assert_eq!(outer.ops().len(), 2, "the outer profile records both fills");
 }
 
 /// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.

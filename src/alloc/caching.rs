@@ -134,6 +134,11 @@ impl CachingAllocator {
         }
     }
 
+    /// Bytes of the blocks handed out now (`stats().allocated_bytes`, without walking the blocks).
+    pub fn allocated_bytes(&self) -> usize {
+        self.stats.allocated_bytes
+    }
+
     pub fn stats(&self) -> MemoryStats {
         let mut s = self.stats;
         s.inactive_split_bytes = self

@@ -158,6 +158,9 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
             ));
         }
     };
+    let _phase = crate::profile::phase(crate::profile::Phase::Backward);
+    // Dropped before the phase: the graph walk's own time, in the backward phase.
+    let _engine = crate::profile::frame("autograd engine", root.device());
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
     grads.insert(key(root), seed);
     no_grad(|| {
@@ -166,6 +169,7 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
                 continue;
             };
             let Some(node) = t.grad_node() else {
+                let _grad_fn = crate::profile::grad_fn(crate::profile::ACCUMULATE_GRAD);
                 accumulate(&t, g)?;
                 continue;
             };
@@ -178,7 +182,10 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
                     ),
                 )
             })?;
-            let input_grads = f(&g)?;
+            let input_grads = {
+                let _grad_fn = crate::profile::grad_fn(node.op);
+                f(&g)?
+            };
             for (input, ig) in node.inputs.iter().zip(input_grads) {
                 let Some(ig) = ig else { continue };
                 if !input.requires_grad() {

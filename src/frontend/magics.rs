@@ -63,6 +63,12 @@ pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
         time,
     ),
     (
+        ":profile",
+        ":profile CODE",
+        "run CODE once and show where its time and memory went: each op's time (and, on a device standing for a named GPU, its predicted time there) by phase, and the memory timeline with its peak",
+        profile,
+    ),
+    (
         ":fmt",
         ":fmt FORMAT",
         "how a cell's last value prints: {:?} (default), {:#?}, or either with a precision ({:.3?})",
@@ -444,6 +450,21 @@ fn time(s: &mut Session, code: &str) -> CellReport {
         human_duration(start.elapsed())
     )));
     r
+}
+
+/// `placelab::profile` around `code`, as the cell's value (its card is the table and the
+/// timeline). The code is a closure's body, so `?` works in it and what it defines stays inside.
+fn profile(s: &mut Session, code: &str) -> CellReport {
+    if code.is_empty() {
+        return CellReport::error(
+            "usage: :profile CODE, e.g. `:profile let loss = loss_fn.forward(&model.forward(&x)?, &y)?; loss.backward()?; opt.step()?`",
+        );
+    }
+    s.run_code(&profile_cell(code))
+}
+
+fn profile_cell(code: &str) -> String {
+    format!("placelab::profile::profile(|| -> placelab::Result<()> {{\n{code}\n;\nOk(())\n}})")
 }
 
 /// evcxr's `:fmt`, kept in step with the prelude's `ShowDebug`, which prints most values in the

@@ -162,7 +162,17 @@ impl Block {
                 engine_buffer,
             },
         );
+        let allocated = crate::profile::recording().then(|| m.alloc.allocated_bytes());
         drop(m);
+        if let Some(allocated) = allocated {
+            crate::profile::block_allocated(
+                device,
+                (id, size),
+                (dtype, numel),
+                engine_buffer,
+                allocated,
+            );
+        }
         let emulated = device.is_emulated();
         if emulated && let Device::Cuda(i) = device {
             crate::gpu::emulated::mark_block(i, addr, requested, true);
@@ -209,6 +219,11 @@ impl Drop for Block {
         let mut m = lock(&self.mem);
         m.alloc.free(self.addr);
         m.live.remove(&self.id);
+        let allocated = crate::profile::recording().then(|| m.alloc.allocated_bytes());
+        drop(m);
+        if let Some(allocated) = allocated {
+            crate::profile::block_freed(self.device, (self.id, self.size), allocated);
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use crate::cpu;
 use crate::gpu::copy::PinnedHost;
 use crate::gpu::runtime::Gpu;
 use crate::memory::Block;
+use crate::profile::{self, OpScope, Work};
 use crate::{DType, Device, Element, Result};
 
 pub(crate) enum Backing {
@@ -230,4 +231,24 @@ impl Storage {
         }
         Ok(out)
     }
+
+    /// Times the op `name` on this storage's device while a profile records (see `profiled`).
+    pub(crate) fn profiled(&self, name: &'static str, work: Work) -> Option<OpScope> {
+        profiled(self.device(), name, work)
+    }
+}
+
+/// Times the op `name` on `device` while a profile records; on a GPU the op's time ends when
+/// the device's queue is done, so it is the op's own and not its launch's.
+pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option<OpScope> {
+    if !profile::recording() {
+        return None;
+    }
+    fn finish_queued(device: Device) {
+        // A failed wait leaves the error to the next op that reads the device.
+        let _ = wait_for_queued_work(device);
+    }
+    let finish =
+        crate::device::registry::uses_gpu_backend(device).then_some(finish_queued as fn(Device));
+    profile::begin(name, device, work, finish)
 }

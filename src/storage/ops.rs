@@ -10,6 +10,7 @@ use crate::gpu::{blas, ops as gpu};
 use crate::layout::Layout;
 use crate::memory::Block;
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::profile::Work;
 use crate::{DType, Device, Element, Result, Scalar};
 
 /// Binds `$t` to the Rust type of `$dtype` for the dtypes with native arithmetic kernels;
@@ -97,7 +98,18 @@ impl Storage {
         numel: usize,
         value: Scalar,
     ) -> Result<Storage> {
+        let bytes = (numel * dtype.size_in_bytes()) as u64;
+        let _op = super::profiled(
+            device,
+            "fill",
+            Work::Kernel {
+                bytes,
+                flops: 0,
+                dtype,
+            },
+        );
         let mut s = Storage::alloc(device, dtype, numel)?;
+
         match s.gpu() {
             Some(g) => gpu::fill(&*g?, dtype, s.device_ptr(), numel, value)?,
             None => crate::with_dtype!(
@@ -111,6 +123,8 @@ impl Storage {
 
     /// A contiguous copy of the view `l`, converted to `dtype`.
     pub(crate) fn copy_as(&self, l: &Layout, dtype: DType) -> Result<Storage> {
+        let name = if dtype == self.dtype { "copy" } else { "cast" };
+        let _op = self.profiled(name, Work::elementwise(l.numel(), 1, dtype));
         if dtype == self.dtype {
             // The same dtype moves bits: a cast through f64 would quiet signalling NaNs (and
             // cost a GPU 64-bit arithmetic per element).
@@ -133,6 +147,7 @@ impl Storage {
 
     /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).
     pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) -> Result<()> {
+        let _op = self.profiled("copy_", Work::elementwise(ld.numel(), 1, self.dtype));
         if let Some(g) = self.gpu() {
             let (dst, from) = ((self.device_ptr(), ld), (src.device_ptr(), ls));
             return gpu::write_view(&*g?, self.dtype, dst, from);
@@ -157,6 +172,7 @@ impl Storage {
         let mut shape = l.shape.clone();
         shape[dim] = positions.len();
         let numel = crate::layout::numel_checked("index_select", &shape)?;
+        let _op = self.profiled("index_select", Work::elementwise(numel, 1, self.dtype));
         let mut out = Storage::alloc(self.device(), self.dtype, numel)?;
         if let Some(g) = self.gpu() {
             let g = g?;
@@ -195,6 +211,7 @@ impl Storage {
         src: &Storage,
         ls: &Layout,
     ) -> Result<()> {
+        let _op = self.profiled("copy_", Work::elementwise(ld.numel(), 1, self.dtype));
         if let Some(g) = self.gpu() {
             // Ordered on the device's stream like every other op.
             let (dst, from) = ((self.device_ptr(), ld), (src.device_ptr(), ls));
@@ -232,6 +249,7 @@ impl Storage {
         if !fits {
             return Ok(false);
         }
+        let _op = self.profiled("add_", Work::elementwise(ld.numel(), 2, self.dtype));
         let (ptr, n) = (self.host_ptr(), ld.numel());
         with_float!(self.dtype, T, {
             // SAFETY: the caller guarantees exclusive access; the view lies inside the block.
@@ -249,6 +267,7 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
+        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 2, a.dtype));
         a.produce(
             a.dtype,
             la.numel(),
@@ -279,6 +298,7 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
+        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 2, a.dtype));
         a.produce(
             DType::Bool,
             la.numel(),
@@ -311,6 +331,7 @@ impl Storage {
         number: f32,
         reverse: bool,
     ) -> Result<Storage> {
+        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 1, a.dtype));
         a.produce(
             a.dtype,
             la.numel(),
@@ -327,6 +348,7 @@ impl Storage {
         la: &Layout,
         number: f32,
     ) -> Result<Storage> {
+        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 1, a.dtype));
         a.produce(
             DType::Bool,
             la.numel(),
@@ -336,6 +358,7 @@ impl Storage {
     }
 
     pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
+        let _op = self.profiled(op.name(), Work::elementwise(l.numel(), 1, self.dtype));
         self.produce(
             self.dtype,
             l.numel(),
@@ -364,6 +387,7 @@ impl Storage {
         lo: Option<Scalar>,
         hi: Option<Scalar>,
     ) -> Result<Storage> {
+        let _op = self.profiled("clamp", Work::elementwise(l.numel(), 1, self.dtype));
         self.produce(
             self.dtype,
             l.numel(),
@@ -385,6 +409,8 @@ impl Storage {
         a: (&Storage, &Layout),
         b: (&Storage, &Layout),
     ) -> Result<Storage> {
+        let _op =
+            a.0.profiled("where", Work::elementwise(a.1.numel(), 3, a.0.dtype));
         a.0.produce(
             a.0.dtype,
             a.1.numel(),
@@ -417,6 +443,13 @@ impl Storage {
         (m, n, k): (usize, usize, usize),
     ) -> Result<Storage> {
         let device = a.device();
+        let dims = (a_off.len() as u64, m as u64, n as u64, k as u64);
+        let work = Work::Matmul {
+            dims,
+            dtype: a.dtype,
+            tf32: blas::allow_tf32(),
+        };
+        let _op = a.profiled("matmul", work);
         a.produce(
             a.dtype,
             a_off.len() * m * n,

@@ -6,11 +6,13 @@ use super::Storage;
 use crate::cpu::reduce;
 use crate::gpu::reduce as gpu_reduce;
 use crate::layout::Layout;
+use crate::profile::Work;
 use crate::{DType, Result};
 
 impl Storage {
     /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
     pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
+        let _op = self.profiled(if mean { "mean" } else { "sum" }, self.reduction(rows));
         // The GPU's partial sums: one per block sharing a row.
         let partial = match self.gpu() {
             Some(_) if rows > 0 => {
@@ -42,6 +44,7 @@ impl Storage {
     /// Sums (or means) of each column of a contiguous `reduced × kept` storage (the sum over a
     /// tensor's leading dims); dtype f32, f64 or i64.
     pub(crate) fn sum_cols(&self, reduced: usize, kept: usize, mean: bool) -> Result<Storage> {
+        let _op = self.profiled(if mean { "mean" } else { "sum" }, self.reduction(kept));
         if !self.is_host() {
             // The GPU's reductions walk rows: the columns become rows in a transposed copy.
             let columns = Layout {
@@ -71,6 +74,7 @@ impl Storage {
         len: usize,
         greater: bool,
     ) -> Result<(Storage, Storage)> {
+        let _op = self.profiled(if greater { "max" } else { "min" }, self.reduction(rows));
         let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
         let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
         if let Some(g) = self.gpu() {
@@ -103,6 +107,9 @@ impl Storage {
     }
 
     pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
+        let name = if log { "log_softmax" } else { "softmax" };
+        // Read twice (the max, then the sum) and written once.
+        let _op = self.profiled(name, Work::elementwise(self.numel, 2, self.dtype));
         let rows = self.numel.checked_div(len).unwrap_or(0);
         // A GPU splits long rows, keeping each chunk's max and sum here.
         let partials = match (self.gpu(), gpu_reduce::softmax_partials(rows, len)) {
@@ -126,5 +133,15 @@ impl Storage {
                 gpu_reduce::softmax_rows(g, self.dtype, input, shape, log, partials, out)
             },
         )
+    }
+
+    /// A reduction's work: this whole storage read, `outputs` values written.
+    fn reduction(&self, outputs: usize) -> Work {
+        let size = self.dtype.size_in_bytes() as u64;
+        Work::Kernel {
+            bytes: (self.numel + outputs) as u64 * size,
+            flops: self.numel as u64,
+            dtype: self.dtype,
+        }
     }
 }

@@ -128,6 +128,7 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
+        let _op = self.profiled("to_dtype");
         let s = self.storage().copy_as(self.layout(), dtype)?;
         let out = Tensor::from_storage(s, self.shape().to_vec());
         Ok(record(out, "to_dtype", &[self], grads::identity()))
@@ -176,6 +177,7 @@ impl Tensor {
 
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
+        let _op = self.profiled(name);
         let (other, dtype, operands, compute) = match self.rhs(name, other, op == BinaryOp::Div)? {
             Rhs::Tensor {
                 tensor,
@@ -277,6 +279,7 @@ impl Tensor {
 
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
         let name = op.name();
+        let _op = self.profiled(name);
         let (other, operands, compute) = match self.rhs(name, other, false)? {
             Rhs::Tensor {
                 tensor,
@@ -317,6 +320,7 @@ impl Tensor {
     }
 
     pub(crate) fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
+        let _op = self.profiled(op.name());
         let dtype = self.dtype();
         if dtype == DType::Bool && op != UnaryOp::Abs {
             return Err(Error::UnsupportedDType {
@@ -378,6 +382,7 @@ impl Tensor {
         min: Option<impl Into<Scalar>>,
         max: Option<impl Into<Scalar>>,
     ) -> Result<Tensor> {
+        let _op = self.profiled("clamp");
         let (lo, hi) = (min.map(Into::into), max.map(Into::into));
         if lo.is_none() && hi.is_none() {
             return Err(Error::invalid("clamp", "give at least one of min and max"));
@@ -414,6 +419,7 @@ impl Tensor {
 
     /// `x` where `condition` is true, else `y` (`torch.where`), broadcasting all three.
     pub fn where_cond(condition: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        let _op = x.profiled("where");
         same_device("where", &[("condition", condition), ("x", x), ("y", y)])?;
         if condition.dtype() != DType::Bool {
             return Err(Error::DTypeMismatch {

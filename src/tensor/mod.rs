@@ -212,6 +212,12 @@ impl Tensor {
         &self.0.layout
     }
 
+    /// Times this tensor op while a profile records: its checks, kernels and autograd record
+    /// together, as PyTorch's profiler times an aten op (`storage::profiled`).
+    pub(crate) fn profiled(&self, name: &'static str) -> Option<crate::profile::OpScope> {
+        crate::storage::profiled(self.device(), name, crate::profile::Work::Unpriced)
+    }
+
     pub fn device(&self) -> Device {
         self.0.storage.device()
     }

@@ -82,6 +82,7 @@ impl Tensor {
             return x.sum_impl(dims, keepdim, mean);
         }
         let op = if mean { "mean" } else { "sum" };
+        let _op = self.profiled(op);
         let dtype = self.dtype();
         if mean && !dtype.is_float() {
             return Err(Error::UnsupportedDType {
@@ -134,6 +135,7 @@ impl Tensor {
         keepdim: bool,
         greater: bool,
     ) -> Result<(Tensor, Tensor)> {
+        let _op = self.profiled(op);
         let r = self.to_rows(op, dims, keepdim, false)?;
         // Over an empty dimension there is no extreme (PyTorch refuses too); an empty tensor
         // reduced over non-empty dimensions gives an empty result.
@@ -246,6 +248,7 @@ impl Tensor {
     }
 
     fn softmax_recorded(&self, dim: i64, log: bool) -> Result<Tensor> {
+        let _op = self.profiled(if log { "log_softmax" } else { "softmax" });
         if let Some(x) = super::autocast::for_full_precision(self)? {
             return x.softmax_recorded(dim, log);
         }
@@ -272,6 +275,7 @@ impl Tensor {
     /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
     /// batch dims and broadcast.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = self.profiled("matmul");
         same_device("matmul", &[("self", self), ("other", other)])?;
         let (a, b) = (
             super::autocast::for_matmul(self)?,

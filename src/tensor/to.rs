@@ -116,13 +116,18 @@ impl Tensor {
 
     /// Copies the contiguous `src` (this tensor's values) and records `t`, timed.
     fn blocking_copy(&self, src: &Tensor, mut t: Transfer, pinned_dst: bool) -> Result<Tensor> {
+        let mut op = storage::profiled(t.to, "to", crate::profile::Work::Unpriced);
         let start = Instant::now();
         let (storage, gpu_time) = src.storage().transfer(t.to, pinned_dst)?;
         let wall = start.elapsed();
         t.duration = gpu_time.map_or(wall, |g| g.events);
         t.wall = gpu_time.map_or(wall, |g| g.wall);
         t.between_gpus = gpu_time.and_then(|g| g.peer).map(peer_copy);
-        Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(record(t)))
+        let t = record(t);
+        if let Some(op) = op.as_mut() {
+            op.add_predicted(t.predicted.as_ref().map(|p| p.duration));
+        }
+        Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t))
     }
 
     /// `to(&Device::Cuda(0))`.

@@ -81,12 +81,34 @@ class Run:
         assert len(plots) == 1, self.describe(cell_id)
         return plots[0]
 
+    def profile(self, cell_id: str) -> tuple[str, str]:
+        """The profile a cell shows as its value: its text and its HTML (table and timeline)."""
+        results = [o for o in self.outputs(cell_id, "execute_result") if "placelab-profile" in o.data.get("text/html", "")]
+        assert len(results) == 1, self.describe(cell_id)
+        return results[0].data["text/plain"], results[0].data["text/html"]
+
     def numbers(self, cell_id: str) -> list[int]:
         return [int(n) for n in re.findall(r"\b\d+\b", self.text(cell_id))]
 
     def describe(self, cell_id: str) -> str:
         c = self.cells[cell_id]
         return f"--- cell {cell_id}:\n{c.source}\n--- outputs:\n{json.dumps(c.outputs, indent=1)[:4000]}"
+
+
+def seconds(text: str) -> float:
+    """A duration as placelab prints it ("537.9 µs", "1.38 ms", "2 s", "781 ns")."""
+    value, unit = text.split()
+    return float(value) * {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+
+
+def check_profile(text: str, html: str, cell_id: str) -> None:
+    """What every profile shows: ops accounting for the code's wall time within 10%, and a
+    timeline with its peak."""
+    coverage = re.search(r"took (\S+ \S+) of the code's (\S+ \S+) \((\d+)%\)", text)
+    assert coverage, text
+    ops, wall = seconds(coverage.group(1)), seconds(coverage.group(2))
+    assert 0.9 * wall <= ops <= wall, f"{cell_id}: the ops should account for the wall time within 10%:\n{text}"
+    assert "<svg" in html and "<polyline" in html and "peak" in html, html[:2000]
 
 
 def is_strip(output: Any) -> bool:
@@ -245,6 +267,20 @@ def test_04_models_on_a_device():
     mismatch = run.error("model-mismatch").evalue
     assert "device mismatch in linear" in mismatch and "`input` is on cpu" in mismatch and "cuda:0" in mismatch, mismatch
     assert "output [64, 10] on cuda:0" in run.text("model-fixed")
+    # The profiled step: two matmuls forward (one per Linear), three backward (no input gradient).
+    text, html = run.profile("profile-cpu")
+    check_profile(text, html, "profile-cpu")
+    assert re.search(r"^forward\s+matmul\s+cpu\s+2\s", text, re.M), text
+    assert re.search(r"^backward\s+matmul \(in matmul's backward\)\s+cpu\s+3\s", text, re.M), text
+    assert "predicted" not in text, "nothing is predicted for the CPU"
+    text, html = run.profile("profile-gpu")
+    check_profile(text, html, "profile-gpu")
+    if not run.real_gpu:
+        # Standing for an H100: each row predicted, and a small step mostly kernel launches.
+        line = re.search(r"(\d+) ops · measured here (.+?) · predicted on an H100 (.+?) · of which kernel launches (.+?) \((\d+)%\)", run.text("profile-gpu"))
+        assert line, run.text("profile-gpu")
+        assert seconds(line.group(3)) < seconds(line.group(2)) and int(line.group(5)) > 50, line.group(0)
+        assert "on an H100 SXM (predicted)" in text and "≈" in text, text
     # Adam: two moments per parameter, as large as the parameters together, on their device.
     assert "8 state tensors, 795.08 KiB on cuda:0" in run.text("optimizer-state"), run.text("optimizer-state")
 
@@ -270,6 +306,15 @@ def test_05_memory_management():
     assert "out of memory on cuda:0: tried to allocate" in oom and "free" in oom, oom
     with_graph, without = run.numbers("no-grad")
     assert without == 512 * 10 * 4 and with_graph >= 3 * 8 * MiB, run.text("no-grad")
+    # A training step's peak, from the profile, is the allocator's own peak, and it comes in the
+    # backward pass with the first layer's 16 MiB weight gradient.
+    text, html = run.profile("step-memory")
+    check_profile(text, html, "step-memory")
+    profiled, allocator = run.numbers("peak-check")
+    assert profiled == allocator, run.text("peak-check")
+    assert "(backward, in matmul's backward), reached by the 16.00 MiB output of matmul" in text, text
+    # What placelab still holds then, and PyTorch has freed: the forward's 8 MiB activations.
+    assert "the 8.00 MiB output of relu (forward)" in text, text
     svg = run.svg("memory-plot")
     assert "Allocated memory after each cell" in svg and "cuda:0" in svg
 

@@ -1,0 +1,271 @@
+//! Where a piece of code's time and memory go: `profile(|| …)` runs it once while every op the
+//! storage layer runs, every block the allocators hand out or take back, and the phase of
+//! training (forward, backward, optimizer) are recorded; the `Profile` it returns is a table
+//! grouped by op (`report.rs`) and a memory timeline with its peak (`timeline.rs`).
+//!
+//! Recording costs one atomic load per op and per block while no profile runs. An op is timed
+//! from its start until its work is done: on a GPU (real or emulated) the op waits for the
+//! device's queue before its time is taken, as `CUDA_LAUNCH_BLOCKING=1` would, so each time is
+//! the op's own. On a simulated device standing for a named GPU each op also carries what the
+//! cost model predicts it would take there.
+
+mod record;
+mod report;
+mod timeline;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::cost::gpus::GpuSpec;
+use crate::cost::model::{self, Arithmetic};
+use crate::{DType, Device, Result};
+
+pub use record::{
+    ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
+    grad_fn, phase, recording,
+};
+use record::{OPEN, PROFILING_THREAD, RECORDING, Recording, lock};
+pub use report::Row;
+
+/// The part of a training step an op ran in, as PyTorch's profiler groups them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// What an op asks of a device, for the cost model.
+#[derive(Debug, Clone, Copy)]
+pub enum Work {
+    /// Nothing the model prices (its prediction is set later, as a copy's is).
+    Unpriced,
+    /// An element-wise op or a reduction: bytes read and written, and its arithmetic.
+    Kernel {
+        bytes: u64,
+        flops: u64,
+        dtype: DType,
+    },
+    /// `batch` products of `m × k` by `k × n`.
+    Matmul {
+        dims: (u64, u64, u64, u64),
+        dtype: DType,
+        tf32: bool,
+    },
+}
+
+impl Work {
+    /// An element-wise op over `numel` outputs that reads `inputs` tensors of the same size.
+    pub fn elementwise(numel: usize, inputs: u64, dtype: DType) -> Work {
+        let n = numel as u64;
+        Work::Kernel {
+            bytes: n * (inputs + 1) * dtype.size_in_bytes() as u64,
+            flops: n,
+            dtype,
+        }
+    }
+
+    fn predict(self, gpu: &GpuSpec) -> Option<Duration> {
+        let arithmetic = |dtype: DType| match dtype {
+            DType::F64 => Arithmetic::F64,
+            _ => Arithmetic::F32,
+        };
+        let seconds = match self {
+            Work::Unpriced => return None,
+            Work::Kernel {
+                bytes,
+                flops,
+                dtype,
+            } => model::kernel(gpu, bytes, flops as f64, arithmetic(dtype)),
+            Work::Matmul { dims, dtype, tf32 } => model::matmul(
+                gpu,
+                dims,
+                dtype.size_in_bytes() as u64,
+                Arithmetic::of_matmul(dtype, tf32),
+            ),
+        };
+        Some(Duration::from_secs_f64(seconds))
+    }
+}
+
+/// One op as it ran.
+#[derive(Debug, Clone)]
+pub struct OpRecord {
+    pub name: &'static str,
+    pub phase: Phase,
+    /// The op whose backward ran it (`matmul`), in the backward phase.
+    pub grad_fn: Option<&'static str>,
+    pub device: Device,
+    /// When it started, from the start of the profile.
+    pub start: Duration,
+    pub measured: Duration,
+    /// What it would take on the named GPU the device stands for.
+    pub predicted: Option<Duration>,
+    /// Bytes of the blocks it took from and gave back to its devices' allocators.
+    pub allocated: u64,
+    pub freed: u64,
+}
+
+/// Allocated bytes of one device just after a block was handed out or taken back.
+#[derive(Debug, Clone, Copy)]
+pub struct MemoryPoint {
+    pub at: Duration,
+    pub device: Device,
+    pub allocated: u64,
+}
+
+/// A block allocated while the profile recorded: its size, what it holds, and the op that made
+/// it.
+#[derive(Debug, Clone)]
+pub struct MadeBlock {
+    pub bytes: u64,
+    pub dtype: DType,
+    pub numel: usize,
+    /// The op that allocated it, or `None` for an allocation outside any op.
+    pub op: Option<&'static str>,
+    pub phase: Phase,
+    /// In the backward phase, the op whose backward made it.
+    pub grad_fn: Option<&'static str>,
+    /// What holds the block when it is an engine buffer (the cuBLAS workspace), not a tensor.
+    pub engine_buffer: Option<&'static str>,
+}
+
+/// The most memory a device held during the profile: when, the block that reached it, and the
+/// blocks made by the code that were alive then, largest first.
+#[derive(Debug, Clone)]
+pub struct Peak {
+    pub device: Device,
+    /// `memory_allocated` at the peak.
+    pub allocated: u64,
+    pub at: Duration,
+    /// The allocation that reached the peak (often small: the last straw, not the load).
+    pub reached_by: MadeBlock,
+    /// Every block the code made that was alive at the peak, largest first.
+    pub held: Vec<MadeBlock>,
+}
+
+/// What `profile` recorded: the ops, the memory timeline, each device's peak, and whether the
+/// code finished.
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    ops: Vec<OpRecord>,
+    memory: Vec<MemoryPoint>,
+    peaks: BTreeMap<Device, Peak>,
+    /// Each device's allocated bytes when the profile started (known for those it touched).
+    start_allocated: BTreeMap<Device, u64>,
+    /// Blocks taken back outside any op (temporaries dropped between ops), per phase.
+    freed_between_ops: BTreeMap<Phase, u64>,
+    allocated_between_ops: BTreeMap<Phase, u64>,
+    wall: Duration,
+    stands_for: BTreeMap<Device, &'static GpuSpec>,
+    failure: Option<String>,
+}
+
+impl Profile {
+    /// Every op, in the order they ran.
+    pub fn ops(&self) -> &[OpRecord] {
+        &self.ops
+    }
+
+    /// The code's wall time, from the first instruction to its return.
+    pub fn wall(&self) -> Duration {
+        self.wall
+    }
+
+    /// The ops' measured times added up.
+    pub fn ops_total(&self) -> Duration {
+        self.ops.iter().map(|o| o.measured).sum()
+    }
+
+    /// The ops' measured times in one phase.
+    pub fn phase_total(&self, phase: Phase) -> Duration {
+        self.ops
+            .iter()
+            .filter(|o| o.phase == phase)
+            .map(|o| o.measured)
+            .sum()
+    }
+
+    /// What the ops would take on the named GPUs their devices stand for (`None` when no op ran
+    /// on such a device).
+    pub fn predicted_total(&self) -> Option<Duration> {
+        let mut priced = self.ops.iter().filter_map(|o| o.predicted).peekable();
+        priced.peek()?;
+        Some(priced.sum())
+    }
+
+    /// The peak of `device`'s allocated bytes during the profile, if it allocated anything.
+    pub fn peak(&self, device: &Device) -> Option<&Peak> {
+        self.peaks.get(device)
+    }
+
+    /// The allocated-bytes timeline, every change, in order.
+    pub fn memory(&self) -> &[MemoryPoint] {
+        &self.memory
+    }
+
+    /// Why the code stopped, if it failed (the ops before the failure are still recorded).
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// The devices whose memory moved, in order.
+    pub fn devices(&self) -> Vec<Device> {
+        self.start_allocated.keys().copied().collect()
+    }
+}
+
+/// Runs `f` once and records where its time and memory went. A failure (an error or a panic)
+/// ends the recording there and is reported with the ops before it; whatever `f` freed is freed.
+/// The value `f` returns is dropped after the recording ends, so what it holds shows as still
+/// allocated at the end of the timeline.
+pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
+    let mut state = lock();
+    if state.is_some() {
+        drop(state);
+        let failure = match f() {
+            Ok(_) => "profiles do not nest: the outer profile recorded this code's ops".into(),
+            Err(e) => e.to_string(),
+        };
+        return Profile {
+            failure: Some(failure),
+            ..Profile::default()
+        };
+    }
+    *state = Some(Recording::new());
+    PROFILING_THREAD.with(|p| p.set(true));
+    RECORDING.store(true, Ordering::SeqCst);
+    drop(state);
+    let start = Instant::now();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let wall = start.elapsed();
+    RECORDING.store(false, Ordering::SeqCst);
+    PROFILING_THREAD.with(|p| p.set(false));
+    OPEN.with(|o| o.borrow_mut().take());
+    let rec = lock().take().expect("the recording started above");
+    let failure = match &outcome {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(panic) => Some(format!(
+            "panicked: {}",
+            panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)")
+        )),
+    };
+    drop(outcome);
+    rec.finish(wall, failure)
+}

@@ -1,0 +1,380 @@
+//! The recorder: what the layers report while `profile` runs (ops opening and closing, blocks
+//! handed out and taken back, the phase), kept for the profiling thread only.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
+use crate::cost::gpus::GpuSpec;
+use crate::device::registry;
+use crate::{DType, Device};
+
+pub(super) static RECORDING: AtomicBool = AtomicBool::new(false);
+static STATE: Mutex<Option<Recording>> = Mutex::new(None);
+
+pub(super) fn lock() -> MutexGuard<'static, Option<Recording>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) struct Recording {
+    start: Instant,
+    /// The measured time of everything recorded so far (what a frame subtracts).
+    recorded: Duration,
+    /// The blocks made while recording and not yet freed, by device and block id.
+    live: std::collections::HashMap<(Device, u64), MadeBlock>,
+    phase: Phase,
+    grad_fn: Option<&'static str>,
+    profile: Profile,
+}
+
+impl Recording {
+    pub(super) fn new() -> Recording {
+        Recording {
+            start: Instant::now(),
+            recorded: Duration::ZERO,
+            live: Default::default(),
+            phase: Phase::Forward,
+            grad_fn: None,
+            profile: Profile::default(),
+        }
+    }
+
+    pub(super) fn finish(self, wall: Duration, failure: Option<String>) -> Profile {
+        Profile {
+            wall,
+            failure,
+            ..self.profile
+        }
+    }
+}
+
+/// Whether a profile is recording on this thread (the one that called `profile`: ops and
+/// blocks of other threads, a test running beside it say, are not its code's).
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed) && PROFILING_THREAD.with(|p| p.get())
+}
+
+thread_local! {
+    pub(super) static PROFILING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` on the recording, if one is running.
+fn with_recording(f: impl FnOnce(&mut Recording)) {
+    if recording()
+        && let Some(rec) = lock().as_mut()
+    {
+        f(rec)
+    }
+}
+
+/// The op this thread is inside, if any: the outermost one is the one recorded.
+pub(super) struct OpenOp {
+    depth: usize,
+    name: &'static str,
+    allocated: u64,
+    freed: u64,
+    /// What the op and the ops inside it would take on the named GPU.
+    predicted: Option<Duration>,
+}
+
+thread_local! {
+    pub(super) static OPEN: RefCell<Option<OpenOp>> = const { RefCell::new(None) };
+}
+
+/// An op being timed; recorded when it is dropped. `None` from `begin` while nothing records.
+pub struct OpScope {
+    outermost: bool,
+    name: &'static str,
+    device: Device,
+    /// The named GPU the device stands for, if it is a simulated one that does.
+    stands_for: Option<&'static GpuSpec>,
+    start: Instant,
+    /// Waits for the device's queued work (a GPU's), so the time is the op's own.
+    finish: Option<fn(Device)>,
+}
+
+/// Starts timing the op `name` on `device`, if a profile is recording. Ops inside it (the
+/// kernels of a tensor op, a copy a cast makes) are part of it: it is recorded once, with its
+/// own time and the predicted times of everything inside added up.
+pub fn begin(
+    name: &'static str,
+    device: Device,
+    work: Work,
+    finish: Option<fn(Device)>,
+) -> Option<OpScope> {
+    if !recording() {
+        return None;
+    }
+    let stands_for = registry::stands_for(&device);
+    let predicted = stands_for.and_then(|gpu| work.predict(gpu));
+    let outermost = OPEN.with(|o| {
+        let mut o = o.borrow_mut();
+        match o.as_mut() {
+            Some(open) => {
+                open.depth += 1;
+                open.add_predicted(predicted);
+                false
+            }
+            None => {
+                *o = Some(OpenOp {
+                    depth: 1,
+                    name,
+                    allocated: 0,
+                    freed: 0,
+                    predicted,
+                });
+                true
+            }
+        }
+    });
+    Some(OpScope {
+        outermost,
+        name,
+        device,
+        stands_for,
+        start: Instant::now(),
+        finish,
+    })
+}
+
+impl OpenOp {
+    fn add_predicted(&mut self, predicted: Option<Duration>) {
+        if let Some(p) = predicted {
+            self.predicted = Some(self.predicted.unwrap_or_default() + p);
+        }
+    }
+}
+
+impl OpScope {
+    /// Adds what the op would take on the named GPU, once known (a copy's prediction).
+    pub fn add_predicted(&mut self, predicted: Option<Duration>) {
+        OPEN.with(|o| {
+            if let Some(open) = o.borrow_mut().as_mut() {
+                open.add_predicted(predicted)
+            }
+        });
+    }
+}
+
+impl Drop for OpScope {
+    fn drop(&mut self) {
+        if !self.outermost {
+            OPEN.with(|o| {
+                if let Some(open) = o.borrow_mut().as_mut() {
+                    open.depth -= 1;
+                }
+            });
+            return;
+        }
+        if let Some(finish) = self.finish {
+            finish(self.device);
+        }
+        let measured = self.start.elapsed();
+        let open = OPEN.with(|o| o.borrow_mut().take());
+        let (allocated, freed, predicted) = open
+            .map(|o| (o.allocated, o.freed, o.predicted))
+            .unwrap_or_default();
+        with_recording(|rec| {
+            let record = OpRecord {
+                name: self.name,
+                phase: rec.phase,
+                grad_fn: rec.grad_fn,
+                device: self.device,
+                start: self.start.saturating_duration_since(rec.start),
+                measured,
+                predicted,
+                allocated,
+                freed,
+            };
+            if let Some(gpu) = self.stands_for {
+                rec.profile.stands_for.insert(self.device, gpu);
+            }
+            rec.recorded += measured;
+            rec.profile.ops.push(record);
+        });
+    }
+}
+
+/// Code around ops that is not an op itself (the autograd engine walking the graph): recorded
+/// when it drops as one row with its own time, the time of the ops inside it taken out, as
+/// PyTorch's profiler gives `autograd::engine::evaluate_function` its self time.
+pub struct Frame {
+    name: &'static str,
+    device: Device,
+    start: Instant,
+    recorded_before: Duration,
+}
+
+/// Starts the frame `name` on `device`, if a profile records and no op is open on this thread.
+pub fn frame(name: &'static str, device: Device) -> Option<Frame> {
+    if !recording() || OPEN.with(|o| o.borrow().is_some()) {
+        return None;
+    }
+    let mut recorded_before = Duration::ZERO;
+    with_recording(|rec| recorded_before = rec.recorded);
+    Some(Frame {
+        name,
+        device,
+        start: Instant::now(),
+        recorded_before,
+    })
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        let elapsed = self.start.elapsed();
+        with_recording(|rec| {
+            let inside = rec.recorded.saturating_sub(self.recorded_before);
+            let own = elapsed.saturating_sub(inside);
+            rec.recorded += own;
+            rec.profile.ops.push(OpRecord {
+                name: self.name,
+                phase: rec.phase,
+                grad_fn: None,
+                device: self.device,
+                start: self.start.saturating_duration_since(rec.start),
+                measured: own,
+                predicted: None,
+                allocated: 0,
+                freed: 0,
+            });
+        });
+    }
+}
+
+/// Sets the phase ops are recorded under until the guard drops (then the one before returns).
+pub struct PhaseGuard(Option<(Phase, Option<&'static str>)>);
+
+/// Ops after this belong to `phase` (`backward()` and the optimizers' `step` set it).
+pub fn phase(phase: Phase) -> PhaseGuard {
+    let mut previous = None;
+    with_recording(|rec| {
+        previous = Some((rec.phase, rec.grad_fn));
+        rec.phase = phase;
+    });
+    PhaseGuard(previous)
+}
+
+/// The `grad_fn` under which a leaf's gradient is added to its `.grad` (PyTorch's
+/// `AccumulateGrad`).
+pub const ACCUMULATE_GRAD: &str = "AccumulateGrad";
+
+/// Ops after this ran for the backward of the op `grad_fn` (`matmul`), until the guard drops.
+pub fn grad_fn(grad_fn: &'static str) -> PhaseGuard {
+    let mut previous = None;
+    with_recording(|rec| {
+        previous = Some((rec.phase, rec.grad_fn));
+        rec.grad_fn = Some(grad_fn);
+    });
+    PhaseGuard(previous)
+}
+
+impl Drop for PhaseGuard {
+    fn drop(&mut self) {
+        if let Some((phase, grad_fn)) = self.0 {
+            with_recording(|rec| {
+                rec.phase = phase;
+                rec.grad_fn = grad_fn;
+            });
+        }
+    }
+}
+
+/// The block `id` of `block` bytes that `device`'s allocator handed out (for `numel` of `dtype`,
+/// or for an engine buffer); `allocated` is the device's allocated bytes after it.
+pub fn block_allocated(
+    device: Device,
+    (id, block): (u64, usize),
+    (dtype, numel): (DType, usize),
+    engine_buffer: Option<&'static str>,
+    allocated: usize,
+) {
+    if !recording() {
+        return;
+    }
+    let op = OPEN.with(|o| {
+        o.borrow_mut().as_mut().map(|open| {
+            open.allocated += block as u64;
+            open.name
+        })
+    });
+    with_recording(|rec| {
+        let at = rec.start.elapsed();
+        let made = MadeBlock {
+            bytes: block as u64,
+            dtype,
+            numel,
+            op,
+            phase: rec.phase,
+            grad_fn: rec.grad_fn,
+            engine_buffer,
+        };
+        rec.live.insert((device, id), made.clone());
+        let p = &mut rec.profile;
+        p.start_allocated
+            .entry(device)
+            .or_insert((allocated - block) as u64);
+        p.memory.push(MemoryPoint {
+            at,
+            device,
+            allocated: allocated as u64,
+        });
+        if op.is_none() {
+            *p.allocated_between_ops.entry(rec.phase).or_default() += block as u64;
+        }
+        let higher = p
+            .peaks
+            .get(&device)
+            .is_none_or(|peak| allocated as u64 > peak.allocated);
+        if higher {
+            let mut held: Vec<MadeBlock> = rec
+                .live
+                .iter()
+                .filter(|((d, _), _)| *d == device)
+                .map(|(_, b)| b.clone())
+                .collect();
+            held.sort_by_key(|b| std::cmp::Reverse(b.bytes));
+            p.peaks.insert(
+                device,
+                Peak {
+                    device,
+                    allocated: allocated as u64,
+                    at,
+                    reached_by: made,
+                    held,
+                },
+            );
+        }
+    });
+}
+
+/// The block `id` of `block` bytes that `device`'s allocator took back; `allocated` is what
+/// remains.
+pub fn block_freed(device: Device, (id, block): (u64, usize), allocated: usize) {
+    if !recording() {
+        return;
+    }
+    let in_op = OPEN.with(|o| {
+        o.borrow_mut()
+            .as_mut()
+            .map(|open| open.freed += block as u64)
+    });
+    with_recording(|rec| {
+        let at = rec.start.elapsed();
+        rec.live.remove(&(device, id));
+        let p = &mut rec.profile;
+        p.start_allocated
+            .entry(device)
+            .or_insert((allocated + block) as u64);
+        p.memory.push(MemoryPoint {
+            at,
+            device,
+            allocated: allocated as u64,
+        });
+        if in_op.is_none() {
+            *p.freed_between_ops.entry(rec.phase).or_default() += block as u64;
+        }
+    });
+}

@@ -1,0 +1,335 @@
+//! A profile as a learner reads it: one row per op name within each phase (PyTorch's
+//! `key_averages()`), its calls, measured and predicted time and the memory it took and gave
+//! back; then the phase totals, the wall time and each device's peak. As text and as HTML.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+use super::{MadeBlock, Phase, Profile};
+use crate::Device;
+use crate::units::{human_bytes, human_duration};
+
+/// The ops of one name, in one phase, on one device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub phase: Phase,
+    /// The op (`matmul`), with the backward it ran for in the backward phase
+    /// (`matmul (in matmul's backward)`, `add (into .grad)`).
+    pub name: String,
+    pub device: Device,
+    pub calls: usize,
+    pub measured: Duration,
+    pub predicted: Option<Duration>,
+    pub allocated: u64,
+    pub freed: u64,
+}
+
+impl Profile {
+    /// The table's rows: by phase, then by measured time, longest first.
+    pub fn rows(&self) -> Vec<Row> {
+        let mut rows: BTreeMap<(Phase, String, Device), Row> = BTreeMap::new();
+        for op in &self.ops {
+            let name = match op.grad_fn {
+                Some(f) => backward_label(op.name, f),
+                None => op.name.to_string(),
+            };
+            let row = rows
+                .entry((op.phase, name.clone(), op.device))
+                .or_insert_with(|| Row {
+                    phase: op.phase,
+                    name,
+                    device: op.device,
+                    calls: 0,
+                    measured: Duration::ZERO,
+                    predicted: None,
+                    allocated: 0,
+                    freed: 0,
+                });
+            row.calls += 1;
+            row.measured += op.measured;
+            if let Some(p) = op.predicted {
+                row.predicted = Some(row.predicted.unwrap_or_default() + p);
+            }
+            row.allocated += op.allocated;
+            row.freed += op.freed;
+        }
+        let mut rows: Vec<Row> = rows.into_values().collect();
+        rows.sort_by(|a, b| a.phase.cmp(&b.phase).then(b.measured.cmp(&a.measured)));
+        rows
+    }
+
+    /// The phases that ran, in order.
+    fn phases(&self) -> Vec<Phase> {
+        let mut phases: Vec<Phase> = self.ops.iter().map(|o| o.phase).collect();
+        phases.sort();
+        phases.dedup();
+        phases
+    }
+
+    fn predicts(&self) -> bool {
+        !self.stands_for.is_empty()
+    }
+
+    /// "≈ 1.2 ms on an H100 SXM" when every predicting device stands for the same GPU.
+    fn predicted_label(&self) -> String {
+        let mut gpus: Vec<_> = self.stands_for.values().collect();
+        gpus.dedup_by_key(|g| g.name);
+        match gpus.as_slice() {
+            [one] => format!("on {}", one.with_article()),
+            _ => "on the named GPUs".into(),
+        }
+    }
+
+    /// Per device: the peak, when, the block that reached it, and what the code held then.
+    pub fn peak_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for p in self.peaks.values() {
+            let start = self.start_allocated.get(&p.device).copied().unwrap_or(0);
+            let above = p.allocated.saturating_sub(start);
+            lines.push(format!(
+                "{}: peak {} allocated, {} above the start, at {} ({}), reached by {}",
+                p.device,
+                human_bytes(p.allocated as usize),
+                human_bytes(above as usize),
+                human_duration(p.at),
+                during(&p.reached_by),
+                block_text(&p.reached_by)
+            ));
+            const SHOWN: usize = 4;
+            let mut held: Vec<String> = p
+                .held
+                .iter()
+                .take(SHOWN)
+                .map(|b| format!("{} ({})", block_text(b), during(b)))
+                .collect();
+            if p.held.len() > SHOWN {
+                let rest: u64 = p.held[SHOWN..].iter().map(|b| b.bytes).sum();
+                held.push(format!(
+                    "{} more blocks, {}",
+                    p.held.len() - SHOWN,
+                    human_bytes(rest as usize)
+                ));
+            }
+            if !held.is_empty() {
+                lines.push(format!(
+                    "  made by this code and held at the peak: {}",
+                    held.join(" · ")
+                ));
+            }
+        }
+        lines
+    }
+
+    /// Ops against wall time: "ops 11.8 ms of 12.3 ms (96%)".
+    pub fn coverage_line(&self) -> String {
+        let wall = self.wall.as_secs_f64().max(1e-12);
+        let mut line = format!(
+            "{} ops took {} of the code's {} ({:.0}%); the rest ran between ops (graph recording, your code)",
+            self.ops.len(),
+            human_duration(self.ops_total()),
+            human_duration(self.wall),
+            100.0 * self.ops_total().as_secs_f64() / wall
+        );
+        if let Some(p) = self.predicted_total() {
+            let _ = write!(
+                line,
+                "; ≈ {} {} (predicted)",
+                human_duration(p),
+                self.predicted_label()
+            );
+        }
+        line
+    }
+
+    /// The table as text (the REPL's, and `text/plain`).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        if let Some(f) = &self.failure {
+            let _ = writeln!(out, "the code failed, so this profile stops there: {f}");
+        }
+        let predicts = self.predicts();
+        let _ = write!(
+            out,
+            "{:<10} {:<34} {:<8} {:>5} {:>10} {:>6}",
+            "phase", "op", "device", "calls", "measured", "%"
+        );
+        if predicts {
+            let _ = write!(out, " {:>11}", "predicted");
+        }
+        let _ = writeln!(out, " {:>10} {:>10}", "allocated", "freed");
+        let wall = self.wall.as_secs_f64().max(1e-12);
+        for phase in self.phases() {
+            for r in self.rows().iter().filter(|r| r.phase == phase) {
+                let _ = write!(
+                    out,
+                    "{:<10} {:<34} {:<8} {:>5} {:>10} {:>5.1}%",
+                    phase.name(),
+                    truncate(&r.name, 34),
+                    r.device.to_string(),
+                    r.calls,
+                    human_duration(r.measured),
+                    100.0 * r.measured.as_secs_f64() / wall
+                );
+                if predicts {
+                    let _ = write!(
+                        out,
+                        " {:>11}",
+                        r.predicted
+                            .map_or("–".into(), |p| format!("≈ {}", human_duration(p)))
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    " {:>10} {:>10}",
+                    human_bytes(r.allocated as usize),
+                    human_bytes(r.freed as usize)
+                );
+            }
+            if let Some(freed) = self.freed_between_ops.get(&phase) {
+                let _ = writeln!(
+                    out,
+                    "{:<10} {:<34} freed {} (tensors dropped between ops)",
+                    phase.name(),
+                    "(between ops)",
+                    human_bytes(*freed as usize)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{:<10} total {}",
+                phase.name(),
+                human_duration(self.phase_total(phase))
+            );
+        }
+        let _ = writeln!(out, "{}", self.coverage_line());
+        for d in self.devices() {
+            let _ = writeln!(out, "{d} memory {}", self.sparkline(&d, 48));
+        }
+        for line in self.peak_lines() {
+            let _ = writeln!(out, "{line}");
+        }
+        out.trim_end().to_string()
+    }
+
+    /// The table and the memory timeline as HTML (Jupyter's rendering).
+    pub fn html(&self) -> String {
+        let mut out = String::from(
+            "<div class=\"placelab-profile\" style=\"font-family:monospace;font-size:12px\">",
+        );
+        if let Some(f) = &self.failure {
+            let _ = write!(
+                out,
+                "<div style=\"color:#b00020\"><b>The code failed</b>, so this profile stops there: {}</div>",
+                escape(f)
+            );
+        }
+        let predicts = self.predicts();
+        out.push_str("<table style=\"border-collapse:collapse\"><tr>");
+        let mut heads = vec!["phase", "op", "device", "calls", "measured", "% of wall"];
+        let predicted_head = format!("predicted {}", self.predicted_label());
+        if predicts {
+            heads.push(&predicted_head);
+        }
+        heads.extend(["allocated", "freed"]);
+        for h in heads {
+            let _ = write!(
+                out,
+                "<th style=\"text-align:left;padding:1px 8px\">{}</th>",
+                escape(h)
+            );
+        }
+        out.push_str("</tr>");
+        let wall = self.wall.as_secs_f64().max(1e-12);
+        let cell = |s: String| format!("<td style=\"padding:1px 8px\">{s}</td>");
+        for phase in self.phases() {
+            for r in self.rows().iter().filter(|r| r.phase == phase) {
+                out.push_str("<tr>");
+                out.push_str(&cell(phase.name().into()));
+                out.push_str(&cell(escape(&r.name)));
+                out.push_str(&cell(r.device.to_string()));
+                out.push_str(&cell(r.calls.to_string()));
+                out.push_str(&cell(human_duration(r.measured)));
+                out.push_str(&cell(format!(
+                    "{:.1}%",
+                    100.0 * r.measured.as_secs_f64() / wall
+                )));
+                if predicts {
+                    out.push_str(&cell(
+                        r.predicted
+                            .map_or("–".into(), |p| format!("≈ {}", human_duration(p))),
+                    ));
+                }
+                out.push_str(&cell(human_bytes(r.allocated as usize)));
+                out.push_str(&cell(human_bytes(r.freed as usize)));
+                out.push_str("</tr>");
+            }
+            let _ = write!(
+                out,
+                "<tr style=\"border-top:1px solid #ccc\"><td style=\"padding:1px 8px\"><b>{}</b></td><td style=\"padding:1px 8px\" colspan=\"3\">total{}</td>{}</tr>",
+                phase.name(),
+                self.freed_between_ops
+                    .get(&phase)
+                    .map_or(String::new(), |f| format!(
+                        " (and {} freed between ops)",
+                        human_bytes(*f as usize)
+                    )),
+                cell(format!(
+                    "<b>{}</b>",
+                    human_duration(self.phase_total(phase))
+                ))
+            );
+        }
+        out.push_str("</table>");
+        let _ = write!(out, "<div>{}</div>", escape(&self.coverage_line()));
+        out.push_str(&self.timeline_svg());
+        for line in self.peak_lines() {
+            let _ = write!(out, "<div>{}</div>", escape(&line));
+        }
+        out.push_str("</div>");
+        out
+    }
+}
+
+/// "the 16.00 MiB output of matmul" (or the engine buffer it is).
+fn block_text(b: &MadeBlock) -> String {
+    let size = human_bytes(b.bytes as usize);
+    match (b.engine_buffer, b.op) {
+        (Some(what), _) => format!("the {size} {what}"),
+        (None, Some(op)) => format!("the {size} output of {op}"),
+        (None, None) => format!("a {size} tensor made outside any op"),
+    }
+}
+
+/// When a block was made: "forward", "backward, in matmul's backward".
+fn during(b: &MadeBlock) -> String {
+    match b.grad_fn {
+        Some(f) if f == super::ACCUMULATE_GRAD => "backward, into .grad".into(),
+        Some(f) => format!("backward, in {f}'s backward"),
+        None => b.phase.name().into(),
+    }
+}
+
+/// A backward op's row: `matmul (in matmul's backward)`.
+fn backward_label(op: &str, grad_fn: &str) -> String {
+    if grad_fn == super::ACCUMULATE_GRAD {
+        format!("{op} (into .grad)")
+    } else {
+        format!("{op} (in {grad_fn}'s backward)")
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let cut: String = s.chars().take(n - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+pub(super) fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

@@ -1,0 +1,214 @@
+//! A profile's memory timeline: allocated bytes of each device over the code's run, over bands
+//! for its phases, with each device's peak marked. As an SVG (Jupyter) and as a one-line
+//! sparkline (the REPL).
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use super::report::escape;
+use super::{Phase, Profile};
+use crate::Device;
+use crate::units::{human_bytes, human_duration};
+
+const WIDTH: f64 = 640.0;
+const HEIGHT: f64 = 200.0;
+const LEFT: f64 = 72.0;
+const RIGHT: f64 = 12.0;
+const TOP: f64 = 16.0;
+const BOTTOM: f64 = 28.0;
+const LINE_COLOURS: [&str; 4] = ["#1565c0", "#2e7d32", "#6a1b9a", "#ef6c00"];
+
+fn band_colour(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Forward => "#e3f2fd",
+        Phase::Backward => "#fce4ec",
+        Phase::Optimizer => "#e8f5e9",
+    }
+}
+
+impl Profile {
+    /// `device`'s allocated bytes as steps: (time, bytes), from the start to the end.
+    pub fn steps(&self, device: &Device) -> Vec<(Duration, u64)> {
+        let Some(start) = self.start_allocated.get(device) else {
+            return Vec::new();
+        };
+        let mut steps = vec![(Duration::ZERO, *start)];
+        steps.extend(
+            self.memory
+                .iter()
+                .filter(|p| p.device == *device)
+                .map(|p| (p.at, p.allocated)),
+        );
+        let last = steps.last().map_or(0, |s| s.1);
+        steps.push((
+            self.wall.max(steps.last().map_or(Duration::ZERO, |s| s.0)),
+            last,
+        ));
+        steps
+    }
+
+    /// The runs of ops in one phase: (phase, from, to).
+    fn phase_bands(&self) -> Vec<(Phase, Duration, Duration)> {
+        let mut bands: Vec<(Phase, Duration, Duration)> = Vec::new();
+        for op in &self.ops {
+            let end = op.start + op.measured;
+            match bands.last_mut() {
+                // A frame (the autograd engine) is recorded after the ops inside it.
+                Some(b) if b.0 == op.phase => {
+                    b.1 = b.1.min(op.start);
+                    b.2 = b.2.max(end);
+                }
+                _ => bands.push((op.phase, op.start, end)),
+            }
+        }
+        bands
+    }
+
+    /// The memory timeline as an SVG: a step line per device over phase bands, peaks marked.
+    pub fn timeline_svg(&self) -> String {
+        let devices = self.devices();
+        if devices.is_empty() {
+            return "<div>no memory was allocated or freed</div>".into();
+        }
+        let end = self.wall.as_secs_f64().max(1e-9);
+        let top = devices
+            .iter()
+            .flat_map(|d| self.steps(d))
+            .map(|s| s.1)
+            .max()
+            .unwrap_or(1)
+            .max(1) as f64;
+        let (w, h) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
+        let x = |t: Duration| LEFT + w * t.as_secs_f64() / end;
+        let y = |b: u64| TOP + h * (1.0 - b as f64 / top);
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\" font-size=\"11\">"
+        );
+        for (phase, from, to) in self.phase_bands() {
+            let (x0, x1) = (x(from), x(to));
+            let _ = write!(
+                svg,
+                "<rect x=\"{x0:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{h}\" fill=\"{}\"><title>{}</title></rect>",
+                (x1 - x0).max(0.5),
+                band_colour(phase),
+                phase.name()
+            );
+            if x1 - x0 > 48.0 {
+                let _ = write!(
+                    svg,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#555\">{}</text>",
+                    x0 + 3.0,
+                    TOP + 11.0,
+                    phase.name()
+                );
+            }
+        }
+        let _ = write!(
+            svg,
+            "<line x1=\"{LEFT}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#333\"/><line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{0}\" stroke=\"#333\"/>",
+            TOP + h,
+            LEFT + w
+        );
+        let _ = write!(
+            svg,
+            "<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">{2}</text><text x=\"{0}\" y=\"{3}\" text-anchor=\"end\">0 B</text>",
+            LEFT - 4.0,
+            TOP + 4.0,
+            human_bytes(top as usize),
+            TOP + h
+        );
+        let _ = write!(
+            svg,
+            "<text x=\"{LEFT}\" y=\"{0}\">0</text><text x=\"{1}\" y=\"{0}\" text-anchor=\"end\">{2} (wall)</text>",
+            HEIGHT - 8.0,
+            LEFT + w,
+            human_duration(self.wall)
+        );
+        for (i, d) in devices.iter().enumerate() {
+            let colour = LINE_COLOURS[i % LINE_COLOURS.len()];
+            let mut points = String::new();
+            let mut previous: Option<u64> = None;
+            for (t, b) in self.steps(d) {
+                if let Some(p) = previous {
+                    let _ = write!(points, "{:.1},{:.1} ", x(t), y(p));
+                }
+                let _ = write!(points, "{:.1},{:.1} ", x(t), y(b));
+                previous = Some(b);
+            }
+            let _ = write!(
+                svg,
+                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"><title>{d} allocated</title></polyline>",
+                points.trim_end()
+            );
+            let _ = write!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\" text-anchor=\"end\">{d}</text>",
+                LEFT + w,
+                TOP + 11.0 + 12.0 * i as f64
+            );
+            if let Some(p) = self.peaks.get(d) {
+                let (px, py) = (x(p.at), y(p.allocated));
+                let anchor = if px > LEFT + w / 2.0 { "end" } else { "start" };
+                let _ = write!(
+                    svg,
+                    "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3.5\" fill=\"#d32f2f\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#d32f2f\" text-anchor=\"{anchor}\">peak {}</text>",
+                    if anchor == "end" { px - 5.0 } else { px + 5.0 },
+                    (py - 5.0).max(TOP + 22.0),
+                    escape(&human_bytes(p.allocated as usize))
+                );
+            }
+        }
+        svg.push_str("</svg>");
+        svg
+    }
+
+    /// `device`'s allocated bytes over the run in `width` characters (▁ the least, █ the most),
+    /// with the range: "▁▁▃▅█▅▃▁ 1.2 MiB … 4.5 MiB".
+    pub fn sparkline(&self, device: &Device, width: usize) -> String {
+        const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+        let steps = self.steps(device);
+        if steps.is_empty() || width == 0 {
+            return String::new();
+        }
+        let end = self.wall.as_secs_f64().max(1e-9);
+        // Each character shows the most held in its slice of time.
+        let mut most = vec![None::<u64>; width];
+        let mut held = steps[0].1;
+        for (i, slot) in most.iter_mut().enumerate() {
+            let (from, to) = (
+                end * i as f64 / width as f64,
+                end * (i + 1) as f64 / width as f64,
+            );
+            let mut m = held;
+            for (t, b) in &steps {
+                let t = t.as_secs_f64();
+                if t >= from && t < to {
+                    m = m.max(*b);
+                    held = *b;
+                } else if t < from {
+                    held = *b;
+                }
+            }
+            *slot = Some(m.max(held));
+        }
+        let lo = steps.iter().map(|s| s.1).min().unwrap_or(0);
+        let hi = steps.iter().map(|s| s.1).max().unwrap_or(0);
+        let line: String = most
+            .into_iter()
+            .map(|m| {
+                let m = m.unwrap_or(lo);
+                let level = if hi == lo {
+                    0
+                } else {
+                    ((m - lo) as f64 / (hi - lo) as f64 * 7.0).round() as usize
+                };
+                LEVELS[level.min(7)]
+            })
+            .collect();
+        format!(
+            "{line} {} … {}",
+            human_bytes(lo as usize),
+            human_bytes(hi as usize)
+        )
+    }
+}
