@@ -117,6 +117,42 @@ impl Timing {
     }
 }
 
+/// A timing event recorded on `g`'s stream now: `end` records the closing one, waits for the
+/// work queued between them (Ctrl-C ends the wait) and reads their time (a profiled op's).
+pub(crate) struct OpenTiming {
+    gpu: Arc<Gpu>,
+    start: Box<dyn DriverEvent>,
+    issued: Instant,
+}
+
+impl OpenTiming {
+    pub(crate) fn start(g: &Arc<Gpu>, op: &'static str) -> Result<OpenTiming> {
+        let start = timing_event(g)?;
+        let issued = Instant::now();
+        g.driver.record(&*start).map_err(|e| g.err(op, e))?;
+        Ok(OpenTiming {
+            gpu: g.clone(),
+            start,
+            issued,
+        })
+    }
+
+    pub(crate) fn end(self, op: &'static str) -> Result<Duration> {
+        let g = self.gpu.clone();
+        let end = timing_event(&g)?;
+        g.driver.record(&*end).map_err(|e| g.err(op, e))?;
+        g.wait_interruptibly(op)?;
+        let timing = Timing {
+            gpu: self.gpu,
+            start: self.start,
+            end,
+            issued: self.issued,
+            peer: None,
+        };
+        Ok(timing.wait()?.events)
+    }
+}
+
 /// Queues `enqueue` between two timing events on `g`'s stream, without waiting for it.
 fn timed(g: &Arc<Gpu>, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -> Result<Timing> {
     let (start, end) = (timing_event(g)?, timing_event(g)?);

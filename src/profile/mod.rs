@@ -22,8 +22,8 @@ use crate::cost::model::{self, Arithmetic};
 use crate::{DType, Device, Result};
 
 pub use record::{
-    ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
-    grad_fn, phase, recording,
+    ACCUMULATE_GRAD, Finish, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed,
+    frame, grad_fn, phase, recording,
 };
 use record::{OPEN, PROFILING_THREAD, RECORDING, Recording, lock};
 pub use report::Row;
@@ -109,7 +109,10 @@ pub struct OpRecord {
     pub device: Device,
     /// When it started, from the start of the profile.
     pub start: Duration,
+    /// Host time, from its call to its return (on a GPU, until its work on the stream was done).
     pub measured: Duration,
+    /// On a GPU (real or emulated): its work's time on the stream, between CUDA events.
+    pub gpu_time: Option<Duration>,
     /// What it would take on the named GPU the device stands for.
     pub predicted: Option<Duration>,
     /// Bytes of the blocks it took from and gave back to its devices' allocators.

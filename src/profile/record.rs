@@ -83,6 +83,10 @@ thread_local! {
     pub(super) static OPEN: RefCell<Option<OpenOp>> = const { RefCell::new(None) };
 }
 
+/// Ends a GPU op's timing: waits for its work on the stream, and gives its time between CUDA
+/// events, when it has them.
+pub type Finish = Box<dyn FnOnce() -> Option<Duration>>;
+
 /// An op being timed; recorded when it is dropped. `None` from `begin` while nothing records.
 pub struct OpScope {
     outermost: bool,
@@ -91,18 +95,20 @@ pub struct OpScope {
     /// The named GPU the device stands for, if it is a simulated one that does.
     stands_for: Option<&'static GpuSpec>,
     start: Instant,
-    /// Waits for the device's queued work (a GPU's), so the time is the op's own.
-    finish: Option<fn(Device)>,
+    /// Waits for the device's queued work (a GPU's), so the time is the op's own, and gives
+    /// its GPU time (CUDA events) when it has one.
+    finish: Option<Finish>,
 }
 
 /// Starts timing the op `name` on `device`, if a profile is recording. Ops inside it (the
 /// kernels of a tensor op, a copy a cast makes) are part of it: it is recorded once, with its
-/// own time and the predicted times of everything inside added up.
+/// own time and the predicted times of everything inside added up. `time_on_gpu` (for a GPU)
+/// records a CUDA event on its stream and returns what ends the op's timing there.
 pub fn begin(
     name: &'static str,
     device: Device,
     work: Work,
-    finish: Option<fn(Device)>,
+    time_on_gpu: Option<fn(Device) -> Finish>,
 ) -> Option<OpScope> {
     if !recording() {
         return None;
@@ -129,12 +135,17 @@ pub fn begin(
             }
         }
     });
+    // The host clock starts before the first event is recorded: the GPU's time lies inside it.
+    let start = Instant::now();
+    let finish = time_on_gpu
+        .filter(|_| outermost)
+        .map(|start_events| start_events(device));
     Some(OpScope {
         outermost,
         name,
         device,
         stands_for,
-        start: Instant::now(),
+        start,
         finish,
     })
 }
@@ -168,9 +179,7 @@ impl Drop for OpScope {
             });
             return;
         }
-        if let Some(finish) = self.finish {
-            finish(self.device);
-        }
+        let gpu_time = self.finish.take().and_then(|finish| finish());
         let measured = self.start.elapsed();
         let open = OPEN.with(|o| o.borrow_mut().take());
         let (allocated, freed, predicted) = open
@@ -184,6 +193,7 @@ impl Drop for OpScope {
                 device: self.device,
                 start: self.start.saturating_duration_since(rec.start),
                 measured,
+                gpu_time,
                 predicted,
                 allocated,
                 freed,
@@ -236,6 +246,7 @@ impl Drop for Frame {
                 device: self.device,
                 start: self.start.saturating_duration_since(rec.start),
                 measured: own,
+                gpu_time: None,
                 predicted: None,
                 allocated: 0,
                 freed: 0,

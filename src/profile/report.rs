@@ -20,6 +20,8 @@ pub struct Row {
     pub device: Device,
     pub calls: usize,
     pub measured: Duration,
+    /// On a GPU: the ops' time on its stream, between CUDA events.
+    pub gpu_time: Option<Duration>,
     pub predicted: Option<Duration>,
     pub allocated: u64,
     pub freed: u64,
@@ -42,6 +44,7 @@ impl Profile {
                     device: op.device,
                     calls: 0,
                     measured: Duration::ZERO,
+                    gpu_time: None,
                     predicted: None,
                     allocated: 0,
                     freed: 0,
@@ -50,6 +53,9 @@ impl Profile {
             row.measured += op.measured;
             if let Some(p) = op.predicted {
                 row.predicted = Some(row.predicted.unwrap_or_default() + p);
+            }
+            if let Some(g) = op.gpu_time {
+                row.gpu_time = Some(row.gpu_time.unwrap_or_default() + g);
             }
             row.allocated += op.allocated;
             row.freed += op.freed;
@@ -69,6 +75,13 @@ impl Profile {
 
     fn predicts(&self) -> bool {
         !self.stands_for.is_empty()
+    }
+
+    /// The ops' time on the GPU's stream (CUDA events), if any ran on a GPU.
+    pub fn gpu_total(&self) -> Option<Duration> {
+        let mut timed = self.ops.iter().filter_map(|o| o.gpu_time).peekable();
+        timed.peek()?;
+        Some(timed.sum())
     }
 
     /// "≈ 1.2 ms on an H100 SXM" when every predicting device stands for the same GPU.
@@ -131,6 +144,13 @@ impl Profile {
             human_duration(self.wall),
             100.0 * self.ops_total().as_secs_f64() / wall
         );
+        if let Some(g) = self.gpu_total() {
+            let _ = write!(
+                line,
+                "; {} of it on the GPU (CUDA events)",
+                human_duration(g)
+            );
+        }
         if let Some(p) = self.predicted_total() {
             let _ = write!(
                 line,
@@ -149,11 +169,15 @@ impl Profile {
             let _ = writeln!(out, "the code failed, so this profile stops there: {f}");
         }
         let predicts = self.predicts();
+        let on_gpu = self.gpu_total().is_some();
         let _ = write!(
             out,
             "{:<10} {:<34} {:<8} {:>5} {:>10} {:>6}",
             "phase", "op", "device", "calls", "measured", "%"
         );
+        if on_gpu {
+            let _ = write!(out, " {:>10}", "on GPU");
+        }
         if predicts {
             let _ = write!(out, " {:>11}", "predicted");
         }
@@ -171,6 +195,13 @@ impl Profile {
                     human_duration(r.measured),
                     100.0 * r.measured.as_secs_f64() / wall
                 );
+                if on_gpu {
+                    let _ = write!(
+                        out,
+                        " {:>10}",
+                        r.gpu_time.map_or("–".into(), human_duration)
+                    );
+                }
                 if predicts {
                     let _ = write!(
                         out,
@@ -226,7 +257,11 @@ impl Profile {
         }
         let predicts = self.predicts();
         out.push_str("<table style=\"border-collapse:collapse\"><tr>");
+        let on_gpu = self.gpu_total().is_some();
         let mut heads = vec!["phase", "op", "device", "calls", "measured", "% of wall"];
+        if on_gpu {
+            heads.push("on the GPU (events)");
+        }
         let predicted_head = format!("predicted {}", self.predicted_label());
         if predicts {
             heads.push(&predicted_head);
@@ -254,6 +289,9 @@ impl Profile {
                     "{:.1}%",
                     100.0 * r.measured.as_secs_f64() / wall
                 )));
+                if on_gpu {
+                    out.push_str(&cell(r.gpu_time.map_or("–".into(), human_duration)));
+                }
                 if predicts {
                     out.push_str(&cell(
                         r.predicted

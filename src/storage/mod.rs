@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) use copy::{Completion, copy_engine_between, open_devices, wait_for_queued_work};
 
 use crate::cpu;
-use crate::gpu::copy::PinnedHost;
+use crate::gpu::copy::{OpenTiming, PinnedHost};
 use crate::gpu::runtime::Gpu;
 use crate::memory::Block;
 use crate::profile::{self, OpScope, Work};
@@ -238,17 +238,28 @@ impl Storage {
     }
 }
 
-/// Times the op `name` on `device` while a profile records; on a GPU the op's time ends when
-/// the device's queue is done, so it is the op's own and not its launch's.
+/// Times the op `name` on `device` while a profile records. On a GPU (real or emulated) the
+/// outermost op also gets CUDA events around its work on the stream, and its time ends when
+/// that work is done: the host time is then the op's own, and the events give its GPU time.
 pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option<OpScope> {
     if !profile::recording() {
         return None;
     }
-    fn finish_queued(device: Device) {
-        // A failed wait leaves the error to the next op that reads the device.
-        let _ = wait_for_queued_work(device);
-    }
-    let finish =
-        crate::device::registry::uses_gpu_backend(device).then_some(finish_queued as fn(Device));
-    profile::begin(name, device, work, finish)
+    let on_gpu = crate::device::registry::uses_gpu_backend(device);
+    profile::begin(name, device, work, on_gpu.then_some(time_on_gpu))
+}
+
+/// Records a timing event on `device`'s stream; the `Finish` records the closing one and waits.
+fn time_on_gpu(device: Device) -> profile::Finish {
+    let timing = match device {
+        Device::Cuda(i) => {
+            crate::gpu::runtime::gpu(i).and_then(|g| OpenTiming::start(&g, "profile"))
+        }
+        Device::Cpu => unreachable!("only a GPU is timed with events"),
+    };
+    Box::new(move || match timing {
+        Ok(t) => t.end("profile").ok(),
+        // No events: wait for the queue all the same, so the host time is the op's own.
+        Err(_) => wait_for_queued_work(device).ok().and(None),
+    })
 }
