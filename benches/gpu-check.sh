@@ -11,7 +11,8 @@
 # `run` checks every op against the CPU backend and PyTorch's reference cases, the allocator's
 # numbers against PyTorch's for the same allocations, and measures host↔device bandwidth
 # (pageable and pinned), with two GPUs a copy between them peer to peer against one staged through
-# host memory, and a few kernels against PyTorch on the same GPU.
+# host memory, a few kernels against PyTorch on the same GPU, and notebook 04's training step
+# profiled op by op; where the GPU is in the cost model's table, each row beside its prediction.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=target/gpu-check
@@ -120,6 +121,11 @@ for r in ours:
     if r["bench"] == "op":
         p = t[key(r)]
         rows.append(f"| {r['name']} | {r['ms']:.3f} | {p['ms']:.3f} | {r['ms'] / p['ms']:.2f} | {model(r, r['ms'])} |")
+profiled = [r for r in ours if r["bench"] == "profile"]
+if profiled:
+    rows += ["", "| profiled MLP step (notebook 04), row | calls | CUDA events ms | model (error) |", "|---|---|---|---|"]
+    for r in profiled:
+        rows.append(f"| {r['name']} | {r['calls']} | {r['ms']:.4f} | {model(r, r['ms'])} |")
 if errors:
     errors.sort()
     rows += ["", f"Cost model on this GPU: median error {errors[len(errors) // 2] * 100:.0f}% over {len(errors)} rows (target ≤ 20%), largest {errors[-1] * 100:.0f}%."]

@@ -3,7 +3,8 @@
 //! line: host↔device bandwidth, pageable and pinned, from 4 KiB to 1 GiB (CUDA-event time and
 //! the wall time the caller waited), a non-blocking upload (the call's time against the copy's),
 //! with two GPUs a copy between them peer to peer against one staged through pinned host memory,
-//! and a few kernels and GEMMs timed with a synchronize. Where the GPU is in placelab's table
+//! a few kernels and GEMMs timed with a synchronize, and notebook 04's training step profiled op
+//! by op (CUDA events). Where the GPU is in placelab's table
 //! (`placelab::cost`), each line also carries the cost model's prediction (`predicted_ms`), so
 //! `gpu-check.sh` can report the model's error on this machine.
 
@@ -262,6 +263,52 @@ fn ops() -> Result<()> {
     Ok(())
 }
 
+/// One SGD step of the 784-128-10 MLP (notebook 04's) at batch 64 and 1024, profiled with every
+/// op priced as this GPU: each row's time between CUDA events against the model's.
+fn profiled_steps() -> Result<()> {
+    use placelab::nn::{CrossEntropyLoss, Linear, ReLU, Sequential};
+    let Some(gpu) = spec() else {
+        return Ok(());
+    };
+    for batch in [64, 1024] {
+        let model = Sequential::new()
+            .add(Linear::new(784, 128, GPU)?)
+            .add(ReLU)
+            .add(Linear::new(128, 10, GPU)?);
+        let mut opt = Sgd::new(model.parameters(), 0.01)?;
+        let (x, y) = (
+            Tensor::randn([batch, 784], GPU)?,
+            Tensor::randint(0, 10, [batch], GPU)?,
+        );
+        let mut step = || -> Result<()> {
+            opt.zero_grad();
+            let loss = CrossEntropyLoss.forward(&model.forward(&x)?, &y)?;
+            loss.backward()?;
+            opt.step()
+        };
+        for _ in 0..3 {
+            step()?;
+        }
+        let p = placelab::profile::profile_as(gpu, &mut step);
+        // A failed step is reported, and its partial profile with it, rather than ending the run.
+        eprintln!("{}", p.text());
+        for r in p.rows() {
+            let (Some(events), Some(model)) = (r.gpu_time, r.predicted) else {
+                continue;
+            };
+            println!(
+                "{{\"bench\":\"profile\",\"name\":\"batch {batch}, {}: {}\",\"calls\":{},\"ms\":{:.5},\"predicted_ms\":{:.5}}}",
+                r.phase.name(),
+                r.name,
+                r.calls,
+                events.as_secs_f64() * 1e3,
+                model.as_secs_f64() * 1e3
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     if !cuda::is_available() || Device::Cuda(0).is_simulated() {
         eprintln!(
@@ -284,5 +331,6 @@ fn main() -> Result<()> {
     if cuda::device_count() >= 2 {
         peer()?;
     }
-    ops()
+    ops()?;
+    profiled_steps()
 }

@@ -447,14 +447,16 @@ fn data_parallel_matches_one_device() {
     assert_eq!(wrapped.forward(&x).unwrap().shape(), &[10, 10]);
 }
 
-/// One SGD step (zero_grad, forward, loss, backward, step) of `model` on a batch, profiled.
-fn profile_step(model: &Sequential, opt: &mut Sgd, (x, y): (&Tensor, &Tensor)) -> Profile {
-    profile(|| {
-        opt.zero_grad();
-        let loss = CrossEntropyLoss.forward(&model.forward(x)?, y)?;
-        loss.backward()?;
-        opt.step()
-    })
+/// One SGD step (zero_grad, forward, loss, backward, step) of `model` on a batch.
+fn sgd_step(model: &Sequential, opt: &mut Sgd, (x, y): (&Tensor, &Tensor)) -> placelab::Result<()> {
+    opt.zero_grad();
+    let loss = CrossEntropyLoss.forward(&model.forward(x)?, y)?;
+    loss.backward()?;
+    opt.step()
+}
+
+fn profile_step(model: &Sequential, opt: &mut Sgd, batch: (&Tensor, &Tensor)) -> Profile {
+    profile(|| sgd_step(model, opt, batch))
 }
 
 #[test]
@@ -556,6 +558,19 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             }
         }
         assert_eq!(p.text().contains("on GPU"), emulated, "{}", p.text());
+        // gpu-check's way to hold the model against a GPU's events: every op priced as an H100.
+        if emulated {
+            let h100 = gpus::find("h100").unwrap();
+            let priced =
+                placelab::profile::profile_as(h100, || sgd_step(&model, &mut opt, (&x, &y)));
+            let first = priced.ops().iter().find(|o| o.name == "matmul").unwrap();
+            let want = cost::matmul(h100, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
+            assert_eq!(
+                first.predicted,
+                Some(std::time::Duration::from_secs_f64(want))
+            );
+            assert!(first.gpu_time.is_some(), "{first:?}");
+        }
     }
 }
 

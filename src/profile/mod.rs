@@ -1,13 +1,15 @@
-//! Where a piece of code's time and memory go: `profile(|| …)` runs it once while every op the
-//! storage layer runs, every block the allocators hand out or take back, and the phase of
-//! training (forward, backward, optimizer) are recorded; the `Profile` it returns is a table
-//! grouped by op (`report.rs`) and a memory timeline with its peak (`timeline.rs`).
+//! Where a piece of code's time and memory go: `profile(|| …)` runs it once while its ops (each
+//! tensor op, or a storage op outside one), the blocks the allocators hand out and take back,
+//! and the phase of training (forward, backward, optimizer) are recorded (`record.rs`); the
+//! `Profile` it returns is a table grouped by op (`report.rs`) and a memory timeline with its
+//! peak (`timeline.rs`).
 //!
 //! Recording costs one atomic load per op and per block while no profile runs. An op is timed
 //! from its start until its work is done: on a GPU (real or emulated) the op waits for the
 //! device's queue before its time is taken, as `CUDA_LAUNCH_BLOCKING=1` would, so each time is
-//! the op's own. On a simulated device standing for a named GPU each op also carries what the
-//! cost model predicts it would take there.
+//! the op's own, and CUDA events around its work give its time on the stream. On a simulated
+//! device standing for a named GPU each op also carries what the cost model predicts it would
+//! take there.
 
 mod record;
 mod report;
@@ -25,7 +27,7 @@ pub use record::{
     ACCUMULATE_GRAD, Finish, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed,
     frame, grad_fn, phase, recording,
 };
-use record::{OPEN, PROFILING_THREAD, RECORDING, Recording, lock};
+use record::{OPEN, PRICED_AS, PROFILING_THREAD, RECORDING, Recording, lock};
 pub use report::Row;
 
 /// The part of a training step an op ran in, as PyTorch's profiler groups them.
@@ -49,7 +51,8 @@ impl Phase {
 /// What an op asks of a device, for the cost model.
 #[derive(Debug, Clone, Copy)]
 pub enum Work {
-    /// Nothing the model prices (its prediction is set later, as a copy's is).
+    /// Nothing priced here: a tensor op (the storage ops inside it price their kernels) or a
+    /// copy (priced once it ran).
     Unpriced,
     /// An element-wise op or a reduction: bytes read and written, and its arithmetic.
     Kernel {
@@ -227,6 +230,16 @@ impl Profile {
     pub fn devices(&self) -> Vec<Device> {
         self.start_allocated.keys().copied().collect()
     }
+}
+
+/// `profile`, with every op on a CUDA device (real or emulated too) priced as if it ran on
+/// `gpu`: how `benches/gpu-check.sh` holds the cost model against a real GPU's CUDA events.
+/// A learner's profile predicts only for simulated devices standing for a GPU.
+pub fn profile_as<T>(gpu: &'static GpuSpec, f: impl FnOnce() -> Result<T>) -> Profile {
+    PRICED_AS.with(|p| p.set(Some(gpu)));
+    let profile = profile(f);
+    PRICED_AS.with(|p| p.set(None));
+    profile
 }
 
 /// Runs `f` once and records where its time and memory went. A failure (an error or a panic)

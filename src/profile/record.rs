@@ -57,6 +57,8 @@ pub fn recording() -> bool {
 }
 
 thread_local! {
+    /// The GPU `profile_as` prices a GPU's ops as, while it runs.
+    pub(super) static PRICED_AS: std::cell::Cell<Option<&'static GpuSpec>> = const { std::cell::Cell::new(None) };
     pub(super) static PROFILING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -113,7 +115,8 @@ pub fn begin(
     if !recording() {
         return None;
     }
-    let stands_for = registry::stands_for(&device);
+    let stands_for = registry::stands_for(&device)
+        .or_else(|| PRICED_AS.with(|p| p.get()).filter(|_| device.is_cuda()));
     let predicted = stands_for.and_then(|gpu| work.predict(gpu));
     let outermost = OPEN.with(|o| {
         let mut o = o.borrow_mut();

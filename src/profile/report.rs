@@ -162,6 +162,21 @@ impl Profile {
         line
     }
 
+    /// What a phase allocated and freed outside any op: "freed 115.00 KiB (tensors dropped
+    /// between ops)".
+    fn between_ops(&self, phase: Phase) -> Option<String> {
+        let bytes = |m: &BTreeMap<Phase, u64>| m.get(&phase).map(|b| human_bytes(*b as usize));
+        match (
+            bytes(&self.allocated_between_ops),
+            bytes(&self.freed_between_ops),
+        ) {
+            (None, None) => None,
+            (Some(a), None) => Some(format!("allocated {a} (tensors made outside ops)")),
+            (None, Some(f)) => Some(format!("freed {f} (tensors dropped between ops)")),
+            (Some(a), Some(f)) => Some(format!("allocated {a}, freed {f} outside ops")),
+        }
+    }
+
     /// The table as text (the REPL's, and `text/plain`).
     pub fn text(&self) -> String {
         let mut out = String::new();
@@ -217,13 +232,12 @@ impl Profile {
                     human_bytes(r.freed as usize)
                 );
             }
-            if let Some(freed) = self.freed_between_ops.get(&phase) {
+            if let Some(between) = self.between_ops(phase) {
                 let _ = writeln!(
                     out,
-                    "{:<10} {:<34} freed {} (tensors dropped between ops)",
+                    "{:<10} {:<34} {between}",
                     phase.name(),
-                    "(between ops)",
-                    human_bytes(*freed as usize)
+                    "(between ops)"
                 );
             }
             let _ = writeln!(
@@ -306,12 +320,8 @@ impl Profile {
                 out,
                 "<tr style=\"border-top:1px solid #ccc\"><td style=\"padding:1px 8px\"><b>{}</b></td><td style=\"padding:1px 8px\" colspan=\"3\">total{}</td>{}</tr>",
                 phase.name(),
-                self.freed_between_ops
-                    .get(&phase)
-                    .map_or(String::new(), |f| format!(
-                        " (and {} freed between ops)",
-                        human_bytes(*f as usize)
-                    )),
+                self.between_ops(phase)
+                    .map_or(String::new(), |b| format!(" (between ops: {b})")),
                 cell(format!(
                     "<b>{}</b>",
                     human_duration(self.phase_total(phase))

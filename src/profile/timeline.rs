@@ -140,21 +140,25 @@ impl Profile {
                 "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"><title>{d} allocated</title></polyline>",
                 points.trim_end()
             );
+            // The legend sits under the axis, between its two time labels.
             let _ = write!(
                 svg,
-                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\" text-anchor=\"end\">{d}</text>",
-                LEFT + w,
-                TOP + 11.0 + 12.0 * i as f64
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\" text-anchor=\"middle\">── {d} allocated</text>",
+                LEFT + w * (i + 1) as f64 / (devices.len() + 1) as f64,
+                HEIGHT - 8.0
             );
             if let Some(p) = self.peaks.get(d) {
                 let (px, py) = (x(p.at), y(p.allocated));
                 let anchor = if px > LEFT + w / 2.0 { "end" } else { "start" };
-                let _ = write!(
-                    svg,
-                    "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3.5\" fill=\"#d32f2f\"/><text x=\"{:.1}\" y=\"{:.1}\" fill=\"#d32f2f\" text-anchor=\"{anchor}\">peak {}</text>",
+                let (tx, ty) = (
                     if anchor == "end" { px - 5.0 } else { px + 5.0 },
                     (py - 5.0).max(TOP + 22.0),
-                    escape(&human_bytes(p.allocated as usize))
+                );
+                let label = format!("peak {}", escape(&human_bytes(p.allocated as usize)));
+                // Drawn twice, a white outline under the red, so the line never hides it.
+                let _ = write!(
+                    svg,
+                    "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3.5\" fill=\"#d32f2f\"/><text x=\"{tx:.1}\" y=\"{ty:.1}\" fill=\"white\" stroke=\"white\" stroke-width=\"3\" text-anchor=\"{anchor}\">{label}</text><text x=\"{tx:.1}\" y=\"{ty:.1}\" fill=\"#d32f2f\" text-anchor=\"{anchor}\">{label}</text>"
                 );
             }
         }
@@ -210,5 +214,111 @@ impl Profile {
             human_bytes(lo as usize),
             human_bytes(hi as usize)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DType;
+    use crate::profile::{MadeBlock, MemoryPoint, OpRecord, Peak};
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn op(phase: Phase, start: u64, took: u64) -> OpRecord {
+        OpRecord {
+            name: "matmul",
+            phase,
+            grad_fn: None,
+            device: Device::Cpu,
+            start: ms(start),
+            measured: ms(took),
+            gpu_time: None,
+            predicted: None,
+            allocated: 0,
+            freed: 0,
+        }
+    }
+
+    /// The CPU holds 100 B, rises to 400 B at 2 ms (the peak, a 300 B matmul output made in the
+    /// backward pass) and falls to 200 B at 6 ms; the code takes 8 ms.
+    fn profile() -> Profile {
+        let block = MadeBlock {
+            bytes: 300,
+            dtype: DType::F32,
+            numel: 75,
+            op: Some("matmul"),
+            phase: Phase::Backward,
+            grad_fn: Some("matmul"),
+            engine_buffer: None,
+        };
+        let cpu = Device::Cpu;
+        let mut p = Profile {
+            wall: ms(8),
+            ops: vec![
+                op(Phase::Forward, 0, 1),
+                op(Phase::Backward, 1, 5),
+                op(Phase::Optimizer, 6, 1),
+            ],
+            memory: vec![
+                MemoryPoint {
+                    at: ms(2),
+                    device: cpu,
+                    allocated: 400,
+                },
+                MemoryPoint {
+                    at: ms(6),
+                    device: cpu,
+                    allocated: 200,
+                },
+            ],
+            ..Profile::default()
+        };
+        p.start_allocated.insert(cpu, 100);
+        let peak = Peak {
+            device: cpu,
+            allocated: 400,
+            at: ms(2),
+            reached_by: block.clone(),
+            held: vec![block],
+        };
+        p.peaks.insert(cpu, peak);
+        p
+    }
+
+    #[test]
+    fn the_timeline_steps_from_the_start_through_every_change_to_the_end() {
+        let steps = profile().steps(&Device::Cpu);
+        assert_eq!(
+            steps,
+            [(ms(0), 100), (ms(2), 400), (ms(6), 200), (ms(8), 200)]
+        );
+        // One character a millisecond, each the most held in it (400 B in the 6th, until 6 ms).
+        assert_eq!(
+            profile().sparkline(&Device::Cpu, 8),
+            "▁▁█████▃ 100 B … 400 B"
+        );
+        assert_eq!(profile().steps(&Device::Cuda(0)), []);
+    }
+
+    #[test]
+    fn the_svg_draws_the_phases_the_line_and_the_peak() {
+        let svg = profile().timeline_svg();
+        assert_eq!(svg.matches("<rect").count(), 3, "{svg}");
+        for phase in ["forward", "backward", "optimizer"] {
+            assert!(svg.contains(&format!("<title>{phase}</title>")), "{svg}");
+        }
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        assert!(
+            svg.contains("peak 400 B") && svg.contains("cpu allocated"),
+            "{svg}"
+        );
+        let lines = profile().peak_lines();
+        assert!(
+            lines[0].contains("peak 400 B allocated, 300 B above the start, at 2.00 ms (backward, in matmul's backward), reached by the 300 B output of matmul"),
+            "{lines:?}"
+        );
     }
 }
