@@ -261,9 +261,16 @@ def test_04_models_on_a_device():
     assert "SimpleNN · 101,770 parameters · 397.54 KiB · cpu" in run.text("card-cpu"), run.text("card-cpu")
     assert "moved 4 parameter tensor(s), 397.54 KiB to cuda:0" in run.text("move-model")
     assert "fc1 Linear(784 → 128)" in run.text("card-device") and "· cpu" not in run.text("card-device")
+    losses = []
     for cell, pattern in [("step-cpu", r"loss on the cpu: (\d+\.\d+)"), ("step-gpu", r"loss on cuda:0: (\d+\.\d+)")]:
         found = re.search(pattern, run.text(cell))
         assert found and 1.5 < float(found.group(1)) < 3.5, run.text(cell)  # ≈ ln 10 untrained
+        losses.append(float(found.group(1)))
+    # The same weights, batch and optimizer on both devices: the same loss, the same step.
+    gap = re.search(r"parameters after the step: (\S+)", run.text("step-gpu"))
+    # A simulated GPU runs the CPU's kernels: bit for bit. A real one sums in another order.
+    limit = 1e-5 if run.real_gpu else 0.0
+    assert gap and abs(losses[0] - losses[1]) <= 1e-3 and float(gap.group(1)) <= limit, run.text("step-gpu")
     mismatch = run.error("model-mismatch").evalue
     assert "device mismatch in linear" in mismatch and "`input` is on cpu" in mismatch and "cuda:0" in mismatch, mismatch
     assert "output [64, 10] on cuda:0" in run.text("model-fixed")
@@ -324,7 +331,9 @@ def test_06_mixed_precision():
     run = execute("06-mixed-precision.ipynb")
     assert "f32 4194304 bytes · f16 2097152 bytes · bf16 2097152 bytes" in run.text("start")
     assert run.card("half-card").startswith("Tensor f16[1024, 1024] · cuda:0"), run.card("half-card")
-    assert "f16:  [1.0, inf, 0.0]" in run.text("range"), run.text("range")
+    # 1.001 separates them: f16 keeps it (steps of 2^-10 near 1), bf16 rounds it to 1.
+    assert "f16:  [1.0009766, inf, 0.0]" in run.text("range"), run.text("range")
+    assert "bf16: [1.0, 70144.0," in run.text("range"), run.text("range")
     assert "logits f16 · loss f32 · parameters f32" in run.text("autocast")
     assert "step taken: true · scale now 65536 · gradients stay f32" in run.text("scaler-step"), run.text("scaler-step")
     found = re.search(r"f32 (\d+) bytes · mixed (\d+) bytes", run.text("savings"))
