@@ -157,7 +157,7 @@ pub struct Peak {
     pub at: Duration,
     /// The allocation that reached the peak (often small: the last straw, not the load).
     pub reached_by: MadeBlock,
-    /// Every block the code made that was alive at the peak, largest first.
+    /// Every block the code made that was alive at the peak: largest first, then oldest first.
     pub held: Vec<MadeBlock>,
 }
 

@@ -343,13 +343,15 @@ pub fn block_allocated(
             .get(&device)
             .is_none_or(|peak| allocated as u64 > peak.allocated);
         if higher {
-            let mut held: Vec<MadeBlock> = rec
+            // Largest first; blocks of one size in the order they were made (ids grow).
+            let mut held: Vec<(u64, MadeBlock)> = rec
                 .live
                 .iter()
                 .filter(|((d, _), _)| *d == device)
-                .map(|(_, b)| b.clone())
+                .map(|((_, id), b)| (*id, b.clone()))
                 .collect();
-            held.sort_by_key(|b| std::cmp::Reverse(b.bytes));
+            held.sort_by_key(|(id, b)| (std::cmp::Reverse(b.bytes), *id));
+            let held = held.into_iter().map(|(_, b)| b).collect();
             p.peaks.insert(
                 device,
                 Peak {

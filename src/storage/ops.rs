@@ -109,7 +109,6 @@ impl Storage {
             },
         );
         let mut s = Storage::alloc(device, dtype, numel)?;
-
         match s.gpu() {
             Some(g) => gpu::fill(&*g?, dtype, s.device_ptr(), numel, value)?,
             None => crate::with_dtype!(
