@@ -434,7 +434,10 @@ proptest! {
                     prop_assert_eq!(shape, out, "{} of {:?} and {:?}", name, sa, sb);
                     let tol = if *dtype == DType::F64 { 1e-12 } else { 1e-6 };
                     for (i, g) in got.iter().enumerate() {
+                        // Computed in the result's dtype, as PyTorch does: an f64 0-d operand
+                        // of an f32 tensor is rounded to f32 first (1e30 - 1e30 is 0 there).
                         let (x, y) = (broadcast_read(va, sa, out, i), broadcast_read(vb, sb, out, i));
+                        let (x, y) = (rounded(x, *dtype), rounded(y, *dtype));
                         let want = match *name {
                             "add" => x + y,
                             "sub" => x - y,
