@@ -198,8 +198,9 @@ impl Profile {
         }
         let _ = writeln!(out, " {:>10} {:>10}", "allocated", "freed");
         let wall = self.wall.as_secs_f64().max(1e-12);
+        let rows = self.rows();
         for phase in self.phases() {
-            for r in self.rows().iter().filter(|r| r.phase == phase) {
+            for r in rows.iter().filter(|r| r.phase == phase) {
                 let _ = write!(
                     out,
                     "{:<10} {:<34} {:<8} {:>5} {:>10} {:>5.1}%",
@@ -291,8 +292,9 @@ impl Profile {
         out.push_str("</tr>");
         let wall = self.wall.as_secs_f64().max(1e-12);
         let cell = |s: String| format!("<td style=\"padding:1px 8px\">{s}</td>");
+        let rows = self.rows();
         for phase in self.phases() {
-            for r in self.rows().iter().filter(|r| r.phase == phase) {
+            for r in rows.iter().filter(|r| r.phase == phase) {
                 out.push_str("<tr>");
                 out.push_str(&cell(phase.name().into()));
                 out.push_str(&cell(escape(&r.name)));
