@@ -1,25 +1,97 @@
-//! Reverse-mode autograd, micrograd-sized: ops on tensors that require grad record a `Node`
-//! (their inputs and a closure from the output's gradient to the inputs'); `backward` walks the
-//! nodes in reverse topological order and accumulates gradients into the leaves' `.grad()`.
+//! Reverse-mode autograd, micrograd-sized: an op on tensors that require grad records a `Node`:
+//! edges to the nodes (or leaves) its inputs came from, the tensors its backward needs, and a
+//! closure from the output's gradient to the inputs'. As in PyTorch, a node holds only what its
+//! backward formula reads (a Linear layer's input and weight, a ReLU's output, nothing for an
+//! add), so every other intermediate is freed as soon as the forward pass has used it; and each
+//! node releases its saved tensors as soon as its backward has run.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::{Error, Result, Tensor};
+use crate::{DType, Device, Error, Result, Tensor};
 
 pub(crate) mod grads;
 
-/// Maps the gradient of an op's output to the gradients of its inputs (`None`: no gradient).
-pub(crate) type BackwardFn = Box<dyn FnOnce(&Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
+/// What an op's backward returns: one gradient per input (`None`: no gradient).
+pub(crate) type Grads = Result<Vec<Option<Tensor>>>;
 
-/// The op that produced a tensor: its inputs and how to send a gradient back to them.
+/// Maps the gradient of an op's output, and the tensors the op saved, to its inputs' gradients.
+type BackwardFn = Box<dyn FnOnce(&Tensor, &[Option<Tensor>]) -> Grads + Send + Sync>;
+
+/// An op's backward formula with the tensors it saved in the forward pass (`None` where the
+/// formula will not need a tensor, e.g. the data of a first layer, which takes no gradient).
+pub(crate) struct Backward {
+    saved: Vec<Option<Tensor>>,
+    f: BackwardFn,
+}
+
+impl Backward {
+    pub(crate) fn new(
+        saved: Vec<Option<Tensor>>,
+        f: impl FnOnce(&Tensor, &[Option<Tensor>]) -> Grads + Send + Sync + 'static,
+    ) -> Backward {
+        Backward {
+            saved,
+            f: Box::new(f),
+        }
+    }
+
+    /// A formula that needs no tensor (sums, views, copies, adds).
+    pub(crate) fn nothing_saved(
+        f: impl FnOnce(&Tensor) -> Grads + Send + Sync + 'static,
+    ) -> Backward {
+        Backward::new(Vec::new(), move |g, _| f(g))
+    }
+}
+
+/// Saved tensor `i` of a backward formula (an engine error if the forward did not save it).
+pub(crate) fn saved(s: &[Option<Tensor>], i: usize) -> Result<&Tensor> {
+    s.get(i).and_then(Option::as_ref).ok_or_else(|| {
+        Error::invalid(
+            "backward",
+            "internal error: a backward formula read a tensor its forward did not save",
+        )
+    })
+}
+
+/// Where a gradient goes: the node that made an input, or the leaf it is.
+#[derive(Clone)]
+enum Target {
+    Node(Arc<Node>),
+    Leaf(Tensor),
+}
+
+impl Target {
+    fn of(t: &Tensor) -> Target {
+        match t.grad_node() {
+            Some(n) => Target::Node(n.clone()),
+            None => Target::Leaf(t.clone()),
+        }
+    }
+
+    fn key(&self) -> usize {
+        match self {
+            Target::Node(n) => Arc::as_ptr(n) as *const () as usize,
+            Target::Leaf(t) => key(t),
+        }
+    }
+}
+
+/// An input that takes a gradient: where it goes, and the dtype and device it must arrive in.
+struct Edge {
+    to: Target,
+    dtype: DType,
+    device: Device,
+}
+
+/// The op that produced a tensor: edges to its inputs and how to send a gradient back to them.
 pub(crate) struct Node {
     pub(crate) op: &'static str,
-    pub(crate) inputs: Vec<Tensor>,
+    edges: Vec<Option<Edge>>,
     /// Taken by the first `backward` through it, which frees what it saved.
-    backward: Mutex<Option<BackwardFn>>,
+    backward: Mutex<Option<Backward>>,
 }
 
 /// Per-tensor autograd state, shared by every handle of the tensor.
@@ -52,24 +124,38 @@ pub fn is_grad_enabled() -> bool {
     GRAD_ENABLED.with(|g| g.get())
 }
 
+/// Whether an op on `inputs` is recorded: recording is on and one of them requires grad.
+pub(crate) fn records(inputs: &[&Tensor]) -> bool {
+    is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())
+}
+
 /// Attaches a backward node to `out` when recording is on and an input requires grad.
+/// `backward` is built by the caller only then (`records`), so an op under `no_grad` saves
+/// nothing.
 pub(crate) fn record(
     out: Tensor,
     op: &'static str,
     inputs: &[&Tensor],
-    backward: impl FnOnce(&Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+    backward: impl FnOnce() -> Backward,
 ) -> Tensor {
     // An op that returned one of its inputs (a no-op cast or move) needs no node of its own.
-    if !is_grad_enabled()
-        || !inputs.iter().any(|t| t.requires_grad())
-        || inputs.iter().any(|t| key(t) == key(&out))
-    {
+    if !records(inputs) || inputs.iter().any(|t| key(t) == key(&out)) {
         return out;
     }
+    let edges = inputs
+        .iter()
+        .map(|t| {
+            t.requires_grad().then(|| Edge {
+                to: Target::of(t),
+                dtype: t.dtype(),
+                device: t.device(),
+            })
+        })
+        .collect();
     let node = Node {
         op,
-        inputs: inputs.iter().map(|t| (*t).clone()).collect(),
-        backward: Mutex::new(Some(Box::new(backward))),
+        edges,
+        backward: Mutex::new(Some(backward())),
     };
     out.with_grad_meta(GradMeta {
         requires_grad: AtomicBool::new(true),
@@ -82,25 +168,25 @@ fn key(t: &Tensor) -> usize {
     Arc::as_ptr(&t.0) as usize
 }
 
-/// Tensors reachable from `root` through nodes, each after every tensor computed from it.
-fn topo_order(root: &Tensor) -> Vec<Tensor> {
+/// The nodes and leaves reachable from `root`, each after every node computed from it.
+fn topo_order(root: Target) -> Vec<Target> {
     let mut order = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    // Iterative post-order DFS: (tensor, inputs already pushed?).
-    let mut stack = vec![(root.clone(), false)];
+    let mut seen = HashSet::new();
+    // Iterative post-order DFS: (target, inputs already pushed?).
+    let mut stack = vec![(root, false)];
     while let Some((t, expanded)) = stack.pop() {
         if expanded {
             order.push(t);
             continue;
         }
-        if !seen.insert(key(&t)) {
+        if !seen.insert(t.key()) {
             continue;
         }
         stack.push((t.clone(), true));
-        if let Some(node) = t.grad_node() {
-            for i in &node.inputs {
-                if i.requires_grad() && !seen.contains(&key(i)) {
-                    stack.push((i.clone(), false));
+        if let Target::Node(node) = &t {
+            for e in node.edges.iter().flatten() {
+                if !seen.contains(&e.to.key()) {
+                    stack.push((e.to.clone(), false));
                 }
             }
         }
@@ -161,19 +247,23 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
     let _phase = crate::profile::phase(crate::profile::Phase::Backward);
     // Dropped before the phase: the graph walk's own time, in the backward phase.
     let _engine = crate::profile::frame("autograd engine", root.device());
+    let root = Target::of(root);
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
-    grads.insert(key(root), seed);
+    grads.insert(root.key(), seed);
     no_grad(|| {
         for t in topo_order(root) {
-            let Some(g) = grads.remove(&key(&t)) else {
+            let Some(g) = grads.remove(&t.key()) else {
                 continue;
             };
-            let Some(node) = t.grad_node() else {
-                let _grad_fn = crate::profile::grad_fn(crate::profile::ACCUMULATE_GRAD);
-                accumulate(&t, g)?;
-                continue;
+            let node = match t {
+                Target::Leaf(leaf) => {
+                    let _grad_fn = crate::profile::grad_fn(crate::profile::ACCUMULATE_GRAD);
+                    accumulate(&leaf, g)?;
+                    continue;
+                }
+                Target::Node(node) => node,
             };
-            let f = node.backward.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
+            let Backward { saved, f } = node.backward.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
                 Error::invalid(
                     "backward",
                     format!(
@@ -184,21 +274,22 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
             })?;
             let input_grads = {
                 let _grad_fn = crate::profile::grad_fn(node.op);
-                f(&g)?
+                f(&g, &saved)?
             };
-            for (input, ig) in node.inputs.iter().zip(input_grads) {
-                let Some(ig) = ig else { continue };
-                if !input.requires_grad() {
+            // This node's saved tensors are freed now, before the nodes below it run.
+            drop(saved);
+            for (edge, ig) in node.edges.iter().zip(input_grads) {
+                let (Some(edge), Some(ig)) = (edge, ig) else {
                     continue;
-                }
+                };
                 // Gradients live where their tensor lives, in its dtype.
-                let ig = ig.to_dtype(input.dtype())?;
-                let ig = if ig.device() != input.device() {
-                    ig.to(&input.device())?
+                let ig = ig.to_dtype(edge.dtype)?;
+                let ig = if ig.device() != edge.device {
+                    ig.to(&edge.device)?
                 } else {
                     ig
                 };
-                let k = key(input);
+                let k = edge.to.key();
                 let sum = match grads.remove(&k) {
                     Some(prev) => prev.add(&ig)?,
                     None => ig,
@@ -208,6 +299,25 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Every tensor the graph behind `root` has saved for its backward pass and not yet freed, each
+/// storage once (PyTorch's `grad_fn._saved_*`, over the whole graph).
+fn saved_tensors(root: &Tensor) -> Vec<Tensor> {
+    let mut found: Vec<Tensor> = Vec::new();
+    let Some(node) = root.grad_node() else {
+        return found;
+    };
+    for t in topo_order(Target::Node(node.clone())) {
+        let Target::Node(node) = t else { continue };
+        let slot = node.backward.lock().unwrap_or_else(|e| e.into_inner());
+        for s in slot.iter().flat_map(|b| b.saved.iter().flatten()) {
+            if !found.iter().any(|f| f.shares_storage_with(s)) {
+                found.push(s.clone());
+            }
+        }
+    }
+    found
 }
 
 impl Tensor {
@@ -345,6 +455,14 @@ impl Tensor {
     /// `backward` for a tensor of any shape, given the gradient of some scalar with respect to it.
     pub fn backward_with(&self, gradient: &Tensor) -> Result<()> {
         backward(self, Some(gradient))
+    }
+
+    /// Every tensor that the graph behind this one keeps for its backward pass, each storage
+    /// once: what `backward()` (or dropping this tensor) will free. PyTorch shows the same
+    /// through `grad_fn._saved_*` or `torch.autograd.graph.saved_tensors_hooks`. Parameters and
+    /// inputs the graph saves are listed too, though they stay alive without it.
+    pub fn saved_tensors(&self) -> Vec<Tensor> {
+        saved_tensors(self)
     }
 
     /// The name of the op that produced this tensor (`AddBackward` in PyTorch), if any.

@@ -1,8 +1,9 @@
 //! Losses, averaged over the batch as PyTorch's defaults (`reduction="mean"`). Under autocast
 //! they compute in f32 whatever the dtype of their input.
 
+use crate::autograd::{Backward, no_grad, record, saved as saved_tensor};
 use crate::tensor::same_device;
-use crate::{DType, Error, Result, Tensor};
+use crate::{DType, Error, IntoOptions, Result, Tensor};
 
 /// Checks class-index targets against `[N, C]` scores and returns them as a one-hot `[N, C]`
 /// tensor in `dtype` on the scores' device.
@@ -34,7 +35,18 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
             why: format!("the target must hold one class index per row of the input, shape [{n}]"),
         });
     }
+    one_hot_rows(op, target, c, (dtype, scores.device()))
+}
+
+/// One row per class index in `target` (checked to lie in `0..c`): 1 at the class, 0 elsewhere.
+fn one_hot_rows(
+    op: &'static str,
+    target: &Tensor,
+    c: usize,
+    opts: impl IntoOptions,
+) -> Result<Tensor> {
     let classes = target.to_vec::<i64>()?;
+    let n = classes.len();
     let mut hot = vec![0.0f64; n * c];
     for (i, &k) in classes.iter().enumerate() {
         if k < 0 || k as usize >= c {
@@ -47,7 +59,7 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
         }
         hot[i * c + k as usize] = 1.0;
     }
-    Tensor::from_vec(hot, [n, c], (dtype, scores.device()))
+    Tensor::from_vec(hot, [n, c], opts)
 }
 
 /// The loss input in f32 (or f64): losses are always accumulated in full precision.
@@ -84,10 +96,24 @@ impl NLLLoss {
         NLLLoss
     }
 
+    /// One recorded op, as PyTorch's `nll_loss`: its backward keeps the targets and the 0-d
+    /// `total_weight` the mean divides by (the batch size), not the one-hot rows it picks with.
     pub fn forward(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
         let x = full_precision(input)?;
         let hot = one_hot("nll_loss", &x, target, x.dtype())?;
-        x.mul(&hot)?.sum(1, false)?.mean_all()?.neg()
+        let (n, c) = (x.shape()[0], x.shape()[1]);
+        let total_weight = Tensor::from_vec(vec![n as f64], [], (x.dtype(), x.device()))?;
+        let loss = no_grad(|| x.mul(&hot)?.sum_all()?.div(&total_weight)?.neg())?;
+        drop(hot);
+        let backward = || {
+            let saved = vec![Some(target.detach()), Some(total_weight.detach())];
+            Backward::new(saved, move |g: &Tensor, s: &[Option<Tensor>]| {
+                let (target, total_weight) = (saved_tensor(s, 0)?, saved_tensor(s, 1)?);
+                let hot = one_hot_rows("nll_loss", target, c, (g.dtype(), g.device()))?;
+                Ok(vec![Some(hot.mul(&g.neg()?.div(total_weight)?)?)])
+            })
+        };
+        Ok(record(loss, "nll_loss", &[&x], backward))
     }
 }
 
@@ -110,7 +136,23 @@ impl MSELoss {
                 why: "input and target must have the same shape (PyTorch would broadcast them and warn; that is almost always a bug)".into(),
             });
         }
-        let d = full_precision(input)?.sub(&full_precision(target)?)?;
-        d.mul(&d)?.mean_all()
+        let (x, t) = (full_precision(input)?, full_precision(target)?);
+        let loss = no_grad(|| {
+            let d = x.sub(&t)?;
+            d.mul(&d)?.mean_all()
+        })?;
+        // One recorded op, as PyTorch's `mse_loss`: its backward keeps the input and the
+        // target, and computes 2·(input − target)/N from them.
+        let count = x.numel() as f64;
+        let backward = || {
+            let saved = vec![Some(x.detach()), Some(t.detach())];
+            Backward::new(saved, move |g: &Tensor, s: &[Option<Tensor>]| {
+                let d = saved_tensor(s, 0)?.sub(saved_tensor(s, 1)?)?;
+                let gx = d.mul(&g.mul(2.0 / count)?)?;
+                let gt = gx.neg()?;
+                Ok(vec![Some(gx), Some(gt)])
+            })
+        };
+        Ok(record(loss, "mse_loss", &[&x, &t], backward))
     }
 }

@@ -86,6 +86,8 @@ enum Rhs {
     /// the common dtype; f32 for a number beside f16/bf16), and the dtype the kernel computes in.
     Tensor {
         tensor: Tensor,
+        /// The Rust number `tensor` was made from, which autograd saves as a number.
+        number: Option<Scalar>,
         dtype: DType,
         operands: DType,
         compute: DType,
@@ -131,7 +133,7 @@ impl Tensor {
         let _op = self.profiled("to_dtype");
         let s = self.storage().copy_as(self.layout(), dtype)?;
         let out = Tensor::from_storage(s, self.shape().to_vec());
-        Ok(record(out, "to_dtype", &[self], grads::identity()))
+        Ok(record(out, "to_dtype", &[self], grads::identity))
     }
 
     fn scalar_like(&self, s: Scalar, dtype: DType) -> Result<Tensor> {
@@ -148,6 +150,7 @@ impl Tensor {
                 let dtype = if true_div { d.to_float() } else { d };
                 Ok(Rhs::Tensor {
                     tensor: t,
+                    number: None,
                     dtype,
                     operands: d,
                     compute: compute_dtype(dtype, self.device()),
@@ -167,6 +170,7 @@ impl Tensor {
                 let compute = if half { DType::F32 } else { dtype };
                 Ok(Rhs::Tensor {
                     tensor: self.scalar_like(s, compute)?,
+                    number: Some(s),
                     dtype,
                     operands: compute,
                     compute,
@@ -178,30 +182,31 @@ impl Tensor {
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
         let name = op.name();
         let _op = self.profiled(name);
-        let (other, dtype, operands, compute) = match self.rhs(name, other, op == BinaryOp::Div)? {
-            Rhs::Tensor {
-                tensor,
-                dtype,
-                operands,
-                compute,
-            } => (tensor, dtype, operands, compute),
-            Rhs::HalfNumber(number) => {
-                let s = Storage::binary_number(
-                    op,
-                    self.storage(),
-                    self.layout(),
-                    number.to_f64() as f32,
-                    reverse,
-                )?;
-                let out = Tensor::from_storage(s, self.shape().to_vec());
-                if !is_grad_enabled() || !self.requires_grad() {
-                    return Ok(out);
+        let (other, number, dtype, operands, compute) =
+            match self.rhs(name, other, op == BinaryOp::Div)? {
+                Rhs::Tensor {
+                    tensor,
+                    number,
+                    dtype,
+                    operands,
+                    compute,
+                } => (tensor, number, dtype, operands, compute),
+                Rhs::HalfNumber(number) => {
+                    let s = Storage::binary_number(
+                        op,
+                        self.storage(),
+                        self.layout(),
+                        number.to_f64() as f32,
+                        reverse,
+                    )?;
+                    let out = Tensor::from_storage(s, self.shape().to_vec());
+                    if !is_grad_enabled() || !self.requires_grad() {
+                        return Ok(out);
+                    }
+                    let other = self.scalar_like(number, DType::F32)?;
+                    return Ok(self.record_binary(op, &other, Some(number), reverse, out));
                 }
-                // The backward formulas take the number as a tensor.
-                let number = self.scalar_like(number, DType::F32)?;
-                return Ok(self.record_binary(op, &number, reverse, out));
-            }
-        };
+            };
         let (a, b) = if reverse {
             (&other, self)
         } else {
@@ -226,18 +231,35 @@ impl Tensor {
             })?;
             Tensor::from_storage(s, shape).to_dtype(dtype)
         })?;
-        Ok(self.record_binary(op, &other, reverse, out))
+        Ok(self.record_binary(op, &other, number, reverse, out))
     }
 
-    /// Records `out = self op other` (`other op self` when `reverse`) for autograd.
-    fn record_binary(&self, op: BinaryOp, other: &Tensor, reverse: bool, out: Tensor) -> Tensor {
+    /// Records `out = self op other` (`other op self` when `reverse`) for autograd; `number` is
+    /// the Rust number `other` was made from, if it was one.
+    fn record_binary(
+        &self,
+        op: BinaryOp,
+        other: &Tensor,
+        number: Option<Scalar>,
+        reverse: bool,
+        out: Tensor,
+    ) -> Tensor {
+        let other_side = match number {
+            Some(n) => grads::Side::Number(other, n),
+            None => grads::Side::Tensor(other),
+        };
         let (a, b) = if reverse {
+            (other_side, grads::Side::Tensor(self))
+        } else {
+            (grads::Side::Tensor(self), other_side)
+        };
+        let (ta, tb) = if reverse {
             (other, self)
         } else {
             (self, other)
         };
-        let backward = grads::binary(op, a.detach(), b.detach(), out.detach());
-        record(out, op.name(), &[a, b], backward)
+        let backward = || grads::binary(op, a, b, &out);
+        record(out.clone(), op.name(), &[ta, tb], backward)
     }
 
     /// `self + other` with broadcasting; `other` is a tensor or a number.
@@ -339,8 +361,9 @@ impl Tensor {
             let s = x.storage().unary(op, x.layout())?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;
-        let backward = grads::unary(op, self.detach(), y.detach());
-        Ok(record(y, op.name(), &[self], backward))
+        Ok(record(y.clone(), op.name(), &[self], || {
+            grads::unary(op, self, &y)
+        }))
     }
 
     pub fn neg(&self) -> Result<Tensor> {
@@ -401,12 +424,7 @@ impl Tensor {
             let s = x.storage().clamp(x.layout(), lo, hi)?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;
-        Ok(record(
-            y,
-            "clamp",
-            &[self],
-            grads::clamp(self.detach(), lo, hi),
-        ))
+        Ok(record(y, "clamp", &[self], || grads::clamp(self, lo, hi)))
     }
 
     pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
@@ -447,7 +465,7 @@ impl Tensor {
             )?;
             Ok(Tensor::from_storage(s, shape))
         })?;
-        let backward = grads::where_(condition.detach(), x.shape().to_vec(), y.shape().to_vec());
+        let backward = || grads::where_(condition, x.shape().to_vec(), y.shape().to_vec());
         Ok(record(out, "where", &[condition, x, y], backward))
     }
 }

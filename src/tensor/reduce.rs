@@ -105,8 +105,10 @@ impl Tensor {
             r.data.storage().sum_rows(r.rows, r.len, mean)?
         };
         let y = no_grad(|| Tensor::from_storage(s, r.out_shape).to_dtype(out))?;
-        let backward = grads::sum(self.shape().to_vec(), r.kept_shape, mean.then_some(r.len));
-        Ok(record(y, op, &[self], backward))
+        let (input, kept, count) = (self.shape().to_vec(), r.kept_shape, mean.then_some(r.len));
+        Ok(record(y, op, &[self], move || {
+            grads::sum(input, kept, count)
+        }))
     }
 
     /// The sum of all elements (a 0-dim tensor). Ints and bools sum to i64.
@@ -152,7 +154,8 @@ impl Tensor {
         let (v, i) = r.data.storage().extreme_rows(r.rows, r.len, greater)?;
         let values = Tensor::from_storage(v, r.out_shape.clone());
         let values_kept = no_grad(|| values.reshape(r.kept_shape.clone()))?;
-        let backward = grads::extreme(self.detach(), values_kept, r.kept_shape, r.reduced);
+        let (kept, reduced) = (r.kept_shape, r.reduced);
+        let backward = move || grads::extreme(self, &values_kept, kept, reduced);
         Ok((
             record(values, op, &[self], backward),
             Tensor::from_storage(i, r.out_shape),
@@ -253,9 +256,9 @@ impl Tensor {
             return x.softmax_recorded(dim, log);
         }
         let out = no_grad(|| self.softmax_impl(dim, log))?;
-        let backward = grads::softmax(out.detach(), dim, log);
+        let backward = || grads::softmax(&out, dim, log);
         Ok(record(
-            out,
+            out.clone(),
             if log { "log_softmax" } else { "softmax" },
             &[self],
             backward,
@@ -384,9 +387,7 @@ impl Tensor {
         let mut shape = batch;
         shape.extend([m, n]);
         let out = no_grad(|| Tensor::from_storage(s, shape).to_dtype(dtype))?;
-        let needs = [a2.requires_grad(), b2.requires_grad()];
-        let backward = grads::matmul(a2.detach(), b2.detach(), needs);
-        let mut out = record(out, "matmul", &[&a2, &b2], backward);
+        let mut out = record(out, "matmul", &[&a2, &b2], || grads::matmul(&a2, &b2));
         if other.rank() == 1 {
             out = out.squeeze(-1)?;
         }

@@ -39,12 +39,9 @@ impl Tensor {
     /// (as `view` would), else a contiguous copy — PyTorch's `reshape`.
     pub fn reshape(&self, shape: impl IntoReshape) -> Result<Tensor> {
         let out = no_grad(|| self.reshape_impl(shape.into_reshape()))?;
-        Ok(record(
-            out,
-            "reshape",
-            &[self],
-            grads::reshape(self.shape().to_vec()),
-        ))
+        Ok(record(out, "reshape", &[self], || {
+            grads::reshape(self.shape().to_vec())
+        }))
     }
 
     fn reshape_impl(&self, spec: Vec<i64>) -> Result<Tensor> {
@@ -134,7 +131,7 @@ impl Tensor {
     pub fn copy(&self) -> Result<Tensor> {
         let s = self.storage().copy_as(self.layout(), self.dtype())?;
         let out = Tensor::from_storage(s, self.shape().to_vec());
-        Ok(record(out, "copy", &[self], grads::identity()))
+        Ok(record(out, "copy", &[self], grads::identity))
     }
 
     /// Dimensions reordered: result dim `i` is input dim `dims[i]` (a view).
@@ -153,7 +150,9 @@ impl Tensor {
         }
         let perm = resolve_dims("permute", &dims, self.rank())?;
         let out = self.view_as(self.layout().permuted(&perm));
-        Ok(record(out, "permute", &[self], grads::permute(perm)))
+        Ok(record(out, "permute", &[self], move || {
+            grads::permute(perm)
+        }))
     }
 
     /// Dims `d0` and `d1` swapped (a view).
@@ -169,7 +168,9 @@ impl Tensor {
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(a, b);
         let out = self.view_as(self.layout().permuted(&perm));
-        Ok(record(out, "transpose", &[self], grads::permute(perm)))
+        Ok(record(out, "transpose", &[self], move || {
+            grads::permute(perm)
+        }))
     }
 
     /// The transpose of a matrix (`x.t()`); 0-D and 1-D tensors come back unchanged.
@@ -208,7 +209,7 @@ impl Tensor {
         let mut l = self.layout().clone();
         l.offset += start * l.strides[d];
         l.shape[d] = len;
-        let backward = grads::narrow(self.shape().to_vec(), d, start);
+        let backward = || grads::narrow(self.shape().to_vec(), d, start);
         Ok(record(self.view_as(l), "narrow", &[self], backward))
     }
 
@@ -221,12 +222,9 @@ impl Tensor {
         let mut l = self.layout().clone();
         l.shape.remove(d);
         l.strides.remove(d);
-        Ok(record(
-            self.view_as(l),
-            "squeeze",
-            &[self],
-            grads::reshape(self.shape().to_vec()),
-        ))
+        Ok(record(self.view_as(l), "squeeze", &[self], || {
+            grads::reshape(self.shape().to_vec())
+        }))
     }
 
     /// Removes every dimension of size 1.
@@ -238,12 +236,9 @@ impl Tensor {
             strides: keep.iter().map(|&i| l.strides[i]).collect(),
             offset: l.offset,
         });
-        Ok(record(
-            out,
-            "squeeze",
-            &[self],
-            grads::reshape(self.shape().to_vec()),
-        ))
+        Ok(record(out, "squeeze", &[self], || {
+            grads::reshape(self.shape().to_vec())
+        }))
     }
 
     /// Inserts a dimension of size 1 at `dim` (which may be `rank`, or negative).
@@ -257,12 +252,9 @@ impl Tensor {
         };
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
-        Ok(record(
-            self.view_as(l),
-            "unsqueeze",
-            &[self],
-            grads::reshape(self.shape().to_vec()),
-        ))
+        Ok(record(self.view_as(l), "unsqueeze", &[self], || {
+            grads::reshape(self.shape().to_vec())
+        }))
     }
 
     /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
@@ -279,12 +271,9 @@ impl Tensor {
             });
         }
         let out = self.view_as(self.layout().broadcast_to(&shape));
-        Ok(record(
-            out,
-            "broadcast_to",
-            &[self],
-            grads::broadcast(self.shape().to_vec()),
-        ))
+        Ok(record(out, "broadcast_to", &[self], || {
+            grads::broadcast(self.shape().to_vec())
+        }))
     }
 
     /// Joins tensors along an existing dimension (`torch.cat`). Dtypes are promoted.
@@ -343,7 +332,7 @@ impl Tensor {
             Tensor::from_storage(out, shape),
             "cat",
             tensors,
-            grads::cat(sizes, d),
+            move || grads::cat(sizes, d),
         ))
     }
 
@@ -405,7 +394,8 @@ impl Tensor {
         let mut shape = self.shape().to_vec();
         shape[d] = positions.len();
         let out = self.storage().index_select(self.layout(), d, &positions)?;
-        let backward = grads::index_select(self.shape().to_vec(), d, positions);
+        let input_shape = self.shape().to_vec();
+        let backward = move || grads::index_select(input_shape, d, positions);
         Ok(record(
             Tensor::from_storage(out, shape),
             "index_select",

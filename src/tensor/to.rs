@@ -110,7 +110,7 @@ impl Tensor {
             out,
             "to",
             &[self],
-            crate::autograd::grads::identity(),
+            crate::autograd::grads::identity,
         ))
     }
 
