@@ -92,9 +92,9 @@ pub(crate) fn binary(op: BinaryOp, a: Side, b: Side, out: &Tensor) -> Backward {
         keep(b, save_b && num_b.is_none()),
         keep(out, save_out),
     ];
-    Backward::new(saved_now, move |g: &Tensor, s: &[Option<Tensor>]| {
-        let a = || operand(s, 0, num_a, g);
-        let b = || operand(s, 1, num_b, g);
+    Backward::new(saved_now, move |g: &Tensor, s: Vec<Option<Tensor>>| {
+        let a = || operand(&s, 0, num_a, g);
+        let b = || operand(&s, 1, num_b, g);
         // maximum/minimum: the share of the gradient that goes to `a` (ties split it, as in
         // PyTorch).
         let share = |g: &Tensor| -> Result<Tensor> {
@@ -131,7 +131,7 @@ pub(crate) fn binary(op: BinaryOp, a: Side, b: Side, out: &Tensor) -> Backward {
                 BinaryOp::Pow => {
                     // d/db a^b = a^b·ln a, taken as 0 where a = 0 (as PyTorch does).
                     let a = a()?;
-                    let lg = g.mul(saved(s, 2)?)?.mul(&a.log()?)?;
+                    let lg = g.mul(saved(&s, 2)?)?.mul(&a.log()?)?;
                     Tensor::where_cond(&a.eq(0.0)?, &lg.zeros_like()?, &lg)
                 }
                 BinaryOp::Maximum | BinaryOp::Minimum => g.mul(&share(g)?.rsub(1.0)?),
@@ -156,27 +156,34 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> Backward {
         _ if from_output => keep(out, true),
         _ => keep(x, true),
     };
-    Backward::new(vec![kept], move |g: &Tensor, s: &[Option<Tensor>]| {
+    Backward::new(vec![kept], move |g: &Tensor, s: Vec<Option<Tensor>>| {
         let gx = match op {
             UnaryOp::Neg => g.neg()?,
-            UnaryOp::Exp => g.mul(saved(s, 0)?)?,
-            UnaryOp::Log => g.div(saved(s, 0)?)?,
-            UnaryOp::Sqrt => g.div(&saved(s, 0)?.mul(2.0)?)?,
+            UnaryOp::Exp => g.mul(saved(&s, 0)?)?,
+            UnaryOp::Log => g.div(saved(&s, 0)?)?,
+            UnaryOp::Sqrt => g.div(&saved(&s, 0)?.mul(2.0)?)?,
             UnaryOp::Abs => {
-                let x = saved(s, 0)?;
+                let x = saved(&s, 0)?;
                 g.mul(&mask(x.gt(0.0)?, g)?.sub(&mask(x.lt(0.0)?, g)?)?)?
             }
-            // relu(x) > 0 exactly where x > 0.
-            UnaryOp::Relu => g.mul(&mask(saved(s, 0)?.gt(0.0)?, g)?)?,
+            // relu(x) > 0 exactly where x > 0. The output is let go as soon as the 1-byte
+            // mask is made, so the step holds no more than PyTorch's fused
+            // `threshold_backward` does (the output, the gradient and the result).
+            UnaryOp::Relu => {
+                let positive = saved(&s, 0)?.gt(0.0)?;
+                drop(s);
+                let zero = Tensor::zeros([], (g.dtype(), g.device()))?;
+                Tensor::where_cond(&positive, g, &zero)?
+            }
             UnaryOp::Sigmoid => {
-                let out = saved(s, 0)?;
+                let out = saved(&s, 0)?;
                 g.mul(&out.mul(&out.rsub(1.0)?)?)?
             }
             UnaryOp::Tanh => {
-                let out = saved(s, 0)?;
+                let out = saved(&s, 0)?;
                 g.mul(&out.mul(out)?.rsub(1.0)?)?
             }
-            UnaryOp::Gelu => g.mul(&saved(s, 0)?.unary_op(UnaryOp::GeluDerivative)?)?,
+            UnaryOp::Gelu => g.mul(&saved(&s, 0)?.unary_op(UnaryOp::GeluDerivative)?)?,
             UnaryOp::GeluDerivative => {
                 return Err(crate::Error::invalid(
                     "backward",
@@ -191,8 +198,8 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> Backward {
 pub(crate) fn clamp(x: &Tensor, lo: Option<Scalar>, hi: Option<Scalar>) -> Backward {
     Backward::new(
         vec![keep(x, true)],
-        move |g: &Tensor, s: &[Option<Tensor>]| {
-            let x = saved(s, 0)?;
+        move |g: &Tensor, s: Vec<Option<Tensor>>| {
+            let x = saved(&s, 0)?;
             let mut kept = mask(x.eq(x)?, g)?;
             if let Some(l) = lo {
                 kept = kept.mul(&mask(x.ge(l.to_f64())?, g)?)?;
@@ -209,8 +216,8 @@ pub(crate) fn clamp(x: &Tensor, lo: Option<Scalar>, hi: Option<Scalar>) -> Backw
 pub(crate) fn where_(cond: &Tensor, x_shape: Vec<usize>, y_shape: Vec<usize>) -> Backward {
     Backward::new(
         vec![keep(cond, true)],
-        move |g: &Tensor, s: &[Option<Tensor>]| {
-            let cond = saved(s, 0)?;
+        move |g: &Tensor, s: Vec<Option<Tensor>>| {
+            let cond = saved(&s, 0)?;
             let zero = g.zeros_like()?;
             let gx = Tensor::where_cond(cond, g, &zero)?.sum_to(&x_shape)?;
             let gy = Tensor::where_cond(cond, &zero, g)?.sum_to(&y_shape)?;
@@ -239,8 +246,8 @@ pub(crate) fn extreme(
     dims: Vec<i64>,
 ) -> Backward {
     let saved_now = vec![keep(x, true), keep(values_kept, true)];
-    Backward::new(saved_now, move |g: &Tensor, s: &[Option<Tensor>]| {
-        let hit = mask(saved(s, 0)?.eq(saved(s, 1)?)?, g)?;
+    Backward::new(saved_now, move |g: &Tensor, s: Vec<Option<Tensor>>| {
+        let hit = mask(saved(&s, 0)?.eq(saved(&s, 1)?)?, g)?;
         let ties = hit.sum(dims, true)?;
         Ok(vec![Some(g.reshape(kept)?.mul(&hit)?.div(&ties)?)])
     })
@@ -250,8 +257,8 @@ pub(crate) fn extreme(
 pub(crate) fn softmax(out: &Tensor, dim: i64, log: bool) -> Backward {
     Backward::new(
         vec![keep(out, true)],
-        move |g: &Tensor, s: &[Option<Tensor>]| {
-            let out = saved(s, 0)?;
+        move |g: &Tensor, s: Vec<Option<Tensor>>| {
+            let out = saved(&s, 0)?;
             let gx = if log {
                 g.sub(&out.exp()?.mul(&g.sum(dim, true)?)?)?
             } else {
@@ -270,10 +277,10 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Backward {
     let (shape_a, shape_b) = (a.shape().to_vec(), b.shape().to_vec());
     let b_transposed = is_transposed_matrix(b.layout());
     let saved_now = vec![keep(a, needs[1]), keep(b, needs[0])];
-    Backward::new(saved_now, move |g: &Tensor, s: &[Option<Tensor>]| {
+    Backward::new(saved_now, move |g: &Tensor, s: Vec<Option<Tensor>>| {
         let ga = if needs[0] {
             Some(
-                g.matmul(&saved(s, 1)?.transpose(-1, -2)?)?
+                g.matmul(&saved(&s, 1)?.transpose(-1, -2)?)?
                     .sum_to(&shape_a)?,
             )
         } else {
@@ -287,12 +294,12 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Backward {
             // is contiguous and is stored and stepped without a transposed copy.
             Some(
                 g.transpose(-1, -2)?
-                    .matmul(saved(s, 0)?)?
+                    .matmul(saved(&s, 0)?)?
                     .transpose(-1, -2)?,
             )
         } else {
             Some(
-                saved(s, 0)?
+                saved(&s, 0)?
                     .transpose(-1, -2)?
                     .matmul(g)?
                     .sum_to(&shape_b)?,

@@ -18,7 +18,8 @@ pub(crate) mod grads;
 pub(crate) type Grads = Result<Vec<Option<Tensor>>>;
 
 /// Maps the gradient of an op's output, and the tensors the op saved, to its inputs' gradients.
-type BackwardFn = Box<dyn FnOnce(&Tensor, &[Option<Tensor>]) -> Grads + Send + Sync>;
+/// The saved tensors are the formula's to drop as soon as it has read them.
+type BackwardFn = Box<dyn FnOnce(&Tensor, Vec<Option<Tensor>>) -> Grads + Send + Sync>;
 
 /// An op's backward formula with the tensors it saved in the forward pass (`None` where the
 /// formula will not need a tensor, e.g. the data of a first layer, which takes no gradient).
@@ -30,7 +31,7 @@ pub(crate) struct Backward {
 impl Backward {
     pub(crate) fn new(
         saved: Vec<Option<Tensor>>,
-        f: impl FnOnce(&Tensor, &[Option<Tensor>]) -> Grads + Send + Sync + 'static,
+        f: impl FnOnce(&Tensor, Vec<Option<Tensor>>) -> Grads + Send + Sync + 'static,
     ) -> Backward {
         Backward {
             saved,
@@ -272,12 +273,11 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
                     ),
                 )
             })?;
+            // This node's saved tensors are freed by the formula, before the nodes below it run.
             let input_grads = {
                 let _grad_fn = crate::profile::grad_fn(node.op);
-                f(&g, &saved)?
+                f(&g, saved)?
             };
-            // This node's saved tensors are freed now, before the nodes below it run.
-            drop(saved);
             for (edge, ig) in node.edges.iter().zip(input_grads) {
                 let (Some(edge), Some(ig)) = (edge, ig) else {
                     continue;

@@ -107,8 +107,8 @@ impl NLLLoss {
         drop(hot);
         let backward = || {
             let saved = vec![Some(target.detach()), Some(total_weight.detach())];
-            Backward::new(saved, move |g: &Tensor, s: &[Option<Tensor>]| {
-                let (target, total_weight) = (saved_tensor(s, 0)?, saved_tensor(s, 1)?);
+            Backward::new(saved, move |g: &Tensor, s: Vec<Option<Tensor>>| {
+                let (target, total_weight) = (saved_tensor(&s, 0)?, saved_tensor(&s, 1)?);
                 let hot = one_hot_rows("nll_loss", target, c, (g.dtype(), g.device()))?;
                 Ok(vec![Some(hot.mul(&g.neg()?.div(total_weight)?)?)])
             })
@@ -146,8 +146,8 @@ impl MSELoss {
         let count = x.numel() as f64;
         let backward = || {
             let saved = vec![Some(x.detach()), Some(t.detach())];
-            Backward::new(saved, move |g: &Tensor, s: &[Option<Tensor>]| {
-                let d = saved_tensor(s, 0)?.sub(saved_tensor(s, 1)?)?;
+            Backward::new(saved, move |g: &Tensor, s: Vec<Option<Tensor>>| {
+                let d = saved_tensor(&s, 0)?.sub(saved_tensor(&s, 1)?)?;
                 let gx = d.mul(&g.mul(2.0 / count)?)?;
                 let gt = gx.neg()?;
                 Ok(vec![Some(gx), Some(gt)])
