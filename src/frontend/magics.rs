@@ -153,7 +153,7 @@ fn del(s: &mut Session, args: &str) -> CellReport {
             .collect();
         out.push(Output::Info(if freed.is_empty() {
             if ty.contains("Tensor") {
-                format!("dropped {name}: no memory freed (another variable or view still shares its storage)")
+                format!("dropped {name}: no memory freed (something else still holds its storage: another variable or view, an autograd graph that saved it for backward, or an optimizer)")
             } else {
                 format!("dropped {name} (a `{ty}`, not a tensor: no device memory involved)")
             }

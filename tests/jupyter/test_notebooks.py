@@ -162,9 +162,9 @@ def committed_clean(name: str, nb: Any) -> None:
             assert cell.outputs == [] and cell.execution_count is None, f"{name}: commit it without outputs"
 
 
-def test_the_seven_notebooks_are_numbered_and_listed_in_the_readme():
+def test_the_notebooks_are_numbered_and_listed_in_the_readme():
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    assert [n[:3] for n in names] == [f"0{i}-" for i in range(1, 8)], names
+    assert [n[:3] for n in names] == [f"0{i}-" for i in range(0, 8)], names
     readme = (NOTEBOOKS.parent / "README.md").read_text()
     for n in names:
         assert f"notebooks/{n}" in readme, f"README does not link {n}"
@@ -172,6 +172,28 @@ def test_the_seven_notebooks_are_numbered_and_listed_in_the_readme():
 
 # ---------------------------------------------------------------------------------------------
 # One test per notebook: what it teaches, as a reader would check it
+
+
+@pytest.mark.limit(400)
+def test_00_rust_for_pytorch_users():
+    run = execute("00-rust-for-pytorch-users.ipynb")
+    assert run.text("let").strip() == "[3.0, 3.0, 3.0]", run.text("let")
+    mismatch = run.error("error").evalue
+    assert "device mismatch in add" in mismatch and "cpu" in mismatch and "cuda:0" in mismatch, mismatch
+    assert run.text("closure").strip() == "21.0", run.text("closure")
+    # A clone is a second handle (Python's `y = x`); copy() copies the data.
+    assert run.text("handles").strip() == "(true, false)", run.text("handles")
+    moved = run.error("moved")
+    assert moved.ename == "CompileError" and "moved" in moved.evalue, moved.evalue
+    # The block's 4 MiB are freed at its closing brace.
+    assert run.text("block").strip().endswith("allocated after the block: 0 bytes more than before"), run.text("block")
+    # :del frees nothing while another handle, a graph or an optimizer holds the tensor...
+    for cell in ("del-a", "del-h", "del-w"):
+        assert "no memory freed (something else still holds its storage" in run.text(cell), run.describe(cell)
+    # ...and gives the memory back once the graph (or the optimizer, in the solution) lets go.
+    assert "freed loss: 4.00 MiB on cuda:0" in run.text("del-loss"), run.text("del-loss")
+    assert run.text("your-turn").strip() == f"freed {4 * MiB} bytes", run.text("your-turn")
+    assert run.nb.cells[[c.id for c in run.nb.cells].index("your-turn")].metadata["jupyter"]["source_hidden"]
 
 
 @pytest.mark.limit(400)
