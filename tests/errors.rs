@@ -39,6 +39,44 @@ fn device_mismatch_names_the_op_both_devices_and_the_fix() {
     );
 }
 
+/// As in PyTorch, a 0-d CPU tensor (a "CPU scalar") is no mismatch: it meets a tensor on any
+/// device, in either order, and the result lives on that device; gradients flow back to it.
+/// A CPU tensor with one dimension is still refused, even with one element.
+#[test]
+fn a_zero_dim_cpu_tensor_mixes_with_gpu_tensors_as_in_pytorch() {
+    stand_in::gpus(1, None).unwrap();
+    let gpu = Device::Cuda(0);
+    let y = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], [3], gpu).unwrap();
+    let two = Tensor::scalar(2.0, CPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let product = (&y * &two).unwrap();
+    assert_eq!(product.device(), gpu);
+    assert_eq!(product.to_vec::<f32>().unwrap(), [2.0, -4.0, 6.0]);
+    let reversed = two.sub(&y).unwrap();
+    assert_eq!(
+        (reversed.device(), reversed.to_vec::<f32>().unwrap()),
+        (gpu, vec![1.0, 4.0, -1.0])
+    );
+    assert_eq!(
+        y.gt(&two).unwrap().to_vec::<bool>().unwrap(),
+        [false, false, true]
+    );
+    // An f64 0-d tensor does not promote an f32 tensor, as PyTorch's type promotion says.
+    let wide = Tensor::scalar(0.5f64, (DType::F64, CPU)).unwrap();
+    assert_eq!(y.add(&wide).unwrap().dtype(), DType::F32);
+    product.sum_all().unwrap().backward().unwrap();
+    let grad = two.grad().expect("the CPU scalar gets its gradient");
+    assert_eq!(
+        (grad.device(), grad.item::<f32>().unwrap()),
+        (Device::Cpu, 2.0)
+    );
+    let one = Tensor::from_vec(vec![2.0f32], [1], CPU).unwrap();
+    let e = y.add(&one).unwrap_err().to_string();
+    assert!(e.starts_with("device mismatch in add"), "{e}");
+}
+
 /// Every call here is a mistake; each must return `Err` with the given fragment, without panicking.
 #[test]
 fn bad_input_gets_clear_errors_and_never_panics() {

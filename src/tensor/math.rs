@@ -38,6 +38,28 @@ macro_rules! scalar_operand {
     })*};
 }
 scalar_operand!(f64, f32, i64, i32, usize, bool);
+impl Operand for OperandKind {
+    fn resolve(self) -> OperandKind {
+        self
+    }
+}
+
+/// PyTorch lets a 0-d CPU tensor (a "CPU scalar", such as a loss read back or `tensor(2.0)`)
+/// meet a tensor on any device, in either order. The tensor of the pair that is such a scalar,
+/// when the other lives elsewhere, moved to the other's device: a 4-to-8-byte copy (PyTorch
+/// passes the value to the kernel instead). `None` when the pair needs no move.
+fn cpu_scalar_moved(a: &Tensor, b: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    let cpu_scalar = |t: &Tensor| t.rank() == 0 && t.device().is_cpu();
+    if a.device() == b.device() {
+        Ok(None)
+    } else if cpu_scalar(b) {
+        Ok(Some((a.clone(), b.to(&a.device())?)))
+    } else if cpu_scalar(a) {
+        Ok(Some((a.to(&b.device())?, b.clone())))
+    } else {
+        Ok(None)
+    }
+}
 
 fn category(d: DType) -> u8 {
     if d.is_float() {
@@ -180,6 +202,12 @@ impl Tensor {
     }
 
     fn binary(&self, op: BinaryOp, other: impl Operand, reverse: bool) -> Result<Tensor> {
+        let other = other.resolve();
+        if let OperandKind::Tensor(t) = &other
+            && let Some((a, b)) = cpu_scalar_moved(self, t)?
+        {
+            return a.binary(op, b, reverse);
+        }
         let name = op.name();
         let _op = self.profiled(name);
         let (other, number, dtype, operands, compute) =
@@ -300,6 +328,12 @@ impl Tensor {
     }
 
     fn compare(&self, op: CmpOp, other: impl Operand) -> Result<Tensor> {
+        let other = other.resolve();
+        if let OperandKind::Tensor(t) = &other
+            && let Some((a, b)) = cpu_scalar_moved(self, t)?
+        {
+            return a.compare(op, b);
+        }
         let name = op.name();
         let _op = self.profiled(name);
         let (other, operands, compute) = match self.rhs(name, other, false)? {

@@ -235,7 +235,8 @@ def test_02_moving_tensors():
     mismatch = run.error("mismatch").evalue
     assert "device mismatch in add" in mismatch and "cpu" in mismatch and "cuda:0" in mismatch, mismatch
     assert " · cuda:0" in run.card("fixed")
-    assert run.text("fixed-on-cpu").strip() == "cpu"
+    # A 0-d CPU tensor meets a GPU tensor, as in PyTorch; the result is on the GPU.
+    assert run.text("fixed-on-cpu").strip() == "(cpu, cuda:0)", run.text("fixed-on-cpu")
     assert len([l for l in run.text("transfers").splitlines() if "→" in l]) >= 4, run.text("transfers")
 
 
