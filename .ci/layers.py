@@ -49,6 +49,7 @@ LAYERS = [
     # 7. built from tensors
     (10, "nn", ["nn/"]),
     (10, "optim", ["optim.rs"]),
+    (10, "data", ["data.rs"]),
     (11, "amp", ["amp.rs"]),
     (11, "parallel", ["parallel.rs"]),
     # 8. the torch.cuda facade and the cards, then the cell-side runtime that prints them

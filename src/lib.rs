@@ -43,6 +43,7 @@ pub mod autograd;
 pub mod tensor;
 // 7. what is built from tensors
 pub mod amp;
+pub mod data;
 pub mod nn;
 pub mod optim;
 pub mod parallel;
@@ -84,6 +85,7 @@ pub fn cpu_threads() -> usize {
 pub mod prelude {
     pub use crate::amp::{GradScaler, autocast};
     pub use crate::autograd::no_grad;
+    pub use crate::data::DataLoader;
     pub use crate::memory::{self, MemoryStats};
     pub use crate::nn::{self, Module, ModuleExt};
     pub use crate::optim::{self, Adam, Optimizer, Sgd};

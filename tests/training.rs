@@ -609,6 +609,95 @@ fn a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it() {
     assert_eq!(outer.ops().len(), 2, "the outer profile records both fills");
 }
 
+/// A `DataLoader` serves every sample once per epoch, in a new order each epoch (the same one
+/// after the same seed), the last batch smaller; pinned and moved to a GPU, each batch arrives
+/// there through a non-blocking copy from page-locked memory, the next one queued ahead.
+#[test]
+fn a_data_loader_serves_every_sample_once_per_epoch_where_it_was_asked() {
+    let _seed = seeded();
+    stand_in::gpus(1, None).unwrap();
+    let gpu = Device::Cuda(0);
+    let x = Tensor::arange(0, 10, Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .reshape([10, 1])
+        .unwrap();
+    let y = Tensor::arange(0, 10, Device::Cpu).unwrap();
+    let loader = DataLoader::new(&x, &y, 4).unwrap().shuffle(true);
+    assert_eq!((loader.len(), loader.samples()), (3, 10));
+    let epoch = |loader: &DataLoader| -> Vec<Vec<i64>> {
+        loader
+            .epoch()
+            .unwrap()
+            .map(|b| {
+                let (xb, yb) = b.unwrap();
+                // Inputs and targets stay paired.
+                assert_eq!(
+                    xb.to_vec::<f32>().unwrap(),
+                    yb.to_vec::<i64>()
+                        .unwrap()
+                        .iter()
+                        .map(|&v| v as f32)
+                        .collect::<Vec<_>>()
+                );
+                yb.to_vec::<i64>().unwrap()
+            })
+            .collect()
+    };
+    manual_seed(7);
+    let first = epoch(&loader);
+    let second = epoch(&loader);
+    assert_eq!(first.iter().map(Vec::len).collect::<Vec<_>>(), [4, 4, 2]);
+    for e in [&first, &second] {
+        let mut all: Vec<i64> = e.concat();
+        all.sort();
+        assert_eq!(all, (0..10).collect::<Vec<_>>());
+    }
+    assert_ne!(first, second, "each epoch draws a new order");
+    manual_seed(7);
+    assert_eq!(epoch(&loader), first, "the same seed gives the same order");
+    // In order, unshuffled; then pinned and prefetched onto the GPU.
+    let plain = DataLoader::new(&x, &y, 4).unwrap();
+    assert_eq!(
+        epoch(&plain),
+        [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]
+    );
+    let onto_gpu = plain.clone().pin_memory(true).unwrap().to_device(&gpu);
+    let batches: Vec<(Tensor, Tensor)> = onto_gpu.epoch().unwrap().map(Result::unwrap).collect();
+    for (xb, yb) in &batches {
+        assert_eq!((xb.device(), yb.device()), (gpu, gpu));
+        let t = xb.last_transfer().expect("each batch was copied");
+        assert_eq!(
+            (t.memory, t.mode),
+            (
+                placelab::HostMemoryKind::Pinned,
+                placelab::CopyMode::NonBlocking
+            )
+        );
+    }
+    assert_eq!(batches[2].1.to_vec::<i64>().unwrap(), [8, 9]);
+    // Mistakes are errors that say what to fix.
+    let short = Tensor::zeros([9], Device::Cpu).unwrap();
+    let e = DataLoader::new(&x, &short, 4).err().unwrap().to_string();
+    assert!(e.contains("one row per sample"), "{e}");
+    assert!(
+        DataLoader::new(&x, &y, 0)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("batch_size must be at least 1")
+    );
+    let on_gpu = DataLoader::new(&x.to(&gpu).unwrap(), &y.to(&gpu).unwrap(), 4).unwrap();
+    let e = on_gpu.pin_memory(true).err().unwrap().to_string();
+    assert!(e.contains("the data is on cuda:0 already"), "{e}");
+    let e = DataLoader::new(&x, &y.to(&gpu).unwrap(), 4)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("device mismatch"), "{e}");
+}
+
 /// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
 #[test]
 fn every_test_again_on_emulated_devices() {

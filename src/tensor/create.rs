@@ -245,6 +245,25 @@ impl Tensor {
         }
     }
 
+    /// `0..n` in a random order, as i64 (`torch.randperm`), drawn from the generator that
+    /// `manual_seed` sets: how a data loader shuffles.
+    pub fn randperm(n: usize, opts: impl IntoOptions) -> Result<Tensor> {
+        let o = opts.into_options();
+        let mut order: Vec<i64> = (0..n as i64).collect();
+        {
+            let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
+            // Fisher–Yates: every order equally likely.
+            for i in (1..n).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+        }
+        let t = Tensor::from_vec(order, [n], o.device)?;
+        match o.dtype {
+            Some(d) if d != DType::I64 => t.to_dtype(d),
+            _ => Ok(t),
+        }
+    }
+
     /// A tensor of `shape` holding `data` in row-major order (`torch.from_numpy`): the dtype is
     /// `T`'s unless the options give another, to which the values are converted.
     pub fn from_vec<T: Element>(
