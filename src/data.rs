@@ -102,8 +102,11 @@ impl DataLoader {
 
     /// One pass over the data: an iterator of `Result<(inputs, targets)>` batches.
     pub fn epoch(&self) -> Result<Batches<'_>> {
+        // The order is drawn on the host, as PyTorch's sampler does: cutting a batch from data
+        // on a GPU then reads no index back from the device.
         let order = if self.shuffle {
-            Some(Tensor::randperm(self.samples(), self.inputs.device())?)
+            let order = Tensor::randperm(self.samples(), Device::Cpu)?.to_vec::<i64>()?;
+            Some(order.into_iter().map(|i| i as usize).collect())
         } else {
             None
         };
@@ -116,14 +119,14 @@ impl DataLoader {
     }
 
     /// Rows `start..start + len` (in the epoch's order), pinned and moved as configured.
-    fn batch(&self, order: Option<&Tensor>, start: usize) -> Result<(Tensor, Tensor)> {
+    fn batch(&self, order: Option<&[usize]>, start: usize) -> Result<(Tensor, Tensor)> {
         let len = self.batch_size.min(self.samples() - start);
         let (x, y) = no_grad(|| match order {
             Some(order) => {
-                let rows = order.narrow(0, start, len)?;
+                let rows = &order[start..start + len];
                 Ok::<_, Error>((
-                    self.inputs.index_select(0, &rows)?,
-                    self.targets.index_select(0, &rows)?,
+                    self.inputs.index_select_host(0, rows.to_vec())?,
+                    self.targets.index_select_host(0, rows.to_vec())?,
                 ))
             }
             None => Ok((
@@ -147,7 +150,7 @@ impl DataLoader {
 /// The batches of one epoch (`DataLoader::epoch`).
 pub struct Batches<'a> {
     loader: &'a DataLoader,
-    order: Option<Tensor>,
+    order: Option<Vec<usize>>,
     next: usize,
     /// The batch assembled (and its copy queued) before it was asked for.
     ahead: Option<(Tensor, Tensor)>,
@@ -161,7 +164,7 @@ impl Iterator for Batches<'_> {
         let current = match self.ahead.take() {
             Some(batch) => batch,
             None if self.next < loader.samples() => {
-                match loader.batch(self.order.as_ref(), self.next) {
+                match loader.batch(self.order.as_deref(), self.next) {
                     Ok(batch) => batch,
                     Err(e) => return Some(Err(e)),
                 }
@@ -171,7 +174,7 @@ impl Iterator for Batches<'_> {
         self.next += loader.batch_size;
         // Prefetch: queue the next batch's copy now, so it runs while this one is used.
         if loader.pin_memory && loader.device.is_some() && self.next < loader.samples() {
-            match loader.batch(self.order.as_ref(), self.next) {
+            match loader.batch(self.order.as_deref(), self.next) {
                 Ok(batch) => self.ahead = Some(batch),
                 Err(e) => return Some(Err(e)),
             }

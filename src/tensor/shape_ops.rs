@@ -391,6 +391,31 @@ impl Tensor {
         if self.rank() == 0 {
             return Ok(self.clone());
         }
+        self.select_positions(d, positions, &[self, index])
+    }
+
+    /// `index_select` at positions the host already holds (checked against dimension `d`):
+    /// no read of an index tensor, so no wait for a GPU. A data loader's shuffled order.
+    pub(crate) fn index_select_host(&self, d: usize, positions: Vec<usize>) -> Result<Tensor> {
+        let size = self.shape().get(d).copied().unwrap_or(1);
+        if let Some(&p) = positions.iter().find(|&&p| p >= size) {
+            return Err(Error::IndexOutOfRange {
+                op: "index_select",
+                index: p as i64,
+                dim: d,
+                size,
+            });
+        }
+        self.select_positions(d, positions, &[self])
+    }
+
+    /// The gather itself, recorded for autograd with `inputs` (`self`, and the index if any).
+    fn select_positions(
+        &self,
+        d: usize,
+        positions: Vec<usize>,
+        inputs: &[&Tensor],
+    ) -> Result<Tensor> {
         let mut shape = self.shape().to_vec();
         shape[d] = positions.len();
         let out = self.storage().index_select(self.layout(), d, &positions)?;
@@ -399,7 +424,7 @@ impl Tensor {
         Ok(record(
             Tensor::from_storage(out, shape),
             "index_select",
-            &[self, index],
+            inputs,
             backward,
         ))
     }
