@@ -66,12 +66,7 @@ fn saved_cases(device: &Device) -> Vec<(SavedCase, serde_json::Value)> {
     let fixture: serde_json::Value = serde_json::from_str(text).unwrap();
     let mut cases = Vec::new();
     for case in fixture["cases"].as_array().unwrap() {
-        let sizes: Vec<usize> = case["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as usize)
-            .collect();
+        let sizes = torch_cases::sizes(&case["layers"]);
         let batch = case["batch"].as_u64().unwrap() as usize;
         let mut model = nn::Sequential::new();
         for (i, w) in sizes.windows(2).enumerate() {

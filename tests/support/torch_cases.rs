@@ -30,13 +30,17 @@ fn scalar(v: &Value) -> Scalar {
     }
 }
 
-fn tensor(v: &Value, device: &Device) -> Tensor {
-    let shape: Vec<usize> = v["shape"]
-        .as_array()
+/// A JSON array of sizes (a shape, a model's layer widths).
+pub fn sizes(v: &Value) -> Vec<usize> {
+    v.as_array()
         .unwrap()
         .iter()
         .map(|d| d.as_u64().unwrap() as usize)
-        .collect();
+        .collect()
+}
+
+fn tensor(v: &Value, device: &Device) -> Tensor {
+    let shape = sizes(&v["shape"]);
     let dtype = dtype_of(v["dtype"].as_str().unwrap());
     let data = v["data"].as_array().unwrap();
     let t = match dtype {
