@@ -25,7 +25,9 @@ template <typename A> struct Binary {  // f32 and f64 (f16/bf16 compute in f32)
 template <typename A, typename U> struct IntBinary {
     static __device__ __forceinline__ A wrapping_pow(A base, A exp) {
         U result = 1, b = (U)base;
-        unsigned e = (unsigned)exp;  // negative exponents are rejected by the host
+        // The whole exponent, in its own width: an i64 exponent may pass 2^32 (PyTorch's
+        // loop takes all of it). Negative exponents are rejected by the host.
+        U e = (U)exp;
         while (e) {
             if (e & 1u) result *= b;
             b *= b;

@@ -85,9 +85,18 @@ macro_rules! arith_int {
             fn div(a: Self, b: Self) -> Self {
                 if b == 0 { 0 } else { a.wrapping_div(b) }
             }
-            // Negative exponents are rejected before the kernel runs.
+            // Square and multiply over the whole exponent (an i64 one may pass u32::MAX),
+            // wrapping, as PyTorch's loop. Negative exponents are rejected before this runs.
             fn pow(a: Self, b: Self) -> Self {
-                a.wrapping_pow(b as u32)
+                let (mut base, mut e, mut acc) = (a, b as u64, 1 as $t);
+                while e > 0 {
+                    if e & 1 == 1 {
+                        acc = acc.wrapping_mul(base);
+                    }
+                    base = base.wrapping_mul(base);
+                    e >>= 1;
+                }
+                acc
             }
             fn maximum(a: Self, b: Self) -> Self {
                 a.max(b)
@@ -370,37 +379,118 @@ pub fn where_<T: Element>(
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn fast_exp_is_within_two_ulp() {
-        let mut worst = 0u32;
-        let mut x = -87.0f32;
-        while x < 88.7 {
-            let (got, want) = (super::exp_f32(x), x.exp());
-            worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
-            x += 0.001_37;
+    use super::super::{for_each_width, wide_at, zip_map_at};
+    use super::{FloatMath, exp_f32};
+
+    /// `exp_f32`'s range: below `LO` the result would be subnormal and is 0, above `HI` it is ∞.
+    const LO: f32 = -87.336_54;
+    const HI: f32 = 88.722_83;
+
+    /// A sweep of the range, its edges, the values where the reduction's rounding to a whole
+    /// multiple of ln 2 is a tie, and the special values.
+    fn exp_inputs() -> Vec<f32> {
+        let mut x: Vec<f32> = (0..200_000)
+            .map(|i| -100.0 + i as f32 * 0.001_013)
+            .collect();
+        x.extend((-127..128).map(|k| (k as f32 + 0.5) * std::f32::consts::LN_2));
+        for edge in [LO, HI, 0.0] {
+            x.extend([edge.next_down(), edge, edge.next_up()]);
         }
-        assert!(worst <= 2, "worst error {worst} ulp");
-        assert!(super::exp_f32(f32::NAN).is_nan());
-        assert_eq!(super::exp_f32(f32::INFINITY), f32::INFINITY);
-        assert_eq!(super::exp_f32(f32::NEG_INFINITY), 0.0);
-        assert_eq!(super::exp_f32(0.0), 1.0);
+        x.extend([
+            -0.0,
+            f32::from_bits(1), // subnormal inputs: e^x = 1
+            -f32::from_bits(0x007f_ffff),
+            f32::MIN_POSITIVE,
+            f32::EPSILON,
+            f32::MAX,
+            f32::MIN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ]);
+        x
+    }
+
+    /// `e^x` for f32, rounded from f64; 0 where `exp_f32` documents that it flushes to zero.
+    fn exp_reference(x: f32) -> f32 {
+        if x < LO { 0.0 } else { (x as f64).exp() as f32 }
+    }
+
+    /// Checks `got[i] ≈ e^x[i]`: within `ulp` of the reference, exact at the edges (1 at 0,
+    /// 0 below the range, ∞ above it), NaN for NaN. Returns the worst error in ulp.
+    fn within_ulp(x: &[f32], got: &[f32], ulp: u32, what: &str) -> u32 {
+        let mut worst = 0;
+        for (&x, &g) in x.iter().zip(got) {
+            let want = exp_reference(x);
+            let ok = if x.is_nan() {
+                g.is_nan()
+            } else if want == 0.0 || want.is_infinite() || x == 0.0 {
+                g == want
+            } else {
+                let err = g.to_bits().abs_diff(want.to_bits());
+                worst = worst.max(err);
+                g.is_sign_positive() && err <= ulp
+            };
+            assert!(ok, "{what}: e^{x:?} gave {g:?}, want {want:?}");
+        }
+        worst
     }
 
     #[test]
-    fn softmax_exps_are_within_two_ulp_plain_and_fused() {
-        use super::FloatMath;
-        for exp in [f32::exp_nonpositive::<false>, f32::exp_nonpositive::<true>] {
-            let mut worst = 0u32;
-            let mut x = -87.0f32;
-            while x <= 0.0 {
-                worst = worst.max(exp(x).to_bits().abs_diff(x.exp().to_bits()));
-                x += 0.000_71;
+    fn fast_exp_is_within_two_ulp_in_every_copy() {
+        let x = exp_inputs();
+        let scalar: Vec<f32> = x.iter().map(|&x| exp_f32(x)).collect();
+        let worst = within_ulp(&x, &scalar, 2, "scalar");
+        println!("scalar exp_f32: worst error {worst} ulp");
+        // Each copy of the kernel `unary(Exp)` runs (`map1`'s loop), over all the inputs and
+        // over short lengths that end in a partial vector. It uses no fused multiply-add, so
+        // every copy gives the scalar function's bits exactly.
+        for_each_width(|w| {
+            for len in (0..=40).chain([x.len()]) {
+                let mut got = vec![0.0f32; len];
+                zip_map_at(w, &x[..len], &x[..len], &mut got, &|x, _| {
+                    <f32 as FloatMath>::exp(x) // as `unary_float` calls it (not std's `f32::exp`)
+                });
+                for (i, g) in got.iter().enumerate() {
+                    let want = scalar[i];
+                    assert!(
+                        g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                        "{w}-bit copy, length {len}: e^{:?} gave {g:?}, the scalar {want:?}",
+                        x[i]
+                    );
+                }
             }
-            assert!(worst <= 2, "worst error {worst} ulp");
-            assert_eq!(exp(0.0), 1.0);
-            assert_eq!(exp(-100.0), 0.0);
-            assert_eq!(exp(f32::NEG_INFINITY), 0.0);
-            assert!(exp(f32::NAN).is_nan());
+        });
+    }
+
+    #[test]
+    fn softmax_exps_are_within_two_ulp_plain_and_fused_in_every_copy() {
+        // The inputs softmax gives it: x ≤ 0, and NaN.
+        let nonpositive = |x: &f32| *x <= 0.0 || x.is_nan();
+        let x: Vec<f32> = exp_inputs().into_iter().filter(nonpositive).collect();
+        for fused in [f32::exp_nonpositive::<false>, f32::exp_nonpositive::<true>] {
+            let got: Vec<f32> = x.iter().map(|&x| fused(x)).collect();
+            within_ulp(&x, &got, 2, "scalar");
         }
+        // As `softmax_block`'s copies call it: fused multiply-add in the wide ones.
+        for_each_width(|w| {
+            for len in (0..=40).chain([x.len()]) {
+                let mut got = vec![0.0f32; len];
+                wide_at(w, || {
+                    for (o, &x) in got.iter_mut().zip(&x[..len]) {
+                        *o = if w > 128 {
+                            f32::exp_nonpositive::<true>(x)
+                        } else {
+                            f32::exp_nonpositive::<false>(x)
+                        };
+                    }
+                });
+                let worst = within_ulp(&x[..len], &got, 2, &format!("{w}-bit copy"));
+                if len == x.len() {
+                    println!("{w}-bit copy: worst error {worst} ulp");
+                }
+            }
+        });
     }
 }

@@ -265,7 +265,7 @@ impl<T: FloatMath + Sum<Acc = f64>> SoftmaxFloat for T {}
 
 super::vectorized! {
     /// `softmax_row` over consecutive rows of `len`.
-    fn softmax_block<T: SoftmaxFloat, const FMA: bool>(
+    fn softmax_block / softmax_block_at<T: SoftmaxFloat, const FMA: bool>(
         data: &[T],
         out: &mut [T],
         len: usize,
@@ -279,7 +279,7 @@ super::vectorized! {
 
 super::vectorized! {
     /// `Sum::partial`, in the widest vectors the CPU has.
-    fn partial_wide<T: Sum>(x: &[T]) -> T::Acc {
+    fn partial_wide / partial_wide_at<T: Sum>(x: &[T]) -> T::Acc {
         T::partial(x)
     }
 }
@@ -361,4 +361,120 @@ fn row_max<T: Element>(row: &[T]) -> T {
         }
     }
     if nan { T::from_f64(f64::NAN) } else { m }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::{Rng, SeedableRng};
+
+    use super::super::for_each_width;
+    use super::{partial_wide_at, softmax_block_at};
+
+    fn random(n: usize, scale: f32, seed: u64) -> Vec<f32> {
+        let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+        (0..n)
+            .map(|_| (rng.random::<f32>() - 0.5) * scale)
+            .collect()
+    }
+
+    /// Row lengths short and long: partial vectors of 16 lanes, and past a 1024-value run.
+    const LENGTHS: [usize; 8] = [1, 3, 15, 16, 17, 40, 1025, 4099];
+
+    /// Softmax of one row in f64, around its max as the kernel computes it.
+    fn softmax_reference(row: &[f32], log: bool) -> Vec<f64> {
+        let m = row.iter().fold(f64::NEG_INFINITY, |m, &x| {
+            if m.is_nan() || x.is_nan() {
+                f64::NAN
+            } else {
+                m.max(x as f64)
+            }
+        });
+        let sum: f64 = row.iter().map(|&x| (x as f64 - m).exp()).sum();
+        row.iter()
+            .map(|&x| {
+                let shifted = x as f64 - m;
+                if log {
+                    shifted - sum.ln()
+                } else {
+                    shifted.exp() / sum
+                }
+            })
+            .collect()
+    }
+
+    /// Each copy of the softmax kernel against f64. Tolerance: each e^x is within 2 ulp, the
+    /// sum adds at most 64 values per f32 lane, and two more roundings follow, so a relative
+    /// 1e-5 holds with room; an e^x below 2^-126 is flushed to 0, an absolute 2^-126 (for
+    /// log-softmax, 1e-5 of the value or of 1).
+    #[test]
+    fn softmax_matches_f64_in_every_copy() {
+        let mut rows: Vec<Vec<f32>> = LENGTHS.iter().map(|&n| random(n, 40.0, n as u64)).collect();
+        rows.push(random(300, 400.0, 9)); // most values flush to 0 after the shift
+        rows.push(vec![f32::NEG_INFINITY; 20]); // all masked: NaN, as in PyTorch
+        rows.push([1.0, f32::NEG_INFINITY, 2.0].repeat(7)); // some masked: exactly 0 there
+        rows.push([1.0, f32::NAN, 2.0].repeat(7));
+        rows.push([1.0, f32::INFINITY, -3.0].repeat(7));
+        for_each_width(|w| {
+            for row in &rows {
+                for log in [false, true] {
+                    let mut got = vec![0.0f32; row.len()];
+                    softmax_block_at(w, row, &mut got, row.len(), log);
+                    let want = softmax_reference(row, log);
+                    for (i, (&g, &r)) in got.iter().zip(&want).enumerate() {
+                        let g = g as f64;
+                        let ok = if r.is_nan() {
+                            g.is_nan()
+                        } else if log {
+                            r == f64::NEG_INFINITY && g == r
+                                || (g - r).abs() <= 1e-5 * r.abs().max(1.0)
+                        } else {
+                            (g - r).abs() <= 1e-5 * r + 2f64.powi(-126)
+                        };
+                        assert!(
+                            ok,
+                            "{w}-bit copy, log {log}, row of {}: [{i}] = {g}, want {r}",
+                            row.len()
+                        );
+                    }
+                }
+            }
+        });
+    }
+
+    /// Each copy of the float sums: the same additions in the same order (64 f32 lanes per
+    /// 4096-value block, blocks in f64), so the same bits as the baseline; each lane adds at
+    /// most 64 values, so the sum is within 64 f32 epsilons of Σ|x| of the exact one.
+    #[test]
+    fn sums_match_in_every_copy() {
+        let mut inputs: Vec<Vec<f32>> = LENGTHS.iter().map(|&n| random(n, 2.0, n as u64)).collect();
+        inputs.push(random(10_007, 1e6, 5));
+        inputs.push(vec![]);
+        inputs.push(vec![1.0, f32::INFINITY, 2.0]);
+        inputs.push(vec![1.0, f32::INFINITY, f32::NEG_INFINITY]);
+        inputs.push([3.0, f32::NAN].repeat(40));
+        for x in &inputs {
+            let exact: f64 = x.iter().map(|&v| v as f64).sum();
+            let magnitude: f64 = x.iter().map(|&v| (v as f64).abs()).sum();
+            let got = partial_wide_at(128, x);
+            let close = (got - exact).abs() <= 64.0 * f32::EPSILON as f64 * magnitude;
+            assert!(
+                close || got == exact || (got.is_nan() && exact.is_nan()),
+                "sum of {} values: {got}, exactly {exact}",
+                x.len()
+            );
+        }
+        for_each_width(|w| {
+            for x in &inputs {
+                let (got, baseline) = (partial_wide_at(w, x), partial_wide_at(128, x));
+                assert!(
+                    got.to_bits() == baseline.to_bits() || (got.is_nan() && baseline.is_nan()),
+                    "{w}-bit copy, {} values: {got}, the baseline {baseline}",
+                    x.len()
+                );
+                let ints: Vec<i64> = x.iter().map(|&v| (v * 1e3) as i64).collect();
+                let want = ints.iter().fold(0i64, |a, &b| a.wrapping_add(b));
+                assert_eq!(partial_wide_at(w, &ints), want, "{w}-bit copy, i64");
+            }
+        });
+    }
 }
