@@ -117,7 +117,6 @@ macro_rules! gemm_float {
 }
 gemm_float!(f32, 1.0);
 gemm_float!(f64, 1.0);
-gemm_float!(half::f16, half::f16::ONE);
 
 macro_rules! int_matmul {
     ($t:ty) => {

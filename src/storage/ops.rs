@@ -463,13 +463,12 @@ impl Storage {
                 match a.0.dtype {
                     DType::F32 => host_matmul::<f32>(a, b, (m, n, k), out),
                     DType::F64 => host_matmul::<f64>(a, b, (m, n, k), out),
-                    DType::F16 => host_matmul::<f16>(a, b, (m, n, k), out),
+                    DType::F16 => host_matmul_in_f32::<f16>(a, b, (m, n, k), out),
+                    DType::BF16 => host_matmul_in_f32::<half::bf16>(a, b, (m, n, k), out),
                     DType::I64 => host_matmul::<i64>(a, b, (m, n, k), out),
                     DType::I32 => host_matmul::<i32>(a, b, (m, n, k), out),
                     DType::U8 => host_matmul::<u8>(a, b, (m, n, k), out),
-                    d @ (DType::BF16 | DType::Bool) => {
-                        unreachable!("matmul of {d} runs in another dtype")
-                    }
+                    DType::Bool => unreachable!("matmul of bool is refused before it runs"),
                 }
             },
             |g, out| {
@@ -490,7 +489,8 @@ impl Storage {
     /// storage's element type).
     pub(crate) fn read_vec<T: Element>(&self, l: &Layout) -> Result<Vec<T>> {
         let s = self.slice::<T>();
-        if l.is_contiguous() {
+        // An empty view may start past its storage's end (`narrow(0, 1, 0)` of one row).
+        if l.is_contiguous() && l.numel() > 0 {
             let mut out = crate::memory::host_vec_with_capacity("to_vec", l.numel())?;
             out.extend_from_slice(&s[l.offset..l.offset + l.numel()]);
             return Ok(out);
@@ -542,4 +542,43 @@ fn host_matmul<T: Matmul>(
         col_stride: b_cs,
     };
     T::matmul(&a, &b, m, n, k, out.slice_mut::<T>());
+}
+
+/// A half-precision product on the host: both operands widened to f32, multiplied and summed
+/// there, and rounded once at the end, as PyTorch's CPU GEMM and cuBLAS accumulate halves (a
+/// GEMM in f16 itself loses a unit or two wherever its terms cancel).
+fn host_matmul_in_f32<H: Element>(
+    (a, a_off, a_strides): HostOperand,
+    (b, b_off, b_strides): HostOperand,
+    (m, n, k): (usize, usize, usize),
+    out: &mut Storage,
+) {
+    let widen = |s: &Storage| {
+        let h = s.slice::<H>();
+        let mut w = vec![0f32; h.len()];
+        cpu::cast(h, &Layout::contiguous(vec![h.len()]), &mut w);
+        w
+    };
+    let (wa, wb) = (widen(a), widen(b));
+    let operand = |data, offsets, (row_stride, col_stride)| cpu::matmul::Operand {
+        data,
+        offsets,
+        row_stride,
+        col_stride,
+    };
+    let mut wide_out = vec![0f32; out.numel()];
+    f32::matmul(
+        &operand(&wa, a_off, a_strides),
+        &operand(&wb, b_off, b_strides),
+        m,
+        n,
+        k,
+        &mut wide_out,
+    );
+    let len = wide_out.len();
+    cpu::cast(
+        &wide_out,
+        &Layout::contiguous(vec![len]),
+        out.slice_mut::<H>(),
+    );
 }

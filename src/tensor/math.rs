@@ -174,7 +174,9 @@ impl Tensor {
                     tensor: t,
                     number: None,
                     dtype,
-                    operands: d,
+                    // True division converts integer operands straight to the float (PyTorch):
+                    // an i64 0-d tensor is not first wrapped to an i32 operand's dtype.
+                    operands: if true_div { dtype } else { d },
                     compute: compute_dtype(dtype, self.device()),
                 })
             }
@@ -247,7 +249,18 @@ impl Tensor {
                 hint: "Subtracting bool tensors is not defined; use `a.ne(&b)?` for exclusive-or, or convert with `.to_dtype(DType::I64)?` first.".into(),
             });
         }
-        if op == BinaryOp::Pow && !dtype.is_float() && b.to_f64_vec()?.iter().any(|&e| e < 0.0) {
+        if dtype == DType::Bool && op == BinaryOp::Pow {
+            return Err(Error::UnsupportedDType {
+                op: name,
+                dtype,
+                hint: "Powers of bool tensors are not defined (as in PyTorch); convert first, e.g. `.to_dtype(DType::I64)?`.".into(),
+            });
+        }
+        // The exponent as the result dtype holds it: -3 next to a u8 base is 253, as PyTorch.
+        if op == BinaryOp::Pow
+            && !dtype.is_float()
+            && b.to_dtype(dtype)?.to_f64_vec()?.iter().any(|&e| e < 0.0)
+        {
             return Err(Error::invalid(
                 "pow",
                 "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`",
@@ -378,7 +391,9 @@ impl Tensor {
     pub(crate) fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
         let _op = self.profiled(op.name());
         let dtype = self.dtype();
-        if dtype == DType::Bool && op != UnaryOp::Abs {
+        // Bools become f32 for the float ops (exp, sigmoid, …), as in PyTorch; the ops that
+        // keep the dtype (neg, relu) are not defined on them.
+        if dtype == DType::Bool && op.keeps_ints() && op != UnaryOp::Abs {
             return Err(Error::UnsupportedDType {
                 op: op.name(),
                 dtype,
@@ -444,14 +459,15 @@ impl Tensor {
         if lo.is_none() && hi.is_none() {
             return Err(Error::invalid("clamp", "give at least one of min and max"));
         }
-        if self.dtype() == DType::Bool {
+        let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
+        // A float bound makes a bool tensor f32 (PyTorch); integer bounds are not defined on it.
+        if self.dtype() == DType::Bool && !any_float {
             return Err(Error::UnsupportedDType {
                 op: "clamp",
                 dtype: DType::Bool,
                 hint: "Convert it first, e.g. `.to_dtype(DType::F32)?`.".into(),
             });
         }
-        let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
         let out = DType::promote_scalar(self.dtype(), any_float);
         let y = no_grad(|| {
             let x = self.to_dtype(compute_dtype(out, self.device()))?;

@@ -191,24 +191,38 @@ impl Tensor {
 
     /// The flat position of the largest element (a 0-dim i64 tensor).
     pub fn argmax_all(&self) -> Result<Tensor> {
-        Ok(self.extreme("argmax", None, false, true)?.1)
+        self.arg_extreme("argmax", None, false, true)
     }
 
     /// Positions of the largest elements along `dim` (the first one on ties).
     pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        Ok(self
-            .extreme("argmax", Some(vec![dim.as_i64()]), keepdim, true)?
-            .1)
+        self.arg_extreme("argmax", Some(vec![dim.as_i64()]), keepdim, true)
     }
 
     pub fn argmin_all(&self) -> Result<Tensor> {
-        Ok(self.extreme("argmin", None, false, false)?.1)
+        self.arg_extreme("argmin", None, false, false)
     }
 
     pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        Ok(self
-            .extreme("argmin", Some(vec![dim.as_i64()]), keepdim, false)?
-            .1)
+        self.arg_extreme("argmin", Some(vec![dim.as_i64()]), keepdim, false)
+    }
+
+    /// The indices half of `extreme`; bools have no order to search, as in PyTorch.
+    fn arg_extreme(
+        &self,
+        op: &'static str,
+        dims: Option<Vec<i64>>,
+        keepdim: bool,
+        largest: bool,
+    ) -> Result<Tensor> {
+        if self.dtype() == DType::Bool {
+            return Err(Error::UnsupportedDType {
+                op,
+                dtype: DType::Bool,
+                hint: "Convert first, e.g. `.to_dtype(DType::U8)?`, or find a true element with `.max(..)`.".into(),
+            });
+        }
+        Ok(self.extreme(op, dims, keepdim, largest)?.1)
     }
 
     fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
@@ -348,19 +362,8 @@ impl Tensor {
         // Broadcast views can name more matrices than memory holds: checked before any buffer.
         let batches = crate::layout::numel_checked("matmul", &batch)?;
         crate::layout::numel_checked("matmul", &[batches, m, n])?;
-        // cuBLAS takes bf16 (accumulating in f32); the CPU's GEMM has no bf16 kernel.
-        let compute = if dtype == DType::BF16 && a.storage().is_host() {
-            DType::F32
-        } else {
-            dtype
-        };
         let (a2, b2) = (a, b);
-        let (a, b) = no_grad(|| {
-            Ok::<_, Error>((
-                gemm_ready(&a2.to_dtype(compute)?)?,
-                gemm_ready(&b2.to_dtype(compute)?)?,
-            ))
-        })?;
+        let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(&a2)?, gemm_ready(&b2)?)))?;
         let full = |t: &Tensor, r: usize, c: usize| {
             let mut shape = batch.clone();
             shape.extend([r, c]);
@@ -386,7 +389,7 @@ impl Tensor {
         )?;
         let mut shape = batch;
         shape.extend([m, n]);
-        let out = no_grad(|| Tensor::from_storage(s, shape).to_dtype(dtype))?;
+        let out = Tensor::from_storage(s, shape);
         let mut out = record(out, "matmul", &[&a2, &b2], || grads::matmul(&a2, &b2));
         if other.rank() == 1 {
             out = out.squeeze(-1)?;
