@@ -1,6 +1,11 @@
 //! The tutorials' model lessons, translated line by line to Rust: the SimpleNN training step on
 //! CPU and GPU, the autocast + GradScaler step, and DataParallel.
+//!
+//! Every test here that touches a device leases it (`device_lease`): cuda:2 belongs to the
+//! optimizer test alone, which counts its bytes exactly; the others share cuda:0 and cuda:1.
 
+#[path = "support/device_lease.rs"]
+mod device_lease;
 #[path = "support/stand_in.rs"]
 mod stand_in;
 
@@ -55,6 +60,7 @@ fn training_step(device: Device) -> Result<(f32, f32)> {
 #[test]
 fn simple_nn_step_on_cpu_and_gpu() -> Result<()> {
     stand_in::gpus(3, None)?;
+    device_lease::shared(&[Device::cuda_if_available()]);
     for device in [Device::Cpu, Device::cuda_if_available()] {
         let (before, after) = training_step(device)?;
         assert!(
@@ -69,6 +75,7 @@ fn simple_nn_step_on_cpu_and_gpu() -> Result<()> {
 fn mixed_precision_step_with_grad_scaler() -> Result<()> {
     stand_in::gpus(3, None)?;
     let device = Device::cuda_if_available();
+    device_lease::shared(&[device]);
     let mut model = SimpleNN::new()?;
     model.to(&device)?;
     let criterion = CrossEntropyLoss::new();
@@ -104,7 +111,12 @@ fn data_parallel_when_there_are_several_gpus() -> Result<()> {
         cuda::device_count() > 1,
         "Data parallelism requires more than one GPU"
     );
-    let mut model = DataParallel::new(SimpleNN::new()?, vec![])?;
+    // Two of the three devices: `vec![]` would mean every one, cuda:2 among them, which the
+    // optimizer test counts the bytes of.
+    let devices = vec![Device::Cuda(0), Device::Cuda(1)];
+    device_lease::shared(&devices);
+    assert_eq!(device, devices[0], "the module lives on the first device");
+    let mut model = DataParallel::new(SimpleNN::new()?, devices)?;
     model.to(&device)?;
     let out = model.forward(&Tensor::randn([8, 784], Device::Cpu)?)?;
     assert_eq!(
@@ -145,10 +157,11 @@ fn other_layers_behave_as_in_pytorch() -> Result<()> {
 
 #[test]
 fn optimizer_state_lives_on_the_parameters_device() -> Result<()> {
-    // Exact byte counts: cuda:2 is this test's alone (every test here simulates three devices
-    // and the others allocate on cuda:0 and cuda:1 on parallel threads).
+    // Exact byte counts: cuda:2 is this test's alone (the others, on parallel threads, lease
+    // cuda:0 and cuda:1; a test leasing cuda:2 too fails).
     stand_in::gpus(3, None)?;
     let d = Device::Cuda(2);
+    device_lease::alone(d);
     let w = Tensor::randn([1000, 1000], d)?.requires_grad_(true)?;
     let mut opt = Adam::new(vec![w.clone()], 1e-3)?;
     w.mul(&w)?.sum_all()?.backward()?;
@@ -171,6 +184,7 @@ fn optimizer_state_lives_on_the_parameters_device() -> Result<()> {
 #[test]
 fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
     stand_in::gpus(3, None)?;
+    device_lease::shared(&[Device::Cuda(0), Device::Cuda(1)]);
     assert_eq!(default_device(), Device::Cpu);
     let on_cpu = tensor![1.0, 2.0, 3.0]?;
     assert_eq!((on_cpu.device(), on_cpu.dtype()), (Device::Cpu, DType::F32));
@@ -209,6 +223,33 @@ fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
     assert!(missing.contains("cuda:5 is not available"), "{missing}");
     assert_eq!(default_device(), Device::Cpu);
     Ok(())
+}
+
+/// The lease check itself, on threads named as the harness names tests' threads. (cuda:7 and
+/// cuda:8 need not exist: nothing runs on them.)
+#[test]
+fn a_device_leased_alone_cannot_be_used_by_another_test() {
+    let as_test = |name: &str, lease: fn()| -> std::result::Result<(), String> {
+        let thread = std::thread::Builder::new().name(name.into());
+        let outcome = thread.spawn(lease).unwrap().join();
+        outcome.map_err(|e| *e.downcast::<String>().expect("a panic message"))
+    };
+    // Held alone, then used by another test.
+    as_test("counts_bytes", || device_lease::alone(Device::Cuda(7))).unwrap();
+    let err = as_test("uses_it", || device_lease::shared(&[Device::Cuda(7)])).unwrap_err();
+    assert!(
+        err.starts_with("cuda:7: `counts_bytes` needs it alone") && err.contains("`uses_it`"),
+        "{err}"
+    );
+    // Used, then asked for alone.
+    as_test("uses_it_first", || device_lease::shared(&[Device::Cuda(8)])).unwrap();
+    let err = as_test("counts_later", || device_lease::alone(Device::Cuda(8))).unwrap_err();
+    assert!(
+        err.starts_with("cuda:8: `counts_later` needs it alone") && err.contains("`uses_it_first`"),
+        "{err}"
+    );
+    // Shared leases never clash.
+    as_test("shares_too", || device_lease::shared(&[Device::Cuda(8)])).unwrap();
 }
 
 /// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.
