@@ -1,7 +1,8 @@
 //! How a tensor's card leaves a cell's process: `Tensor::show()` (a card of its own, marked for
 //! the front end when the probe runs) and `evcxr_display` (the value of a cell, as evcxr's
-//! content blocks). The cards themselves are `display`'s. Any other value with a `Debug` form is
-//! shown by `ShowDebug`, in the cell's first compile.
+//! content blocks); `clear_output()` takes back what a cell showed. The cards themselves are
+//! `display`'s. Any other value with a `Debug` form is shown by `ShowDebug`, in the cell's first
+//! compile.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -42,6 +43,24 @@ impl Tensor {
         let _ = out.write_all(block.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// The line `clear_output` prints for the front end: this marker, then `wait` or `now`.
+pub const CLEAR_OUTPUT: &str = "PLACELAB_CLEAR_OUTPUT";
+
+/// Clears what the running cell has shown so far, as IPython's `clear_output`: in a notebook
+/// its output (text and cards) goes, at once or, with `wait`, when the next output comes (an
+/// animation that redraws each step without flicker). A terminal cannot take back what it
+/// printed, so the REPL and scripts keep everything. Outside a session it does nothing.
+pub fn clear_output(wait: bool) {
+    use std::io::Write;
+    if std::env::var_os(crate::probe::ENV).is_none() {
+        return;
+    }
+    let when = if wait { "wait" } else { "now" };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{CLEAR_OUTPUT} {when}");
+    let _ = out.flush();
 }
 
 impl crate::profile::Profile {

@@ -15,10 +15,15 @@ use std::time::{Duration, Instant};
 
 #[path = "jupyter/browser.rs"]
 mod browser;
+#[path = "support/venv.rs"]
+mod venv;
 
 const KERNEL_NAME: &str = "placelab";
 /// pytest's whole run is bounded; past this it is interrupted (its fixtures stop the kernels).
 const PYTEST_LIMIT: Duration = Duration::from_secs(30 * 60);
+/// The kernels' PLACELAB_INTERRUPT_GRACE, the default, set so a value in the developer's shell
+/// cannot change what an interrupt does (the tests assert which cells survive it).
+const INTERRUPT_GRACE: &str = "2";
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -33,10 +38,17 @@ fn session_cache() -> PathBuf {
     target().join("placelab-session-cache")
 }
 
+/// `PLACELAB_SKIP_JUPYTER_TESTS=1` (and only `1`) skips the Jupyter tests, saying so on the
+/// terminal: written to stderr directly, so the test harness's capture of a passing test's
+/// output does not hide that it ran nothing.
 fn skipped() -> bool {
-    let skip = std::env::var_os("PLACELAB_SKIP_JUPYTER_TESTS").is_some();
+    let skip = std::env::var("PLACELAB_SKIP_JUPYTER_TESTS").as_deref() == Ok("1");
     if skip {
-        eprintln!("PLACELAB_SKIP_JUPYTER_TESTS is set: not running the Jupyter client tests");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: PLACELAB_SKIP_JUPYTER_TESTS=1, so this Jupyter test ran nothing"
+        );
     }
     skip
 }
@@ -47,9 +59,9 @@ fn one_kernel_at_a_time() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The venv's python, installing `tests/jupyter/requirements.txt` on first use. Tests run on
-/// parallel threads: one installs while the others wait, and a venv left half-made by an
-/// interrupted run is never trusted (its marker, holding the requirements, is written last).
+/// The venv's python, with `tests/jupyter/requirements.txt` installed (every package pinned).
+/// Tests run on parallel threads: one makes the venv while the others wait. A changed
+/// requirements file makes it again (`support/venv.rs`).
 fn venv_python() -> PathBuf {
     static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     VENV.get_or_init(make_venv)
@@ -60,56 +72,15 @@ fn venv_python() -> PathBuf {
 fn make_venv() -> Result<PathBuf, String> {
     let venv = target().join("jupyter-venv");
     let requirements = root().join("tests/jupyter/requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements)
+    let pins = std::fs::read_to_string(&requirements)
         .map_err(|e| format!("cannot read {}: {e}", requirements.display()))?;
-    let marker = venv.join("placelab-install-complete");
-    let python = venv.join("bin/python");
-    if std::fs::read_to_string(&marker).is_ok_and(|m| m == wanted) && python.exists() {
-        return Ok(python);
-    }
-    let _ = std::fs::remove_dir_all(&venv);
-    let started = Instant::now();
-    let run = |cmd: &mut Command| -> Result<(), String> {
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{cmd:?} failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
-    };
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "-r",
-        ])
-        .arg(&requirements))
-    .map_err(|e| {
+    venv::pinned_venv(&venv, &pins, &["-r".as_ref(), requirements.as_os_str()]).map_err(|e| {
         format!(
             "could not install the Jupyter clients into {} (needs python3 and PyPI; set \
              PLACELAB_SKIP_JUPYTER_TESTS=1 to skip these tests offline): {e}",
             venv.display()
         )
-    })?;
-    std::fs::write(&marker, &wanted)
-        .map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
-    eprintln!(
-        "installed the Jupyter clients into {} in {:.1} s",
-        venv.display(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(python)
+    })
 }
 
 /// Compiles the engine into the session cache once (minutes when cold), so that no kernel's
@@ -226,6 +197,8 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
             "pytest",
             "-q",
             "-rfEs",
+            // One `SKIPPED <test id> - <reason>` line per skipped test (`report_skipped`).
+            "--no-fold-skipped",
             "-p",
             "no:cacheprovider",
             "--durations=8",
@@ -244,6 +217,7 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
         .env("PLACELAB_NOTEBOOK_OUT", target().join("notebooks"))
         .env("PLACELAB_HISTORY", &history)
         .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
+        .env("PLACELAB_INTERRUPT_GRACE", INTERRUPT_GRACE)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("a log file handle"))
         .stderr(log)
@@ -270,6 +244,7 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
         let _ = child.wait();
     }
     let output = std::fs::read_to_string(&log_path).unwrap_or_default();
+    report_skipped(file, &output);
     let took = started.elapsed().as_secs_f64();
     let Some(status) = finished else {
         panic!(
@@ -289,6 +264,19 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
             "pytest {file} failed (exit {code:?}) after {took:.1} s; the log is {}:\n{output}",
             log_path.display()
         ),
+    }
+}
+
+/// Names each test pytest skipped, with its reason, on the terminal: written to stderr directly,
+/// past the harness's capture of a passing test's output, so `cargo test` shows what did not
+/// run. The lines are pytest's summary (`-rs --no-fold-skipped`): `SKIPPED <id> - <reason>`.
+fn report_skipped(file: &str, output: &str) {
+    use std::io::Write;
+    let mut stderr = std::io::stderr().lock();
+    for line in output.lines().filter(|l| l.starts_with("SKIPPED ")) {
+        // unittest's skips carry a `Skipped: ` of their own.
+        let line = line.replacen(" - Skipped: ", " - ", 1);
+        let _ = writeln!(stderr, "pytest {file}: {line}");
     }
 }
 

@@ -3,12 +3,14 @@
 //! under `target/` (or from `PLACELAB_CUDA_LIB_DIRS` when set).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use placelab::Error;
 use placelab::cuda::launch::{KERNELS, Param};
 use placelab::cuda::{libs, nvrtc};
+
+#[path = "support/venv.rs"]
+mod venv;
 
 const WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
 
@@ -41,40 +43,31 @@ fn wheel_lib_dir() -> PathBuf {
 }
 
 fn install_wheel() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join("target").join("nvrtc-venv");
-    // Written last, so a venv left half-made by an interrupted run is never trusted.
-    let complete = venv.join("placelab-install-complete");
-    let found = |venv: &Path| {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/nvrtc-venv");
+    let lib = || {
         std::fs::read_dir(venv.join("lib"))
             .ok()?
             .filter_map(|e| e.ok())
             .map(|e| e.path().join("site-packages/nvidia/cu13/lib"))
             .find(|p| p.join("libnvrtc.so.13").exists())
     };
-    if complete.exists()
-        && let Some(p) = found(&venv)
-    {
-        return p;
+    // The venv's marker records WHEEL, so a changed pin makes the venv again.
+    let mut made = venv::pinned_venv(&venv, WHEEL, &[WHEEL.as_ref()]);
+    if made.is_ok() && lib().is_none() {
+        // Marked complete, but the library is gone: make it again.
+        let _ = std::fs::remove_dir_all(&venv);
+        made = venv::pinned_venv(&venv, WHEEL, &[WHEEL.as_ref()]);
     }
-    let _ = std::fs::remove_dir_all(&venv);
-    let ok = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .is_ok_and(|s| s.success())
-        && Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "--disable-pip-version-check", WHEEL])
-            .status()
-            .is_ok_and(|s| s.success());
-    let lib = found(&venv).filter(|_| ok);
-    assert!(
-        lib.is_some(),
-        "could not install {WHEEL} into {} (needs python3 and PyPI, or NVRTC in PLACELAB_CUDA_LIB_DIRS)",
-        venv.display()
-    );
-    std::fs::write(&complete, WHEEL).expect("target/ is writable");
-    lib.unwrap()
+    match (made, lib()) {
+        (Ok(_), Some(lib)) => lib,
+        (made, _) => panic!(
+            "could not install {WHEEL} into {} (needs python3 and PyPI, or NVRTC in \
+             PLACELAB_CUDA_LIB_DIRS): {}",
+            venv.display(),
+            made.err()
+                .unwrap_or_else(|| "the wheel has no libnvrtc.so.13".into())
+        ),
+    }
 }
 
 #[test]

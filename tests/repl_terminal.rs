@@ -1,8 +1,8 @@
 //! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, a cell, a
-//! multi-line cell, Ctrl-C in a loop of tensor work (the cell stops, every variable stays),
-//! Ctrl-C on an endless loop (its process is ended after the grace period; the session survives
-//! and names what was lost), a magic, and Ctrl-D to leave. Python's `pty` module drives it (python3 is on every machine
-//! this project builds on).
+//! multi-line cell, Ctrl-C in a loop of tensor work (the cell stops, every variable stays with
+//! its values), Ctrl-C on an endless loop (its process is ended after the grace period; the
+//! session survives and names what was lost), a magic, and Ctrl-D to leave. Python's `pty`
+//! module drives it (python3 is on every machine this project builds on).
 
 use std::process::Command;
 
@@ -13,6 +13,8 @@ pid, fd = pty.fork()
 if pid == 0:
     os.environ["PLACELAB_CACHE"] = cache
     os.environ["PLACELAB_SIMULATE_CUDA"] = "1"
+    # The default, set so the developer's shell cannot change which cells an interrupt ends.
+    os.environ["PLACELAB_INTERRUPT_GRACE"] = "2"
     os.execv(exe, [exe])
 seen = b""
 # Output is searched from the last input or the last match on: text printed before (the banner
@@ -42,9 +44,13 @@ def send(s):
     mark = len(seen)
     os.write(fd, s.encode())
 t0 = time.time()
-wait_for(">> ", 10)
+# A bound only against a hang: a loaded 2-core machine may take seconds to start the binary.
+wait_for(">> ", 60)
 print("PROMPT_AFTER %.3f" % (time.time() - t0))
-send("let x = Tensor::ones([3], &Device::Cpu)?;\r")
+# Typed at once: the evaluator (seconds to start, rustc and rust-analyzer) is not ready yet,
+# and the REPL says so only when that is true.
+send("let x = tensor![1.5, -2.0, 4.25]?;\r")
+wait_for("(waiting for the Rust evaluator to finish starting…)", 30)
 wait_for("── cpu allocated 512 B (1 tensor)", 900)
 send("{\r")
 time.sleep(0.5)
@@ -55,13 +61,17 @@ wait_for("42", 120)
 # Ctrl-C in a loop of tensor work: the cell stops at its next op, and every variable stays.
 send("let mut w = Tensor::ones([1000], &Device::Cuda(0))?;\r")
 wait_for("this cell +4.00 KiB", 120)
-send("for _ in 0.. { w = (&w - &(&w * 0.01)?)?; }\r")
-time.sleep(4)
+# It prints once it runs ("spin" "ning", so the echoed input does not match).
+send('println!("spin{}", "ning"); for _ in 0.. { w = (&w - &(&w * 0.01)?)?; }\r')
+wait_for("spinning", 300)
+time.sleep(0.5)
 t0 = time.time()
 send("\x03")
 wait_for("interrupted by the user", 30)
 print("INTERRUPT_LATENCY %.3f" % (time.time() - t0))
 wait_for(">> ", 30)
+send("x.to_vec::<f32>()?\r")
+wait_for("[1.5, -2.0, 4.25]", 60)
 send("w.shape().to_vec()\r")
 wait_for("[1000]", 60)
 # Memory is back to what the variables hold: the loop's temporaries were dropped.
@@ -69,8 +79,9 @@ send(":mem\r")
 wait_for("cuda:0 (simulated)       4.00 KiB", 30)
 # A loop with no tensor op cannot stop itself: after the grace period its process is ended,
 # and the message names what was lost.
-send("loop {}\r")
-time.sleep(4)
+send('println!("spin{}", "ning"); loop {}\r')
+wait_for("spinning", 300)
+time.sleep(0.5)
 send("\x03")
 wait_for("every variable was lost (w, x)", 120)
 send("x\r")
@@ -110,25 +121,24 @@ fn a_person_at_the_terminal() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "the terminal session failed:\n{text}");
-    let prompt: f64 = text
+    // The prompt comes while evcxr starts in the background: the driver waited for the REPL's
+    // "(waiting for the Rust evaluator…)" after the first line, which is printed only when the
+    // evaluator is not ready. That order, not a time bound (a loaded 2-core machine can take
+    // seconds to show the prompt), is the test. "interrupted by the user" is the engine
+    // stopping the cell (a kill would say "did not stop"). The timings are for the record.
+    for l in text
         .lines()
-        .find_map(|l| l.strip_prefix("PROMPT_AFTER "))
-        .and_then(|s| s.parse().ok())
-        .unwrap();
-    assert!(
-        prompt < 5.0,
-        "the prompt appears at once, while evcxr starts in the background ({prompt} s)"
-    );
-    // "interrupted by the user" is the engine stopping the cell (a kill would say "did not
-    // stop"); the latency is printed for the record, not asserted (no timed tests).
-    if let Some(l) = text.lines().find(|l| l.starts_with("INTERRUPT_LATENCY ")) {
+        .filter(|l| l.starts_with("PROMPT_AFTER ") || l.starts_with("INTERRUPT_LATENCY "))
+    {
         println!("{l}");
     }
     for want in [
         "placelab 0.1.0 · devices: cpu",
         "cuda:0 (simulated)",
         "42",
+        "(waiting for the Rust evaluator to finish starting…)",
         "interrupted by the user",
+        "[1.5, -2.0, 4.25]",
         "the cell did not stop within 2.0 s of the interrupt",
         "The session restarted",
         "cannot find value `x`",

@@ -1,21 +1,25 @@
 //! Reading the cell process's stdout and stderr while cells run: plain lines stream to the
 //! front end's sink as they come; `Tensor::show()` cards and failed cells (marked by
-//! `placelab::cell_io`) are collected as the cell's outputs; sync lines tell the session that
-//! everything a cell wrote has been read.
+//! `placelab::cell_io`) are collected as the cell's outputs; `clear_output()` goes to the front
+//! end at once, in order with the lines; sync lines tell the session that everything a cell
+//! wrote has been read.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use evcxr::EvalContextOutputs;
 
-use super::session::{Output, Sink};
+use super::session::{ClearSink, Output, Sink};
 use crate::cell_io::{FAILED_BEGIN, FAILED_END, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
+use crate::show::CLEAR_OUTPUT;
 
 #[derive(Default)]
 struct State {
     outputs: Vec<Output>,
     synced: u64,
+    /// Where `clear_output()` goes; none in the REPL and scripts, which keep everything.
+    on_clear: Option<ClearSink>,
 }
 
 #[derive(Clone, Default)]
@@ -37,6 +41,7 @@ impl CellOutput {
                         card = None;
                     }
                     (_, Some(lines)) => lines.push(line),
+                    (l, None) if l.starts_with(CLEAR_OUTPUT) => out.clear(l.ends_with("wait")),
                     _ => sink_out(false, &line),
                 }
             }
@@ -80,6 +85,28 @@ impl CellOutput {
             .unwrap_or_else(|e| e.into_inner())
             .outputs
             .push(o);
+    }
+
+    pub fn on_clear(&self, clear: ClearSink) {
+        let (state, _) = &*self.0;
+        state.lock().unwrap_or_else(|e| e.into_inner()).on_clear = Some(clear);
+    }
+
+    /// A cell's `clear_output()`: the cards it showed before are dropped (they are sent only
+    /// when the cell ends, so they would be cleared too), and the front end is told now, after
+    /// the lines streamed before it.
+    fn clear(&self, wait: bool) {
+        let clear = {
+            let (state, _) = &*self.0;
+            let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+            if s.on_clear.is_some() {
+                s.outputs.retain(|o| !matches!(o, Output::Card { .. }));
+            }
+            s.on_clear.clone()
+        };
+        if let Some(clear) = clear {
+            clear(wait);
+        }
     }
 
     /// The cards and failures collected since the last call.

@@ -150,7 +150,11 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
                     break;
                 }
                 if let Some(h) = starter.take() {
-                    eprintln!("(waiting for the Rust evaluator to finish starting…)");
+                    // Only when it is so: tests/repl_terminal.rs reads it as proof that the
+                    // prompt took input before the evaluator was ready.
+                    if !h.is_finished() {
+                        eprintln!("(waiting for the Rust evaluator to finish starting…)");
+                    }
                     if let Ok(Err(e)) = h.join() {
                         eprintln!("error: {e}");
                         return 1;

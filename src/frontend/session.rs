@@ -121,6 +121,8 @@ impl Interrupter {
 
 /// Where streamed stdout/stderr lines of cells go while they run.
 pub type Sink = Arc<dyn Fn(bool, &str) + Send + Sync>;
+/// Where a running cell's `clear_output(wait)` goes.
+pub type ClearSink = Arc<dyn Fn(bool) + Send + Sync>;
 
 /// Paths and environment a session needs, prepared in `main` before any thread starts
 /// (`std::env::set_var` is not safe once threads run).
@@ -232,6 +234,12 @@ impl Session {
     pub fn warm_up(&mut self) {
         let code = "let warm_up = Tensor::randn([1], &Device::Cpu)?;\nwarm_up.";
         let _ = self.ctx.completions(code, code.len());
+    }
+
+    /// Sends the cells' `clear_output()` to `clear` (the kernel's iopub); without it (the REPL,
+    /// scripts) a clear takes nothing back.
+    pub fn on_clear_output(&self, clear: ClearSink) {
+        self.cell_output.on_clear(clear);
     }
 
     /// A handle that stops the running cell from another thread.

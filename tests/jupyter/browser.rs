@@ -1,14 +1,13 @@
 //! JupyterLab in headless Chromium on the placelab kernel: a notebook cell moves a tensor to
 //! a simulated cuda:0 and the rendered page shows the card (device, shape) and the memory
-//! strip's cuda:0 row. Opt-in (it installs JupyterLab and Chromium and takes minutes on a cold
-//! compile cache): `PLACELAB_BROWSER_TEST=1 cargo test --test jupyter browser`.
+//! strip's cuda:0 row. Ignored unless asked for (it installs JupyterLab and Chromium and takes
+//! minutes on a cold compile cache): `cargo test --test jupyter -- --ignored browser`, which
+//! cargo reports as run, never as passed when it did not run.
 //! The work is done by tests/browser/setup.sh and tests/browser/lab.mjs; see
 //! tests/browser/README.md. The screenshot is kept at target/browser-artefacts/notebook.png.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-const OPT_IN: &str = "PLACELAB_BROWSER_TEST";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -47,14 +46,8 @@ fn is_png(path: &Path) -> bool {
 }
 
 #[test]
+#[ignore = "installs JupyterLab and Chromium (minutes): cargo test --test jupyter -- --ignored browser"]
 fn jupyterlab_in_chromium_shows_the_card_and_memory_strip() {
-    if std::env::var(OPT_IN).as_deref() != Ok("1") {
-        println!(
-            "skipped: the browser test runs with {OPT_IN}=1 \
-             (`{OPT_IN}=1 cargo test --test jupyter browser`; see tests/browser/README.md)"
-        );
-        return;
-    }
     let _one_kernel = super::one_kernel_at_a_time();
     let node_ok = Command::new("node")
         .arg("--version")

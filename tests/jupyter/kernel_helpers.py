@@ -23,6 +23,9 @@ PLACELAB_BIN = os.environ.get("PLACELAB_BIN", "")
 FIRST_CELL_TIMEOUT = float(os.environ.get("PLACELAB_FIRST_CELL_TIMEOUT", "300"))
 CELL_TIMEOUT = 60.0
 READY_TIMEOUT = 60.0
+# How long an interrupted cell may run before the kernel ends its process: tests/jupyter.rs sets
+# it for every kernel (to the default), so a value in the developer's shell changes nothing.
+INTERRUPT_GRACE = float(os.environ.get("PLACELAB_INTERRUPT_GRACE", "2"))
 
 
 # ---------------------------------------------------------------------------------------------

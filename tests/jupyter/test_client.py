@@ -23,6 +23,7 @@ from jupyter_client.session import Session
 from kernel_helpers import (
     CELL_TIMEOUT,
     FIRST_CELL_TIMEOUT,
+    INTERRUPT_GRACE,
     collect,
     Cell,
     control_request,
@@ -133,6 +134,30 @@ class TestSharedKernel:
         assert len(cards) == 1, cell.describe()
         assert cards[0]["content"]["data"]["text/plain"].startswith("Tensor f32[3] · cpu · 12 B"), cell.describe()
         assert not cell.of_type("execute_result"), cell.describe()
+
+    def test_clear_output_goes_out_in_order(self):
+        code = (
+            'println!("before"); x.show();\nplacelab::show::clear_output(true);\n'
+            'println!("after"); x.narrow(0, 0, 2)?.show();'
+        )
+        cell = execute_ok(self.kc, code)
+        kinds = [m["msg_type"] for m in cell.outputs]
+        assert kinds.count("clear_output") == 1, cell.describe()
+        assert cell.of_type("clear_output")[0]["content"]["wait"] is True, cell.describe()
+        at = kinds.index("clear_output")
+
+        def text(ms):
+            return "".join(m["content"]["text"] for m in ms if m["msg_type"] == "stream")
+
+        # Streamed text on its side of the clear; of the cards only the one after it is sent.
+        assert text(cell.outputs[:at]) == "before\n" and text(cell.outputs[at:]) == "after\n", cell.describe()
+        cards = [
+            (i, m["content"]["data"]["text/plain"])
+            for i, m in enumerate(cell.outputs)
+            if "placelab-tensor" in m["content"].get("data", {}).get("text/html", "")
+        ]
+        assert len(cards) == 1 and cards[0][0] > at, cell.describe()
+        assert cards[0][1].startswith("Tensor f32[2] · cpu"), cell.describe()
 
     def test_compile_error_and_undefined_name(self):
         for code in ['let a: i32 = "s";', "undefined_name"]:
@@ -261,6 +286,8 @@ class TestSharedKernel:
         execute_ok(self.kc, ":del z")
 
     def test_magics(self):
+        # Its own transfer for `:transfers` to list, whatever ran before.
+        execute_ok(self.kc, "let magics_copy = Tensor::ones([4], &Device::Cpu)?.to(&Device::Cuda(0))?;")
         timings = {}
         expect = {
             ":help": ":mem",
@@ -398,12 +425,15 @@ class TestSharedKernel:
         assert reply["msg_type"] == "interrupt_reply" and reply["content"]["status"] == "ok", reply
         assert execute_ok(self.kc, "1 + 1").result() == "2"
 
-    def _interrupt(self, code: str, limit: float, name: str) -> Cell:
-        """Runs `code`, interrupts it once it prints `spinning`, and checks that the reply comes
-        within `limit` seconds, that the error tells the truth about the variables, and that
-        the kernel keeps serving."""
+    # Made before each interrupt; the loops read `kept_t`, so what the interrupt leaves of it
+    # is checked value by value.
+    KEPT = "let kept = 7;\nlet kept_t = tensor![1.5, -2.0, 4.25; &Device::Cuda(0)]?;"
+
+    def _interrupt(self, code: str, name: str) -> tuple[Cell, dict, float]:
+        """Defines `kept` and `kept_t`, runs `code`, interrupts it once it prints `spinning`;
+        returns the cell, its one `error` message and the seconds from interrupt to reply."""
         kc = self.kc
-        execute_ok(kc, "let kept = 7;")
+        execute_ok(kc, self.KEPT)
         drain(kc)
         cell = Cell(kc.execute(code), code)
         # Wait until it runs (its output is streamed while it runs), or give it 30 s to compile.
@@ -415,39 +445,53 @@ class TestSharedKernel:
                 continue
             if m["parent_header"].get("msg_id") == cell.msg_id:
                 cell.iopub.append(m)
-        streamed = "spinning" in cell.text()
+        assert "spinning" in cell.text(), "the cell's stdout did not arrive while it ran (30 s):\n" + cell.describe()
         time.sleep(0.5)
         t0 = time.monotonic()
         self.km.interrupt_kernel()
-        cell.reply = shell_request(kc, cell.msg_id, timeout=limit + 15)
+        # A hang detector, not a latency bound: a loaded 2-core CI machine restarting the cell
+        # process takes seconds; the latency is recorded in the summary.
+        cell.reply = shell_request(kc, cell.msg_id, timeout=60)
         took = time.monotonic() - t0
         record(f"interrupt → execute_reply ({name})", f"{took * 1e3:.0f} ms")
         collect(kc, [cell], 10)
-        assert streamed, "the cell's stdout did not arrive while it ran (30 s):\n" + cell.describe()
-        assert took < limit, f"the reply to the interrupted cell took {took:.2f} s (limit {limit} s)"
         assert cell.status == "error", cell.describe()
-        assert len(cell.of_type("error")) == 1, cell.describe()
+        errors = cell.of_type("error")
+        assert len(errors) == 1, cell.describe()
         assert self.km.is_alive()
-        # The message says whether earlier variables survived; it must be right.
-        message = cell.errors().lower()
-        after = execute(kc, "kept")
-        if "lost" in message:
-            assert after.status == "error", "the error says variables were lost, but `kept` is there:\n" + cell.describe()
-        else:
-            assert "kept" in message, "the error does not say what became of the variables:\n" + cell.describe()
-            assert after.status == "ok" and after.result() == "7", after.describe()
-        assert execute_ok(kc, "1 + 1").result() == "2"
-        execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;")
-        return cell
+        return cell, errors[0]["content"], took
 
     @pytest.mark.limit(120)
     def test_interrupt_a_tensor_loop(self):
-        self._interrupt('println!("spinning");\nloop { let _y = (&x + 1.0)?; }', 2.0, "tensor loop")
+        kc = self.kc
+        cell, error, _ = self._interrupt('println!("spinning");\nloop { let _y = (&kept_t + 1.0)?; }', "tensor loop")
+        # The engine stopped the cell at its next op (a kill would be `ProcessEnded`), and says
+        # that the variables survive; they do, with their values.
+        assert error["ename"] == "Interrupted", cell.describe()
+        assert cell.reply["content"]["ename"] == "Interrupted", cell.describe()
+        assert "variables defined before this cell are kept" in cell.errors().lower(), cell.describe()
+        assert execute_ok(kc, "kept").result() == "7"
+        values = execute_ok(kc, "kept_t.to_vec::<f32>()?")
+        assert values.result() == "[1.5, -2.0, 4.25]", values.describe()
+        assert execute_ok(kc, "1 + 1").result() == "2"
+        execute_ok(kc, ":del kept_t")
 
     @pytest.mark.limit(120)
     def test_interrupt_a_loop_without_tensor_operations(self):
-        # Nothing to stop at: the kernel waits its grace period (2 s), then ends the process.
-        self._interrupt('println!("spinning");\nloop { std::hint::black_box(0u64); }', 5.0, "plain loop")
+        kc = self.kc
+        # Nothing to stop at: the kernel waits its grace period, then ends the process.
+        cell, error, took = self._interrupt('println!("spinning");\nloop { std::hint::black_box(0u64); }', "plain loop")
+        assert error["ename"] == "ProcessEnded", cell.describe()
+        # The grace is a lower bound, which load cannot break: the cell was given its time.
+        assert took >= INTERRUPT_GRACE, f"the process was ended {took:.2f} s after the interrupt, within the grace"
+        message = cell.errors()
+        assert f"did not stop within {INTERRUPT_GRACE:.1f} s" in message, cell.describe()
+        lost = re.search(r"every variable was lost \(([^)]*)\)", message)
+        assert lost and {"kept", "kept_t"} <= set(lost.group(1).split(", ")), cell.describe()
+        for name in ["kept", "kept_t"]:
+            assert execute(kc, name).status == "error", f"`{name}` outlived its process"
+        assert execute_ok(kc, "1 + 1").result() == "2"
+        execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;")
 
     def test_a_cell_that_ends_its_process(self):
         cell = execute(self.kc, "std::process::exit(3);")

@@ -6,6 +6,8 @@ PLACELAB_KERNEL_NAME (tests/jupyter.rs installs it and sets JUPYTER_PATH).
 
 from __future__ import annotations
 
+import unittest
+
 import jupyter_kernel_test
 
 from kernel_helpers import FIRST_CELL_TIMEOUT, KERNEL_NAME, execute_ok
@@ -67,4 +69,12 @@ class PlacelabKernelTests(jupyter_kernel_test.KernelTests):
     # A glob over whole inputs, as IPython's history search: matches only `40 + 2`.
     code_history_pattern = "40 + *"
 
-    # code_clear_output: the kernel sends no clear_output (not part of its contract).
+    # IPython's `clear_output()`; test_client.py checks its order and what it takes back.
+    code_clear_output = "placelab::show::clear_output(false);"
+
+    def test_pager(self) -> None:
+        # The suite skips it when `code_page_something` is empty, with a reason that names no cause.
+        raise unittest.SkipTest(
+            "the kernel sends no `page` payloads: `:help` answers as cell output and documentation "
+            "comes through inspect_request (test_client.py tests both)"
+        )

@@ -30,7 +30,8 @@ def notebook_cells() -> list:
         nbformat.v4.new_code_cell("x"),
         nbformat.v4.new_code_cell("let y = x.to(&Device::Cuda(0))?;"),
         nbformat.v4.new_code_cell(":plot transfers"),
-        nbformat.v4.new_code_cell('println!("done");'),
+        # nbclient applies clear_output as a notebook does: only what came after it stays.
+        nbformat.v4.new_code_cell('println!("gone");\nx.show();\nplacelab::show::clear_output(false);\nprintln!("done");'),
     ]
 
 
@@ -61,7 +62,8 @@ def test_nbclient_runs_a_notebook(tmp_path):
     plots = [o for o in outs(3, "display_data") if "image/svg+xml" in o.data]
     assert plots, cells[3].outputs
     streams = outs(4, "stream")
-    assert streams and "done" in streams[0].text, cells[4].outputs
+    assert [o.text for o in streams] == ["done\n"], cells[4].outputs
+    assert not [o for o in outs(4, "display_data") if "placelab-tensor" in o.data.get("text/html", "")], cells[4].outputs
     for cell in cells:
         assert cell.execution_count is not None, cell
         assert "shell.execute_reply" in cell.metadata.get("execution", {}), cell.metadata

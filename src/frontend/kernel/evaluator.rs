@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::frontend::session::{CellReport, Interrupter, Output, Prepared, Session, Sink};
+use crate::frontend::session::{
+    CellReport, ClearSink, Interrupter, Output, Prepared, Session, Sink,
+};
 use crate::frontend::strip::{MemoryChange, escape};
 
 /// Work for the evaluator thread.
@@ -51,8 +53,9 @@ const LIVE_AFTER: Duration = Duration::from_secs(1);
 const LIVE_EVERY: Duration = Duration::from_millis(300);
 
 impl Evaluator {
-    /// Starts the thread; the session compiles the engine in it (seconds on a warm cache).
-    pub fn spawn(prepared: Prepared, sink: Sink) -> Evaluator {
+    /// Starts the thread; the session compiles the engine in it (seconds on a warm cache). The
+    /// cells' lines go to `sink` and their `clear_output()` to `clear` as they run.
+    pub fn spawn(prepared: Prepared, sink: Sink, clear: ClearSink) -> Evaluator {
         let (jobs, queue) = mpsc::channel::<Job>();
         let interrupter: Arc<Mutex<Option<Interrupter>>> = Arc::default();
         let published = interrupter.clone();
@@ -61,6 +64,7 @@ impl Evaluator {
             .spawn(move || {
                 let mut session = match Session::start(prepared, sink) {
                     Ok(s) => {
+                        s.on_clear_output(clear);
                         *published.lock().unwrap_or_else(|e| e.into_inner()) =
                             Some(s.interrupter());
                         Ok(s)

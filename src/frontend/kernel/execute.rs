@@ -3,6 +3,7 @@
 //! strip under it — live while a long cell runs — and the reply.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use jupyter_protocol::{
@@ -60,7 +61,7 @@ impl Shell {
         }
 
         self.streams.begin(message);
-        let strip = Strip::new(self.iopub.clone(), message, silent);
+        let strip = Strip::new(self.iopub.clone(), message, silent, self.streams.cleared());
         let report = self.run(&req.code, strip.live()).await;
         self.streams.flush().await;
         let error = report.outputs.iter().find_map(|o| match o {
@@ -256,16 +257,19 @@ struct Strip {
     silent: bool,
     /// Whether the live strip is already on the page (then the end updates it in place).
     shown: Arc<Mutex<bool>>,
+    /// Raised when the cell's `clear_output` took the strip off the page.
+    cleared: Arc<AtomicBool>,
 }
 
 impl Strip {
-    fn new(iopub: Iopub, parent: &JupyterMessage, silent: bool) -> Strip {
+    fn new(iopub: Iopub, parent: &JupyterMessage, silent: bool, cleared: Arc<AtomicBool>) -> Strip {
         Strip {
             iopub,
             parent: parent.clone(),
             display_id: format!("placelab-memory-{}", parent.header.msg_id),
             silent,
             shown: Arc::default(),
+            cleared,
         }
     }
 
@@ -288,6 +292,9 @@ impl Strip {
 
     fn show(&self, change: &MemoryChange, running: bool) {
         let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        if self.cleared.swap(false, Ordering::AcqRel) {
+            *shown = false;
+        }
         let transient = Transient {
             display_id: Some(self.display_id.clone()),
         };
@@ -318,6 +325,7 @@ impl Strip {
             display_id: self.display_id.clone(),
             silent: false,
             shown: self.shown.clone(),
+            cleared: self.cleared.clone(),
         };
         // Shown once the cell's memory moves: a cell still compiling has nothing to watch yet.
         Box::new(move |change| {

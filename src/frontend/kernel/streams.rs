@@ -1,14 +1,17 @@
 //! A cell's stdout and stderr, streamed to iopub while it runs: lines are gathered for up to
 //! `COALESCE` and sent as one `stream` message per name, as ipykernel does, so a loop that prints
-//! thousands of lines does not flood the client with thousands of messages.
+//! thousands of lines does not flood the client with thousands of messages. A cell's
+//! `clear_output()` goes out in order with them.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use jupyter_protocol::{JupyterMessage, StreamContent};
+use jupyter_protocol::{ClearOutput, JupyterMessage, StreamContent};
 use tokio::sync::{mpsc, oneshot};
 
 use super::Iopub;
-use crate::frontend::session::Sink;
+use crate::frontend::session::{ClearSink, Sink};
 
 const COALESCE: Duration = Duration::from_millis(50);
 
@@ -17,6 +20,8 @@ enum Event {
         is_err: bool,
         line: String,
     },
+    /// The cell called `clear_output(wait)`: sent after the lines before it.
+    Clear(bool),
     /// Output from now on belongs to this request.
     Begin(Box<JupyterMessage>),
     /// Send what is buffered now, then answer.
@@ -24,11 +29,17 @@ enum Event {
 }
 
 #[derive(Clone)]
-pub struct Streams(mpsc::UnboundedSender<Event>);
+pub struct Streams {
+    tx: mpsc::UnboundedSender<Event>,
+    /// Raised when a `clear_output` went out (see `cleared`).
+    cleared: Arc<AtomicBool>,
+}
 
 impl Streams {
     pub fn start(iopub: Iopub) -> Streams {
         let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+        let cleared = Arc::new(AtomicBool::new(false));
+        let raise = cleared.clone();
         tokio::spawn(async move {
             let mut parent: Option<JupyterMessage> = None;
             let (mut out, mut err) = (String::new(), String::new());
@@ -55,6 +66,13 @@ impl Streams {
                             send(&iopub, parent.as_ref(), &mut out, &mut err);
                         }
                     }
+                    Some(Event::Clear(wait)) => {
+                        send(&iopub, parent.as_ref(), &mut out, &mut err);
+                        if let Some(parent) = &parent {
+                            iopub.send(ClearOutput { wait }, parent);
+                            raise.store(true, Ordering::Release);
+                        }
+                    }
                     Some(Event::Begin(p)) => {
                         send(&iopub, parent.as_ref(), &mut out, &mut err);
                         parent = Some(*p);
@@ -66,12 +84,12 @@ impl Streams {
                 }
             }
         });
-        Streams(tx)
+        Streams { tx, cleared }
     }
 
     /// Where the session writes the cell process's lines.
     pub fn sink(&self) -> Sink {
-        let tx = self.0.clone();
+        let tx = self.tx.clone();
         std::sync::Arc::new(move |is_err, line| {
             let _ = tx.send(Event::Line {
                 is_err,
@@ -80,14 +98,28 @@ impl Streams {
         })
     }
 
+    /// Where the session sends a cell's `clear_output(wait)`.
+    pub fn clear_sink(&self) -> ClearSink {
+        let tx = self.tx.clone();
+        Arc::new(move |wait| {
+            let _ = tx.send(Event::Clear(wait));
+        })
+    }
+
+    /// Raised when a `clear_output` goes out, lowered by the memory strip: a strip shown before
+    /// the clear is gone from the page, so it is sent again rather than updated in place.
+    pub fn cleared(&self) -> Arc<AtomicBool> {
+        self.cleared.clone()
+    }
+
     pub fn begin(&self, parent: &JupyterMessage) {
-        let _ = self.0.send(Event::Begin(Box::new(parent.clone())));
+        let _ = self.tx.send(Event::Begin(Box::new(parent.clone())));
     }
 
     /// Waits until every line received so far has gone out.
     pub async fn flush(&self) {
         let (done, wait) = oneshot::channel();
-        if self.0.send(Event::Flush(done)).is_ok() {
+        if self.tx.send(Event::Flush(done)).is_ok() {
             let _ = wait.await;
         }
     }

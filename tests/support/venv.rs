@@ -1,0 +1,53 @@
+//! A Python venv under `target/` holding pinned packages: made on first use, and made again when
+//! the pins change, so a test never runs against packages other than those its file names.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// The venv at `dir` after `pip install <install>`, returning its python. `pins` is what the
+/// install stands for (a requirements file's text, a wheel's `name==version`): it is written to
+/// the venv's marker last, and a venv whose marker holds other pins (the pins changed) or none
+/// (left half-made by an interrupted run) is removed and made again.
+pub fn pinned_venv(dir: &Path, pins: &str, install: &[&OsStr]) -> Result<PathBuf, String> {
+    let marker = dir.join("placelab-install-complete");
+    let python = dir.join("bin/python");
+    if std::fs::read_to_string(&marker).is_ok_and(|m| m == pins) && python.exists() {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let started = Instant::now();
+    run(Command::new("python3").args(["-m", "venv"]).arg(dir))?;
+    run(Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(install))?;
+    std::fs::write(&marker, pins).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    eprintln!(
+        "made the venv {} in {:.1} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(python)
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
