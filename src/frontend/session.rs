@@ -82,6 +82,8 @@ struct RunningCell {
     cell: AtomicU64,
     /// Set when the grace period ran out and the process was killed.
     killed: AtomicBool,
+    /// Set when the interrupt came while the cell compiled, and the compiler was stopped.
+    compile_stopped: AtomicBool,
 }
 
 /// How long an interrupted cell may take to stop before its process is killed:
@@ -101,6 +103,18 @@ impl Interrupter {
         if pid <= 0 {
             return false;
         }
+        // While the cell compiles none of it runs yet: stop the compiler, and leave the cell's
+        // process (and every variable in it) alone. A kill after the grace would lose them all
+        // for a cell that never ran.
+        let compilers = compile_processes();
+        if !compilers.is_empty() {
+            self.running.compile_stopped.store(true, Ordering::Release);
+            for c in compilers {
+                // SAFETY: signalling a cargo or rustc process this process started.
+                unsafe { libc::kill(c, libc::SIGKILL) };
+            }
+            return true;
+        }
         let cell = self.running.cell.load(Ordering::Acquire);
         // SAFETY: signalling the cell's process, whose pid we recorded when the cell started.
         unsafe { libc::kill(pid, libc::SIGINT) };
@@ -117,6 +131,42 @@ impl Interrupter {
         });
         true
     }
+}
+
+/// The cargo and rustc processes descended from this one: evcxr compiling a cell. Read from
+/// `/proc` (`pid (comm) state ppid …` in each `stat`); empty where there is none.
+fn compile_processes() -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let procs: Vec<(i32, i32, String)> = entries
+        .filter_map(|e| {
+            let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (head, tail) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_string();
+            let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid, comm))
+        })
+        .collect();
+    let mut ours = vec![std::process::id() as i32];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (pid, ppid, _) in &procs {
+            if ours.contains(ppid) && !ours.contains(pid) {
+                ours.push(*pid);
+                grew = true;
+            }
+        }
+    }
+    procs
+        .into_iter()
+        .filter(|(pid, _, comm)| {
+            ours[1..].contains(pid) && matches!(comm.as_str(), "cargo" | "rustc")
+        })
+        .map(|(pid, ..)| pid)
+        .collect()
 }
 
 /// Where streamed stdout/stderr lines of cells go while they run.
@@ -374,9 +424,11 @@ impl Session {
         let running = &self.interrupter.running;
         running.cell.fetch_add(1, Ordering::AcqRel);
         running.killed.store(false, Ordering::Release);
+        running.compile_stopped.store(false, Ordering::Release);
         running.pid.store(pid, Ordering::Release);
         let result = self.ctx.execute(code);
         running.pid.store(0, Ordering::Release);
+        let compile_stopped = running.compile_stopped.swap(false, Ordering::AcqRel);
         // Wait until the cell's own streams are read to the end (its cards and failure are in).
         self.sync_token += 1;
         if self
@@ -402,6 +454,11 @@ impl Session {
                     });
                 }
             }
+            Err(_) if compile_stopped => report.outputs.push(Output::Error(
+                "interrupted by the user while the cell compiled: none of it ran. \
+                 Variables defined before this cell are kept."
+                    .into(),
+            )),
             Err(e) => report
                 .outputs
                 .push(Output::Error(self.describe_error(code, e, &variables))),

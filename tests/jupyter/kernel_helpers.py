@@ -96,6 +96,14 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def comm(pid: int) -> str:
+    """A process's command name (from /proc/PID/comm), or "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -25,6 +25,7 @@ from kernel_helpers import (
     FIRST_CELL_TIMEOUT,
     INTERRUPT_GRACE,
     collect,
+    comm,
     Cell,
     control_request,
     descendants,
@@ -492,6 +493,34 @@ class TestSharedKernel:
             assert execute(kc, name).status == "error", f"`{name}` outlived its process"
         assert execute_ok(kc, "1 + 1").result() == "2"
         execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;")
+
+    @pytest.mark.limit(120)
+    def test_interrupt_while_the_cell_compiles(self):
+        # Ctrl-C while a cell compiles stops the compiler: none of the cell runs, and the cell
+        # process keeps every variable, however long the compile had left (before, the kill
+        # after the grace ended the process, and lost them all, for a cell that never ran).
+        kc = self.kc
+        execute_ok(kc, self.KEPT)
+        drain(kc)
+        body = "\n".join(f"let _s{i} = {i}u64.wrapping_mul(3);" for i in range(1000))
+        code = 'println!("the cell ran");\n' + body
+        cell = Cell(kc.execute(code), code)
+        # Interrupt once rustc runs for it (seen in /proc, not guessed from a delay).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(comm(p) == "rustc" for p in descendants(kernel_pid(self.km))):
+            time.sleep(0.02)
+        self.km.interrupt_kernel()
+        cell.reply = shell_request(kc, cell.msg_id, timeout=60)
+        collect(kc, [cell], 10)
+        assert cell.reply["content"]["ename"] == "Interrupted", cell.describe()
+        assert "while the cell compiled: none of it ran" in cell.errors(), cell.describe()
+        assert "variables defined before this cell are kept" in cell.errors().lower(), cell.describe()
+        assert not any("the cell ran" in m["content"].get("text", "") for m in cell.of_type("stream")), cell.describe()
+        assert execute_ok(kc, "kept").result() == "7"
+        values = execute_ok(kc, "kept_t.to_vec::<f32>()?")
+        assert values.result() == "[1.5, -2.0, 4.25]", values.describe()
+        assert execute(kc, "_s1").status == "error", "a variable of the interrupted cell exists"
+        execute_ok(kc, ":del kept_t")
 
     def test_a_cell_that_ends_its_process(self):
         cell = execute(self.kc, "std::process::exit(3);")
