@@ -1,5 +1,5 @@
-//! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, a cell, a
-//! multi-line cell, Ctrl-C in a loop of tensor work (the cell stops, every variable stays with
+//! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, three lines
+//! typed at once before the evaluator is ready (all run, in order), a multi-line cell, Ctrl-C in a loop of tensor work (the cell stops, every variable stays with
 //! its values), Ctrl-C on an endless loop (its process is ended after the grace period; the
 //! session survives and names what was lost), a magic, and Ctrl-D to leave. Python's `pty`
 //! module drives it (python3 is on every machine this project builds on).
@@ -47,11 +47,12 @@ t0 = time.time()
 # A bound only against a hang: a loaded 2-core machine may take seconds to start the binary.
 wait_for(">> ", 60)
 print("PROMPT_AFTER %.3f" % (time.time() - t0))
-# Typed at once: the evaluator (seconds to start, rustc and rust-analyzer) is not ready yet,
-# and the REPL says so only when that is true.
-send("let x = tensor![1.5, -2.0, 4.25]?;\r")
+# Three lines typed at once: the evaluator (seconds to start, rustc and rust-analyzer) is not
+# ready yet, and the REPL says so only when that is true; every line runs, in order.
+send('let x = tensor![1.5, -2.0, 4.25]?;\rlet y = 2;\rprintln!("typed {}", y + 1);\r')
 wait_for("(waiting for the Rust evaluator to finish starting…)", 30)
 wait_for("── cpu allocated 512 B (1 tensor)", 900)
+wait_for("typed 3", 120)
 send("{\r")
 time.sleep(0.5)
 send("40 + 2\r")
@@ -83,7 +84,7 @@ send('println!("spin{}", "ning"); loop {}\r')
 wait_for("spinning", 300)
 time.sleep(0.5)
 send("\x03")
-wait_for("every variable was lost (w, x)", 120)
+wait_for("every variable was lost (w, x, y)", 120)
 send("x\r")
 wait_for("cannot find value `x`", 120)
 send(":mem\r")
