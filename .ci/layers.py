@@ -24,6 +24,7 @@ LAYERS = [
     # 0. leaves
     (0, "root", ["lib.rs"]),
     (0, "units", ["units.rs"]),
+    (0, "html", ["html.rs"]),
     (0, "dtype", ["dtype.rs"]),
     (0, "op", ["op.rs"]),
     # what named GPUs would take: a table and a model (names dtypes only)

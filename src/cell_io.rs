@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 pub const EVCXR_USER_ERROR: &str = "EVCXR_ERROR_OCCURRED";
 pub const EVCXR_PANIC: &str = "EVCXR_PANIC_NOTIFICATION";
 
-/// On stderr, around the text of a failed cell: `PLACELAB_CELL_FAILED error|panic`, the text,
-/// then `PLACELAB_CELL_FAILED_END`.
+/// On stderr, around the text of a failed cell: `PLACELAB_CELL_FAILED error|interrupted|panic`,
+/// the text, then `PLACELAB_CELL_FAILED_END`.
 pub const FAILED_BEGIN: &str = "PLACELAB_CELL_FAILED";
 pub const FAILED_END: &str = "PLACELAB_CELL_FAILED_END";
 /// On stderr: everything the cell wrote before this line has been passed on.
@@ -161,6 +161,9 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
             for line in take_lines(&mut out_buf) {
                 let text = String::from_utf8_lossy(&line);
                 let kind = match text.trim_end() {
+                    // An `Err` after Ctrl-C is the interrupt's (the flag stays up until the
+                    // next cell begins): the front end names it so without reading its text.
+                    EVCXR_USER_ERROR if crate::interrupt::is_requested() => Some("interrupted"),
                     EVCXR_USER_ERROR => Some("error"),
                     EVCXR_PANIC => Some("panic"),
                     _ => None,

@@ -16,6 +16,7 @@
 // (`tensor` and `autograd` use each other). `.ci/layers.py` checks it; ARCHITECTURE.md draws it.
 // 0. leaves
 pub mod dtype;
+pub(crate) mod html;
 pub mod op;
 pub mod units;
 // what named GPUs would take (a table and a model over it; predicted costs)

@@ -1,8 +1,9 @@
 //! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, three lines
-//! typed at once before the evaluator is ready (all run, in order), a multi-line cell, Ctrl-C in a loop of tensor work (the cell stops, every variable stays with
-//! its values), Ctrl-C on an endless loop (its process is ended after the grace period; the
-//! session survives and names what was lost), a magic, and Ctrl-D to leave. Python's `pty`
-//! module drives it (python3 is on every machine this project builds on).
+//! typed at once before the evaluator is ready (all run, in order), a multi-line cell, Ctrl-C
+//! in a loop of tensor work (the cell stops, every variable stays with its values), Ctrl-C on an
+//! endless loop (its process is ended after the grace period; the session survives and names
+//! what was lost), a magic, Tab completion, and Ctrl-D to leave. Python's `pty` module drives
+//! it (python3 is on every machine this project builds on).
 
 use std::process::Command;
 
@@ -90,6 +91,13 @@ wait_for("cannot find value `x`", 120)
 send(":mem\r")
 wait_for("device", 30)
 wait_for(">> ", 30)
+# Tab completes a name as the kernel does (`eye`, not the snippet `eye(n, opts)`).
+send("let e = Tensor::ey\t")
+time.sleep(2)
+send("(2, &Device::Cpu)?;\r")
+wait_for(">> ", 120)
+send("e.shape().to_vec()\r")
+wait_for("[2, 2]", 120)
 send("\x04")
 end = time.time() + 60
 while True:

@@ -11,6 +11,7 @@ pub use preview::preview;
 pub use crate::units::{human_bytes, human_duration, human_rate};
 
 use crate::device::StandIn;
+use crate::html::escape;
 use crate::{Device, Tensor};
 
 fn shape_text(t: &Tensor) -> String {
@@ -83,12 +84,6 @@ pub fn card_text(t: &Tensor, colour: bool) -> String {
     // Values first: reading them waits for a copy still landing, and the header then has its time.
     let values = preview(t, 0);
     format!("{}\n{values}", header(t, colour))
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 /// A device's HTML badge, as cards and memory strips show it: its colour (blue for the CPU,

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use evcxr::EvalContextOutputs;
 
-use super::session::{ClearSink, Output, Sink};
+use super::report::{ErrorKind, Output};
+use super::session::{ClearSink, Sink};
 use crate::cell_io::{FAILED_BEGIN, FAILED_END, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
 use crate::show::CLEAR_OUTPUT;
@@ -49,7 +50,7 @@ impl CellOutput {
         let err = shared.clone();
         std::thread::spawn(move || {
             let mut in_backtrace = false;
-            // The kind of failure being read (`error` or `panic`), and its lines so far.
+            // The kind of failure being read (`error`, `interrupted` or `panic`), and its lines.
             let mut failure: Option<(String, Vec<String>)> = None;
             for line in streams.stderr {
                 if let Some(token) = line.strip_prefix(SYNC) {
@@ -60,11 +61,17 @@ impl CellOutput {
                 } else if line.starts_with(FAILED_END) {
                     let (kind, lines) = failure.take().unwrap_or_default();
                     let text = lines.join("\n").trim().to_string();
-                    err.push(Output::Error(match (text.is_empty(), kind.as_str()) {
+                    let kind = match kind.as_str() {
+                        "panic" => ErrorKind::Panic,
+                        "interrupted" => ErrorKind::Interrupted,
+                        _ => ErrorKind::Error,
+                    };
+                    let text = match (text.is_empty(), kind) {
                         (false, _) => text,
-                        (true, "panic") => PANIC_LINE.to_string(),
+                        (true, ErrorKind::Panic) => PANIC_LINE.to_string(),
                         (true, _) => "the cell returned an error".to_string(),
-                    }));
+                    };
+                    err.push(Output::error(kind, text));
                 } else if let Some(kind) = line.strip_prefix(FAILED_BEGIN) {
                     failure = Some((kind.trim().to_string(), Vec::new()));
                 } else if let Some(shown) = filter_stderr(&line, &mut in_backtrace) {

@@ -9,7 +9,8 @@ use crate::transfer::clock_note;
 
 use super::plot::TransferAxis;
 use super::probe_client::{Reply, Request};
-use super::session::{CellReport, Output, Session};
+use super::report::{CellReport, ErrorKind, Output};
+use super::session::Session;
 
 type Handler = fn(&mut Session, &str) -> CellReport;
 
@@ -82,17 +83,22 @@ pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
     ),
 ];
 
+/// Whether a cell asks to leave: `:exit`, `:quit`, `:q`, or IPython's `exit` and `quit` (with
+/// or without `()`). Each shell says what leaving is: the REPL and a script end, the kernel asks
+/// its client (a console leaves, a notebook stays).
+pub fn is_exit(cell: &str) -> bool {
+    matches!(
+        cell.trim(),
+        "exit" | "quit" | "exit()" | "quit()" | ":exit" | ":quit" | ":q"
+    )
+}
+
 /// Runs `cell` if it is one of the session's commands.
 pub fn dispatch(s: &mut Session, cell: &str) -> Option<CellReport> {
     if !cell.starts_with(':') {
         return None;
     }
     let (name, args) = cell.split_once(char::is_whitespace).unwrap_or((cell, ""));
-    if name == ":quit" || name == ":q" {
-        return Some(CellReport::info(
-            "use Ctrl-D (or :exit) to leave the session",
-        ));
-    }
     MAGICS
         .iter()
         .find(|m| m.0 == name)
@@ -118,14 +124,17 @@ fn del(s: &mut Session, args: &str) -> CellReport {
     for name in names {
         let Some((_, ty)) = vars.iter().find(|(n, _)| n == name) else {
             let known: Vec<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
-            out.push(Output::Error(format!(
-                "no variable `{name}` in this session{}",
-                if known.is_empty() {
-                    String::new()
-                } else {
-                    format!("; defined: {}", known.join(", "))
-                }
-            )));
+            out.push(Output::error(
+                ErrorKind::Error,
+                format!(
+                    "no variable `{name}` in this session{}",
+                    if known.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; defined: {}", known.join(", "))
+                    }
+                ),
+            ));
             continue;
         };
         let before = s.snapshot();
@@ -221,7 +230,7 @@ fn html_table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String 
         let align = if i == 0 { "left" } else { "right" };
         format!(
             "<{tag} style=\"text-align:{align};padding:1px 10px\">{}</{tag}>",
-            super::strip::escape(text)
+            crate::html::escape(text)
         )
     };
     let head: String = head
@@ -500,6 +509,10 @@ fn help(_: &mut Session, _: &str) -> CellReport {
     lines.push(format!(
         "{:<30} {}",
         ":vars, :dep, :opt, …", "evcxr's commands"
+    ));
+    lines.push(format!(
+        "{:<30} {}",
+        ":exit, :quit, exit, quit", "leave (in a notebook: ask the client; a console leaves)"
     ));
     lines.push(format!(
         "{:<30} {}",

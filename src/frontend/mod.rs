@@ -4,6 +4,7 @@
 pub mod cell_check;
 pub mod cell_output;
 pub mod history;
+pub mod interrupter;
 pub mod kernel;
 pub mod magics;
 pub mod plot;
@@ -11,6 +12,7 @@ pub mod probe_client;
 pub mod progress;
 pub mod render;
 pub mod repl;
+pub mod report;
 pub mod script;
 pub mod session;
 pub mod setup;

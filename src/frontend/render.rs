@@ -1,6 +1,6 @@
 //! How a cell's report looks in a terminal (with colour) or a plain log.
 
-use super::session::{CellReport, Output};
+use super::report::{CellReport, Output};
 
 /// The report as text; `colour` adds ANSI colour (red errors, dim memory lines, coloured cards).
 pub fn render(report: &CellReport, colour: bool) -> String {
@@ -19,14 +19,8 @@ pub fn render(report: &CellReport, colour: bool) -> String {
             Output::Plot { path, .. } => {
                 out.push(format!("wrote {} (open it in a browser)", path.display()))
             }
-            Output::Error(e) => {
-                // Compile errors already start with `error[E…]`.
-                let body = e.replace('\n', "\n       ");
-                let text = if body.starts_with("error") {
-                    body
-                } else {
-                    format!("error: {body}")
-                };
+            Output::Error { kind, text } => {
+                let text = kind.headed(text, "       ");
                 out.push(if colour {
                     format!("\x1b[31m{text}\x1b[0m")
                 } else {

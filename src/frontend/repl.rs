@@ -13,8 +13,9 @@ use rustyline::validate::{ValidationContext, ValidationResult, Validator};
 use rustyline::{Context, Editor, Helper};
 
 use super::cell_check::{Completeness, check};
+use super::interrupter::Interrupter;
 use super::render::render;
-use super::session::{Interrupter, Session};
+use super::session::Session;
 
 type Shared = Arc<Mutex<Option<Session>>>;
 
@@ -61,19 +62,16 @@ impl Completer for CellHelper {
         let Some(s) = guard.as_mut() else {
             return Ok((pos, Vec::new()));
         };
-        match s.ctx.completions(line, pos) {
-            Ok(c) => Ok((
-                c.start_offset,
-                c.completions
-                    .into_iter()
-                    .map(|c| Pair {
-                        display: c.label,
-                        replacement: c.code,
-                    })
-                    .collect(),
-            )),
-            Err(_) => Ok((pos, Vec::new())),
-        }
+        // The same candidates as the kernel's: names, not snippets with parameter names.
+        let (start, _, names) = s.completions(line, pos);
+        let pairs = names
+            .into_iter()
+            .map(|n| Pair {
+                display: n.clone(),
+                replacement: n,
+            })
+            .collect();
+        Ok((start, pairs))
     }
 }
 
@@ -146,7 +144,7 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
                     continue;
                 }
                 let _ = editor.add_history_entry(line.as_str());
-                if matches!(line.trim(), ":exit" | ":quit" | ":q") {
+                if super::magics::is_exit(&line) {
                     break;
                 }
                 if let Some(h) = starter.take() {
@@ -167,25 +165,20 @@ pub fn run(banner: String, prepared: super::session::Prepared) -> i32 {
                 *interrupter.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(session.interrupter());
                 let started = std::time::Instant::now();
-                let report = session.execute_watched(
-                    &line,
-                    std::time::Duration::from_secs(1),
-                    std::time::Duration::from_millis(300),
-                    |change| {
-                        // A status line, rewritten in place while a long cell runs (on stdout:
-                        // stderr passes through a line-reading pipe, see `progress`).
-                        if colour {
-                            use std::io::Write;
-                            print!(
-                                "\r\x1b[K\x1b[2m── running {:.1} s · {}\x1b[0m",
-                                started.elapsed().as_secs_f64(),
-                                change.status_line()
-                            );
-                            let _ = std::io::stdout().flush();
-                        }
-                    },
-                );
-                if colour && report.duration >= std::time::Duration::from_secs(1) {
+                let report = session.execute_watched(&line, |change| {
+                    // A status line, rewritten in place while a long cell runs (on stdout:
+                    // stderr passes through a line-reading pipe, see `progress`).
+                    if colour {
+                        use std::io::Write;
+                        print!(
+                            "\r\x1b[K\x1b[2m── running {:.1} s · {}\x1b[0m",
+                            started.elapsed().as_secs_f64(),
+                            change.status_line()
+                        );
+                        let _ = std::io::stdout().flush();
+                    }
+                });
+                if colour && report.duration >= super::session::LIVE_AFTER {
                     print!("\r\x1b[K");
                 }
                 let shown = render(&report, colour);

@@ -35,6 +35,9 @@ pub fn run(session: &mut Session, text: &str) -> bool {
     let mut all_ok = true;
     for cell in cells(text) {
         println!(">> {}", cell.replace('\n', "\n.. "));
+        if super::magics::is_exit(&cell) {
+            break;
+        }
         let report = session.execute(&cell);
         all_ok &= report.ok();
         let shown = render(&report, false);

@@ -4,170 +4,22 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
 
 use super::cell_output::CellOutput;
+use super::interrupter::{Interrupter, interrupt_grace};
 use super::probe_client::{ProbeClient, Request, Snapshot};
+use super::report::{CellReport, ErrorKind, Output};
 use super::setup;
 use super::strip::MemoryChange;
 
-/// What a cell produced, in order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Output {
-    /// The value of the cell's last expression: plain text (and, for cards, colour and HTML).
-    Value {
-        plain: String,
-        ansi: Option<String>,
-        html: Option<String>,
-    },
-    /// A tensor card the cell printed with `Tensor::show()` (several per cell are fine).
-    Card {
-        plain: String,
-        ansi: String,
-        html: Option<String>,
-    },
-    /// A message from the session itself (a magic's answer).
-    Info(String),
-    /// A magic's answer that reads better as a table: text, and the same as HTML.
-    Table { plain: String, html: String },
-    /// A plot (`:plot`): the SVG, and the file it was also written to.
-    Plot { svg: String, path: PathBuf },
-    /// A compile error, an engine `Err`, a panic or a lost process.
-    Error(String),
-}
-
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct CellReport {
-    pub outputs: Vec<Output>,
-    /// Device memory around the cell, for the strip under it (none for most commands).
-    pub memory: Option<MemoryChange>,
-    pub duration: Duration,
-}
-
-impl CellReport {
-    pub fn info(text: impl Into<String>) -> CellReport {
-        CellReport {
-            outputs: vec![Output::Info(text.into())],
-            ..Default::default()
-        }
-    }
-    pub fn error(text: impl Into<String>) -> CellReport {
-        CellReport {
-            outputs: vec![Output::Error(text.into())],
-            ..Default::default()
-        }
-    }
-    pub fn ok(&self) -> bool {
-        !self.outputs.iter().any(|o| matches!(o, Output::Error(_)))
-    }
-}
-
-/// Stops the cell that is running, from any thread. It first *asks*: SIGINT makes the cell's
-/// engine ops return `Error::Interrupted`, so tensor work ends within an op and every variable of
-/// earlier cells survives. A cell still running after the grace period (a loop with no tensor op
-/// to stop at) has its process killed, and the session says which variables were lost.
-#[derive(Debug, Clone, Default)]
-pub struct Interrupter {
-    running: Arc<RunningCell>,
-}
-
-#[derive(Debug, Default)]
-struct RunningCell {
-    /// The cell process while a cell runs, else 0.
-    pid: AtomicI32,
-    /// Counts cells, so a late kill never hits the next one.
-    cell: AtomicU64,
-    /// Set when the grace period ran out and the process was killed.
-    killed: AtomicBool,
-    /// Set when the interrupt came while the cell compiled, and the compiler was stopped.
-    compile_stopped: AtomicBool,
-}
-
-/// How long an interrupted cell may take to stop before its process is killed:
-/// `PLACELAB_INTERRUPT_GRACE` seconds, 2 by default.
-pub fn interrupt_grace() -> Duration {
-    std::env::var("PLACELAB_INTERRUPT_GRACE")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map_or(Duration::from_secs(2), Duration::from_secs_f64)
-}
-
-impl Interrupter {
-    /// Returns whether a cell was running.
-    pub fn interrupt(&self) -> bool {
-        let pid = self.running.pid.load(Ordering::Acquire);
-        if pid <= 0 {
-            return false;
-        }
-        // While the cell compiles none of it runs yet: stop the compiler, and leave the cell's
-        // process (and every variable in it) alone. A kill after the grace would lose them all
-        // for a cell that never ran.
-        let compilers = compile_processes();
-        if !compilers.is_empty() {
-            self.running.compile_stopped.store(true, Ordering::Release);
-            for c in compilers {
-                // SAFETY: signalling a cargo or rustc process this process started.
-                unsafe { libc::kill(c, libc::SIGKILL) };
-            }
-            return true;
-        }
-        let cell = self.running.cell.load(Ordering::Acquire);
-        // SAFETY: signalling the cell's process, whose pid we recorded when the cell started.
-        unsafe { libc::kill(pid, libc::SIGINT) };
-        let running = self.running.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(interrupt_grace());
-            let same = running.pid.load(Ordering::Acquire) == pid
-                && running.cell.load(Ordering::Acquire) == cell;
-            if same {
-                running.killed.store(true, Ordering::Release);
-                // SAFETY: as above; the same cell is still running.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        });
-        true
-    }
-}
-
-/// The cargo and rustc processes descended from this one: evcxr compiling a cell. Read from
-/// `/proc` (`pid (comm) state ppid …` in each `stat`); empty where there is none.
-fn compile_processes() -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let procs: Vec<(i32, i32, String)> = entries
-        .filter_map(|e| {
-            let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let (head, tail) = stat.rsplit_once(')')?;
-            let comm = head.split_once('(')?.1.to_string();
-            let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
-            Some((pid, ppid, comm))
-        })
-        .collect();
-    let mut ours = vec![std::process::id() as i32];
-    let mut grew = true;
-    while grew {
-        grew = false;
-        for (pid, ppid, _) in &procs {
-            if ours.contains(ppid) && !ours.contains(pid) {
-                ours.push(*pid);
-                grew = true;
-            }
-        }
-    }
-    procs
-        .into_iter()
-        .filter(|(pid, _, comm)| {
-            ours[1..].contains(pid) && matches!(comm.as_str(), "cargo" | "rustc")
-        })
-        .map(|(pid, ..)| pid)
-        .collect()
-}
+/// A cell that runs past `LIVE_AFTER` has its memory shown every `LIVE_EVERY` (the REPL's status
+/// line, the kernel's live strip) until it ends.
+pub(super) const LIVE_AFTER: Duration = Duration::from_secs(1);
+const LIVE_EVERY: Duration = Duration::from_millis(300);
 
 /// Where streamed stdout/stderr lines of cells go while they run.
 pub type Sink = Arc<dyn Fn(bool, &str) + Send + Sync>;
@@ -324,14 +176,12 @@ impl Session {
         report
     }
 
-    /// Runs a cell like `execute`, calling `on_progress` with the memory so far about every
-    /// `every` while it runs longer than `after` (read from the cell process's side channel, so
+    /// Runs a cell like `execute`, calling `on_progress` with the memory so far every
+    /// `LIVE_EVERY` once it has run `LIVE_AFTER` (read from the cell process's side channel, so
     /// watching compiles nothing). The last call happens before this returns.
     pub fn execute_watched(
         &mut self,
         cell: &str,
-        after: Duration,
-        every: Duration,
         mut on_progress: impl FnMut(MemoryChange) + Send,
     ) -> CellReport {
         let probe = self.probe.clone();
@@ -340,7 +190,7 @@ impl Session {
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|scope| {
             scope.spawn(move || {
-                let mut wait = after;
+                let mut wait = LIVE_AFTER;
                 while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                     stopped.recv_timeout(wait)
                 {
@@ -350,7 +200,7 @@ impl Session {
                             after: now,
                         });
                     }
-                    wait = every;
+                    wait = LIVE_EVERY;
                 }
             });
             let report = self.execute(cell);
@@ -454,14 +304,15 @@ impl Session {
                     });
                 }
             }
-            Err(_) if compile_stopped => report.outputs.push(Output::Error(
+            Err(_) if compile_stopped => report.outputs.push(Output::error(
+                ErrorKind::Interrupted,
                 "interrupted by the user while the cell compiled: none of it ran. \
-                 Variables defined before this cell are kept."
-                    .into(),
+                 Variables defined before this cell are kept.",
             )),
-            Err(e) => report
-                .outputs
-                .push(Output::Error(self.describe_error(code, e, &variables))),
+            Err(e) => {
+                let (kind, text) = self.describe_error(code, e, &variables);
+                report.outputs.push(Output::error(kind, text));
+            }
         }
         let after = self.snapshot();
         self.last_seq = self.last_seq.max(after.last_seq);
@@ -470,8 +321,18 @@ impl Session {
         report
     }
 
-    fn describe_error(&mut self, code: &str, e: EvcxrError, variables: &[String]) -> String {
-        match e {
+    fn describe_error(
+        &mut self,
+        code: &str,
+        e: EvcxrError,
+        variables: &[String],
+    ) -> (ErrorKind, String) {
+        let kind = match &e {
+            EvcxrError::CompilationErrors(_) => ErrorKind::Compile,
+            EvcxrError::SubprocessTerminated(_) => ErrorKind::ProcessEnded,
+            _ => ErrorKind::Error,
+        };
+        let text = match e {
             EvcxrError::CompilationErrors(errors) => scrub_generated_names(
                 &errors
                     .iter()
@@ -513,7 +374,8 @@ impl Session {
                 )
             }
             EvcxrError::Message(m) => scrub_generated_names(&m),
-        }
+        };
+        (kind, text)
     }
 }
 

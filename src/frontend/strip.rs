@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::probe_client::{DeviceStats, Snapshot, TransferLine};
 use crate::display::{human_bytes, human_duration, human_rate};
+use crate::html::escape;
 
 /// Device memory before and after a cell (or, while it runs, after so far).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -218,12 +219,6 @@ fn free_text(d: &DeviceStats) -> Option<String> {
 
 pub fn label(d: &DeviceStats) -> String {
     crate::device::device_label(&d.name, d.stand_in)
-}
-
-pub fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

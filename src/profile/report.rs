@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::{MadeBlock, Phase, Profile};
 use crate::Device;
+use crate::html::escape;
 use crate::units::{human_bytes, human_duration};
 
 /// The ops of one name, in one phase, on one device.
@@ -376,10 +377,4 @@ fn truncate(s: &str, n: usize) -> String {
         let cut: String = s.chars().take(n - 1).collect();
         format!("{cut}…")
     }
-}
-
-pub(super) fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }

@@ -5,9 +5,9 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::report::escape;
 use super::{Phase, Profile};
 use crate::Device;
+use crate::html::escape;
 use crate::units::{human_bytes, human_duration};
 
 const WIDTH: f64 = 640.0;

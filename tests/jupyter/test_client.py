@@ -160,12 +160,23 @@ class TestSharedKernel:
         assert len(cards) == 1 and cards[0][0] > at, cell.describe()
         assert cards[0][1].startswith("Tensor f32[2] · cpu"), cell.describe()
 
-    def test_compile_error_and_undefined_name(self):
-        for code in ['let a: i32 = "s";', "undefined_name"]:
+    def test_errors_are_named_by_what_failed(self):
+        # The kind travels typed from where it is known, not guessed from the text: an error of
+        # the cell's own that starts with "error:" is not a compile error.
+        cases = [
+            ('let a: i32 = "s";', "CompileError", "error[E0308]"),
+            ("undefined_name", "CompileError", "error[E0425]"),
+            ("Tensor::ones([2], &Device::Cpu)?.matmul(&Tensor::ones([3, 4], &Device::Cpu)?)?", "Error", "shape mismatch in matmul"),
+            ('Err::<(), Box<dyn std::error::Error>>("error: made by the cell".into())?;', "Error", "error: made by the cell"),
+            ('panic!("boom");', "Panic", "boom"),
+        ]
+        for code, ename, evalue in cases:
             cell = execute(self.kc, code)
             assert cell.status == "error", cell.describe()
             assert [m["msg_type"] for m in cell.outputs] == ["error"], cell.describe()
-            assert cell.reply["content"].get("ename") is not None, cell.describe()
+            assert cell.reply["content"]["ename"] == ename, cell.describe()
+            assert cell.outputs[0]["content"]["ename"] == ename, cell.describe()
+            assert cell.reply["content"]["evalue"].startswith(evalue), cell.describe()
         # The session goes on.
         assert execute_ok(self.kc, "1 + 1").result() == "2"
 
@@ -183,7 +194,7 @@ class TestSharedKernel:
         execute_ok(self.kc, ":del s")
 
     def test_exit_and_quit_ask_the_front_end_to_exit(self):
-        for code in ["exit", "quit"]:
+        for code in ["exit", "quit", "exit()", ":exit", ":quit", ":q"]:
             cell = execute(self.kc, code)
             payload = cell.reply["content"].get("payload", [])
             assert any(p.get("source") == "ask_exit" for p in payload), cell.describe()

@@ -5,14 +5,14 @@
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use crate::frontend::session::{
-    CellReport, ClearSink, Interrupter, Output, Prepared, Session, Sink,
-};
-use crate::frontend::strip::{MemoryChange, escape};
+use crate::frontend::interrupter::Interrupter;
+use crate::frontend::report::{CellReport, Output};
+use crate::frontend::session::{ClearSink, Prepared, Session, Sink};
+use crate::frontend::strip::MemoryChange;
+use crate::html::escape;
 
 /// Work for the evaluator thread.
 pub enum Job {
@@ -47,10 +47,6 @@ pub struct Evaluator {
     jobs: mpsc::Sender<Job>,
     interrupter: Arc<Mutex<Option<Interrupter>>>,
 }
-
-/// While a cell runs past this, the memory strip is refreshed every `LIVE_EVERY`.
-const LIVE_AFTER: Duration = Duration::from_secs(1);
-const LIVE_EVERY: Duration = Duration::from_millis(300);
 
 impl Evaluator {
     /// Starts the thread; the session compiles the engine in it (seconds on a warm cache). The
@@ -134,7 +130,7 @@ fn run(session: &mut Result<Session, String>, job: Job) {
             progress,
             done,
         } => {
-            let report = s.execute_watched(&code, LIVE_AFTER, LIVE_EVERY, progress);
+            let report = s.execute_watched(&code, progress);
             let _ = done.send(report);
         }
         Job::Complete { code, pos, done } => {

@@ -17,7 +17,7 @@ use super::Iopub;
 use super::evaluator::Job;
 use super::replies::Shell;
 use super::send_reply;
-use crate::frontend::session::{CellReport, Output};
+use crate::frontend::report::{CellReport, ErrorKind, Output};
 use crate::frontend::strip::MemoryChange;
 
 impl Shell {
@@ -36,10 +36,7 @@ impl Shell {
             self.iopub.send(input, message);
         }
         // `exit` and `quit`, as in IPython: the client decides (a console leaves).
-        if matches!(
-            req.code.trim(),
-            "exit" | "quit" | "exit()" | "quit()" | ":exit" | ":quit"
-        ) {
+        if crate::frontend::magics::is_exit(&req.code) {
             let reply = ExecuteReply {
                 status: ReplyStatus::Ok,
                 execution_count: count,
@@ -64,10 +61,7 @@ impl Shell {
         let strip = Strip::new(self.iopub.clone(), message, silent, self.streams.cleared());
         let report = self.run(&req.code, strip.live()).await;
         self.streams.flush().await;
-        let error = report.outputs.iter().find_map(|o| match o {
-            Output::Error(e) => Some(e.clone()),
-            _ => None,
-        });
+        let error = report.error_text();
         if !silent {
             publish(&self.iopub, message, count, &report);
             // Under every cell that ran, what each device in use holds; under a failed cell only
@@ -97,7 +91,9 @@ impl Shell {
             execution_count: count,
             payload: Vec::new(),
             user_expressions: Some(user_expressions),
-            error: error.as_deref().map(|e| Box::new(reply_error(e))),
+            error: error
+                .as_ref()
+                .map(|(kind, text)| Box::new(reply_error(*kind, text))),
         };
         send_reply(&mut self.reply, reply.as_child_of(message)).await;
         error.is_some()
@@ -133,8 +129,8 @@ impl Shell {
                         metadata: Default::default(),
                     };
                 }
-                Output::Error(e) => {
-                    let r = reply_error(&e);
+                Output::Error { kind, text } => {
+                    let r = reply_error(kind, &text);
                     return ExpressionResult::Error {
                         ename: r.ename,
                         evalue: r.evalue,
@@ -163,7 +159,6 @@ fn result_text(report: &CellReport) -> Option<String> {
 /// `display_data`, the session's messages as stdout, and all its errors as one `error`.
 fn publish(iopub: &Iopub, parent: &JupyterMessage, count: ExecutionCount, report: &CellReport) {
     let display = |media: Vec<MediaType>| DisplayData::new(Media::new(media));
-    let mut errors = Vec::new();
     for o in &report.outputs {
         match o {
             Output::Value { plain, html, .. } => {
@@ -198,11 +193,11 @@ fn publish(iopub: &Iopub, parent: &JupyterMessage, count: ExecutionCount, report
                 parent,
             ),
             Output::Info(text) => iopub.send(StreamContent::stdout(&format!("{text}\n")), parent),
-            Output::Error(e) => errors.push(e.as_str()),
+            Output::Error { .. } => {}
         }
     }
-    if !errors.is_empty() {
-        let e = reply_error(&errors.join("\n"));
+    if let Some((kind, text)) = report.error_text() {
+        let e = reply_error(kind, &text);
         let error = ErrorOutput {
             ename: e.ename,
             evalue: e.evalue,
@@ -212,34 +207,16 @@ fn publish(iopub: &Iopub, parent: &JupyterMessage, count: ExecutionCount, report
     }
 }
 
-/// Names the kind of failure for `ename`; the first line is `evalue`, every line the traceback
-/// (what notebooks show, red).
-fn reply_error(text: &str) -> ReplyError {
-    let ename = if text.starts_with("error[") || text.starts_with("error:") {
-        "CompileError"
-    } else if text.starts_with("panic in the cell") {
-        "Panic"
-    } else if text.starts_with("interrupted by the user") {
-        "Interrupted"
-    } else if text.starts_with("the cell's process ended")
-        || text.starts_with("the cell did not stop")
-    {
-        "ProcessEnded"
-    } else {
-        "Error"
-    };
-    let body = if ename == "CompileError" {
-        text.to_string()
-    } else {
-        format!("error: {text}")
-    };
-    // A panic's value is its message, on the lines after "panic in the cell …:".
-    let evalue = match ename {
-        "Panic" => text.lines().skip(1).collect::<Vec<_>>().join("\n"),
+/// A cell's error as Jupyter wants it: `ename` its kind, `evalue` its first line (a panic's: its
+/// message, the lines after "panic in the cell …:"), the traceback every line (shown red).
+fn reply_error(kind: ErrorKind, text: &str) -> ReplyError {
+    let evalue = match kind {
+        ErrorKind::Panic => text.lines().skip(1).collect::<Vec<_>>().join("\n"),
         _ => text.lines().next().unwrap_or_default().to_string(),
     };
+    let body = kind.headed(text, "");
     ReplyError {
-        ename: ename.into(),
+        ename: kind.ename().into(),
         evalue,
         traceback: body
             .lines()
