@@ -2,8 +2,8 @@
 //! numbers, with views and ops written here as index arithmetic and f64 (or wrapping i64)
 //! loops. Nothing here calls the engine, so a stride or kernel bug cannot hit both sides.
 //!
-//! The dtype rules are PyTorch's (checked against torch 2.x on the CPU); where placelab
-//! deliberately differs, `DIFFERS_FROM_PYTORCH` names the op and why.
+//! The dtype rules are PyTorch's (checked against torch 2.15 on the CPU); where placelab
+//! deliberately differs, `ops.rs` says so at the op.
 
 use half::{bf16, f16};
 use placelab::DType;
