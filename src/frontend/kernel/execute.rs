@@ -61,9 +61,12 @@ impl Shell {
         let strip = Strip::new(self.iopub.clone(), message, silent, self.streams.cleared());
         let report = self.run(&req.code, strip.live()).await;
         self.streams.flush().await;
-        let error = report.error_text();
+        // One error for the iopub `error` message and the reply.
+        let error = report
+            .error_text()
+            .map(|(kind, text)| reply_error(kind, &text));
         if !silent {
-            publish(&self.iopub, message, count, &report);
+            publish(&self.iopub, message, count, &report, error.as_ref());
             // Under every cell that ran, what each device in use holds; under a failed cell only
             // if it changed something (its error is its output).
             let strip_change = report
@@ -91,12 +94,11 @@ impl Shell {
             execution_count: count,
             payload: Vec::new(),
             user_expressions: Some(user_expressions),
-            error: error
-                .as_ref()
-                .map(|(kind, text)| Box::new(reply_error(*kind, text))),
+            error: error.map(Box::new),
         };
+        let failed = reply.error.is_some();
         send_reply(&mut self.reply, reply.as_child_of(message)).await;
-        error.is_some()
+        failed
     }
 
     async fn run(&self, code: &str, progress: Box<dyn FnMut(MemoryChange) + Send>) -> CellReport {
@@ -156,8 +158,14 @@ fn result_text(report: &CellReport) -> Option<String> {
 }
 
 /// Sends a cell's outputs in order: its value as `execute_result`, cards, tables and plots as
-/// `display_data`, the session's messages as stdout, and all its errors as one `error`.
-fn publish(iopub: &Iopub, parent: &JupyterMessage, count: ExecutionCount, report: &CellReport) {
+/// `display_data`, the session's messages as stdout, and its errors as one `error` (`error`).
+fn publish(
+    iopub: &Iopub,
+    parent: &JupyterMessage,
+    count: ExecutionCount,
+    report: &CellReport,
+    error: Option<&ReplyError>,
+) {
     let display = |media: Vec<MediaType>| DisplayData::new(Media::new(media));
     for o in &report.outputs {
         match o {
@@ -196,12 +204,11 @@ fn publish(iopub: &Iopub, parent: &JupyterMessage, count: ExecutionCount, report
             Output::Error { .. } => {}
         }
     }
-    if let Some((kind, text)) = report.error_text() {
-        let e = reply_error(kind, &text);
+    if let Some(e) = error {
         let error = ErrorOutput {
-            ename: e.ename,
-            evalue: e.evalue,
-            traceback: e.traceback,
+            ename: e.ename.clone(),
+            evalue: e.evalue.clone(),
+            traceback: e.traceback.clone(),
         };
         iopub.send(error, parent);
     }
