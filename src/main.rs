@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use placelab::frontend::kernel::{self, install::Place};
-use placelab::frontend::{devices_banner, repl, script, session, setup};
+use placelab::frontend::{devices_banner, prebuild, repl, script, session, setup};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +48,16 @@ enum Command {
         /// KEY=VALUE set for the kernel (e.g. PLACELAB_SIMULATE_CUDA=2); repeatable
         #[arg(long, value_parser = parse_env)]
         env: Vec<(String, String)>,
+    },
+    /// Compile the engine once, into the directory every session links to (a class: one build
+    /// for all learners, with --shared)
+    Prebuild {
+        /// Where (default: $PLACELAB_ENGINE, else ~/.cache/placelab/engine). Kernels find it
+        /// through PLACELAB_ENGINE=DIR, e.g. `install-kernel --env PLACELAB_ENGINE=DIR`
+        dir: Option<PathBuf>,
+        /// For other users: readable by all, writable by none; sessions never replace it
+        #[arg(long)]
+        shared: bool,
     },
     /// Remove an installed kernelspec
     UninstallKernel {
@@ -122,6 +132,17 @@ fn main() {
                 println!(
                     "installed the {name:?} kernel in {}\nopen a notebook with `jupyter lab` and pick \"{display_name}\"",
                     dir.display()
+                );
+                0
+            }
+            Err(e) => fail(&e),
+        },
+        Command::Prebuild { dir, shared } => match prebuild::run(dir, shared) {
+            Ok(dir) => {
+                println!(
+                    "the engine is built in {0}{1}\nsessions use it with PLACELAB_ENGINE={0}",
+                    dir.display(),
+                    if shared { ", shared read-only" } else { "" }
                 );
                 0
             }

@@ -102,62 +102,145 @@ fn first_steps_through_the_session() {
     );
 }
 
-/// A second session started while the first stays open (a second notebook) gets its own compile
-/// directory, seeded from the warm one: it reaches its first result without rebuilding the engine.
+/// A class on one machine: an admin prebuilds the engine once, read-only (`prebuild --shared`);
+/// every learner's session links to it. A second session beside an open one (a second notebook)
+/// and another learner's session both reach their first result without compiling the engine,
+/// each holding a few megabytes of its own; a session's directory goes when it ends, and one
+/// left by a killed session goes at the next start.
 #[test]
-fn a_second_session_beside_an_open_one_starts_warm() {
+fn learners_share_one_prebuilt_engine() {
     use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
     let _one = one_session_at_a_time();
-    let cache = std::path::Path::new(CACHE);
-    // The engine is built in some slot (a warm machine)…
+    // This machine's engine, built (and published) by a session of the shared test cache…
     let (out, ok) = run_script("one_cell.plrs");
     assert!(ok, "{out}");
-    // …and every other slot is gone, so the next session claims a fresh one.
-    let sessions = cache.join("sessions");
-    for e in std::fs::read_dir(&sessions).unwrap().flatten() {
-        if e.file_name() != "session-0" {
-            std::fs::remove_dir_all(e.path()).unwrap();
-        }
+    // …copied, so that the admin's prebuild finds it fresh and does not take minutes here.
+    let class = std::path::Path::new(CACHE).with_file_name("placelab-class-test");
+    if class.exists() {
+        let made_writable = Command::new("chmod")
+            .args(["-R", "u+w"])
+            .arg(&class)
+            .status();
+        assert!(made_writable.unwrap().success());
+        std::fs::remove_dir_all(&class).unwrap();
     }
-    // The first session holds slot 0 for as long as it runs (the REPL, waiting for input).
-    let mut first = Command::new(env!("CARGO_BIN_EXE_placelab"))
-        .env("PLACELAB_CACHE", CACHE)
-        .env("PLACELAB_SIMULATE_CUDA", "1")
+    std::fs::create_dir_all(&class).unwrap();
+    let engine = class.join("engine");
+    let copied = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(std::path::Path::new(CACHE).join("engine"))
+        .arg(&engine)
+        .status();
+    assert!(copied.unwrap().success());
+
+    let placelab = |cache: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_placelab"));
+        c.env("PLACELAB_CACHE", class.join(cache))
+            .env("PLACELAB_ENGINE", &engine)
+            .env("PLACELAB_SIMULATE_CUDA", "1");
+        c
+    };
+    let out = placelab("admin")
+        .args(["prebuild", "--shared"])
+        .arg(&engine)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("shared read-only"), "{said}");
+    assert!(!said.contains("compiling"), "the engine was fresh:\n{said}");
+    let deps = std::fs::read_dir(engine.join("work/target"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("debug/deps"))
+        .find(|d| d.is_dir())
+        .expect("the engine's deps");
+    let artefact = std::fs::read_dir(&deps)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("libplacelab-"))
+        .expect("the engine library")
+        .path();
+    let mode = std::fs::metadata(&artefact).unwrap().permissions().mode();
+    assert_eq!(mode & 0o222, 0, "a shared engine is writable by none");
+    let built_at = std::fs::metadata(&artefact).unwrap().modified().unwrap();
+
+    // Learner A's first notebook holds slot 0 for as long as it runs.
+    let mut first = placelab("learner-a")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("the REPL starts");
-    let lock = std::fs::File::open(sessions.join("session-0/.lock")).unwrap();
+    let slot0 = class.join("learner-a/sessions/session-0");
     let claimed = (0..200).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(50));
-        // SAFETY: a non-blocking flock probe on a file we opened.
-        let free = unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&lock),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } == 0;
-        if free {
-            // SAFETY: releasing the probe's lock at once.
-            unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_UN) };
-        }
-        !free
+        slot0.join("work/target").exists()
     });
-    assert!(claimed, "the first session claims session-0");
-    let (out, ok) = run_script("one_cell.plrs");
-    let _ = first.stdin.take().map(|mut i| i.write_all(b":exit\n"));
+    assert!(
+        claimed,
+        "the first session claims session-0 and links the engine"
+    );
+    let script = format!("{}/tests/scripts/learner.plrs", env!("CARGO_MANIFEST_DIR"));
+    let learn = |cache: &str| {
+        let out = placelab(cache)
+            .args(["run-script", &script])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        expect(&text, &["[1000]"]);
+        assert!(
+            !text.contains("compiling"),
+            "a learner's session compiled the engine:\n{text}"
+        );
+        let own_kib: u64 = text
+            .rsplit("own disk: ")
+            .next()
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the script reports its disk use:\n{text}"));
+        assert!(
+            own_kib < 50 * 1024,
+            "a session holds {own_kib} KiB of its own:\n{text}"
+        );
+        text
+    };
+    // A's second notebook, beside the first, and learner B.
+    learn("learner-a");
+    learn("learner-b");
+    for ended in [
+        "learner-a/sessions/session-1",
+        "learner-b/sessions/session-0",
+    ] {
+        assert!(
+            !class.join(ended).join("work").exists(),
+            "{ended} was not removed when it ended"
+        );
+    }
+    // A's first session is killed (out of memory, culled): its directory stays until the next start.
+    first.kill().unwrap();
     let _ = first.wait();
-    assert!(ok, "{out}");
-    expect(&out, &["Tensor f32[3] · cpu · 12 B"]);
+    assert!(slot0.join("work").exists());
+    let _ = first.stdin.take().map(|mut i| i.write_all(b""));
+    learn("learner-a");
     assert!(
-        !out.contains("compiling placelab") && !out.contains("compiling gemm"),
-        "the second session rebuilt the engine instead of starting from the warm build:\n{out}"
+        !slot0.join("work").exists(),
+        "the killed session's directory was swept"
     );
-    assert!(
-        sessions.join("session-1/work/target").exists(),
-        "the second session ran in a slot of its own"
+    assert_eq!(
+        std::fs::metadata(&artefact).unwrap().modified().unwrap(),
+        built_at,
+        "no session changed the shared engine"
     );
+    let _ = Command::new("chmod")
+        .args(["-R", "u+w"])
+        .arg(&class)
+        .status();
+    let _ = std::fs::remove_dir_all(&class);
 }
 
 /// `:simulate cuda 2 --emulate` in a session: the cells run the CUDA backend and the real

@@ -3,11 +3,13 @@
 
 pub mod cell_check;
 pub mod cell_output;
+pub mod engine;
 pub mod history;
 pub mod interrupter;
 pub mod kernel;
 pub mod magics;
 pub mod plot;
+pub mod prebuild;
 pub mod probe_client;
 pub mod progress;
 pub mod render;

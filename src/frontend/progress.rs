@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
-/// Runs `f` with stderr shown as a progress display; returns what `f` returned.
-pub fn while_compiling<R>(cache: &Path, f: impl FnOnce() -> R) -> R {
+/// Runs `f` with stderr shown as a progress display; returns what `f` returned and how many
+/// crates of the engine (crates other than the cell's) cargo compiled meanwhile.
+pub fn while_compiling<R>(cache: &Path, f: impl FnOnce() -> R) -> (R, usize) {
     let count_file = cache.join("engine-crates.txt");
     // The number of crates the last cold start compiled (28 on this project today).
     let total: usize = std::fs::read_to_string(&count_file)
@@ -29,7 +30,8 @@ pub fn while_compiling<R>(cache: &Path, f: impl FnOnce() -> R) -> R {
     // SAFETY: plain POSIX calls on descriptors this function owns.
     let saved = unsafe { libc::dup(2) };
     if saved < 0 || unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return f();
+        // No pipe, so no count: as if the engine had been compiled, which only republishes it.
+        return (f(), usize::MAX);
     }
     unsafe { libc::dup2(fds[1], 2) };
     unsafe { libc::close(fds[1]) };
@@ -60,7 +62,11 @@ pub fn while_compiling<R>(cache: &Path, f: impl FnOnce() -> R) -> R {
                 bar
             });
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let compiling = line.trim_start().strip_prefix("Compiling ");
+                // The cell's own crate (`ctx`) is not the engine.
+                let compiling = line
+                    .trim_start()
+                    .strip_prefix("Compiling ")
+                    .filter(|name| !name.starts_with("ctx "));
                 match (compiling, &bar) {
                     (Some(name), _) if !finished.load(Ordering::Relaxed) => {
                         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
@@ -108,7 +114,7 @@ pub fn while_compiling<R>(cache: &Path, f: impl FnOnce() -> R) -> R {
             let _ = std::fs::write(&count_file, n.to_string());
         }
     }
-    result
+    (result, n)
 }
 
 /// The process's real stderr (saved before stderr was routed through the pipe), as indicatif's

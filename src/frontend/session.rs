@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
 
 use super::cell_output::CellOutput;
+use super::engine;
 use super::interrupter::{Interrupter, interrupt_grace};
 use super::probe_client::{ProbeClient, Request, Snapshot};
 use super::report::{CellReport, ErrorKind, Output};
@@ -31,7 +32,17 @@ pub type ClearSink = Arc<dyn Fn(bool) + Send + Sync>;
 pub struct Prepared {
     pub workdir: PathBuf,
     pub probe: PathBuf,
+    /// The shared engine build the compile directory links to, or will publish to.
+    engine: PathBuf,
     _lock: std::fs::File,
+}
+
+impl Drop for Prepared {
+    /// A session's compile directory holds only its cells: it goes when the session ends (one
+    /// that dies is swept by the next start). The lock is still held here.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.workdir);
+    }
 }
 
 /// Claims a compile directory and sets evcxr's environment. Call before starting threads.
@@ -44,7 +55,8 @@ pub fn prepare() -> Result<Prepared, String> {
         )
     })?;
     setup::remove_stale_probes(&root);
-    let (workdir, lock) = setup::claim_compile_dir(&root.join("sessions"))
+    let engine = engine::dir();
+    let (workdir, lock) = setup::claim_compile_dir(&root.join("sessions"), &engine)
         .map_err(|e| format!("cannot claim a compile directory: {e}"))?;
     std::fs::create_dir_all(&workdir).map_err(|e| e.to_string())?;
     let probe = root.join(format!("probe-{}.sock", std::process::id()));
@@ -53,10 +65,16 @@ pub fn prepare() -> Result<Prepared, String> {
         std::env::set_var("EVCXR_CONFIG_DIR", &config);
         std::env::set_var("EVCXR_TMPDIR", &workdir);
         std::env::set_var(crate::probe::ENV, &probe);
+        if std::env::var_os("RUST_SRC_PATH").is_none()
+            && let Some(sources) = engine::library_sources(&engine)
+        {
+            std::env::set_var("RUST_SRC_PATH", sources);
+        }
     }
     Ok(Prepared {
         workdir,
         probe,
+        engine,
         _lock: lock,
     })
 }
@@ -114,9 +132,35 @@ impl Session {
         };
         let cache = setup::cache_dir();
         let preload = preload_code() + &s.cell_process_setup();
-        super::progress::while_compiling(&cache, || s.ctx.execute(&preload))
+        let (loaded, compiled) =
+            super::progress::while_compiling(&cache, || s.ctx.execute(&preload));
+        loaded
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
+        s.keep_engine_build(compiled);
         Ok(s)
+    }
+
+    /// After a start that compiled engine crates (there was no engine build, or it was out of
+    /// date): this session's build becomes the engine the next sessions link to. A shared
+    /// engine is an admin's to rebuild: it is left as it is, and the admin is told.
+    fn keep_engine_build(&self, compiled: usize) {
+        let engine = &self.prepared.engine;
+        if compiled == 0 && engine::is_built(engine) {
+            return;
+        }
+        if engine::is_shared(engine) {
+            eprintln!(
+                "placelab: the shared engine in {0} is out of date for this placelab, so this \
+                 session compiled {compiled} crates of its own. Run `placelab prebuild --shared {0}` \
+                 again.",
+                engine.display()
+            );
+        } else if let Err(e) = engine::publish(&self.prepared.workdir, engine) {
+            eprintln!(
+                "placelab: could not keep the engine build in {} for later sessions: {e}",
+                engine.display()
+            );
+        }
     }
 
     /// What a new cell process runs first: the side channel, and the value format `:fmt` set.

@@ -39,6 +39,9 @@ fn wrap_rustc() {
     let is_cell = args
         .windows(2)
         .any(|w| w[0] == "--crate-name" && w[1] == "ctx");
+    if !is_cell {
+        super::engine::unlink_shared_outputs(&args);
+    }
     if core_rmeta.is_none() && !is_cell {
         return;
     }
@@ -59,13 +62,17 @@ fn wrap_rustc() {
 
 pub use crate::cache_dir;
 
-/// A compile directory no other live session uses, kept between runs so that the engine and its
-/// dependencies are built once. Holding the returned file locks the slot. A slot never used
-/// before is seeded with a copy of the warmest other slot's build, so a second session (a second
-/// notebook) starts in seconds instead of rebuilding the engine.
-pub fn claim_compile_dir(root: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+/// A compile directory no other live session uses; holding the returned file locks its slot.
+/// The directory is new: on the way, the directories of sessions that ended or died (their slot
+/// is no longer locked) are removed. It links to the shared engine's build when there is one
+/// (`engine::link`), so a session never compiles the engine another has built.
+pub fn claim_compile_dir(root: &Path, engine: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let mut claimed = None;
     for slot in 0..64 {
         let dir = root.join(format!("session-{slot}"));
+        if claimed.is_some() && !dir.exists() {
+            break;
+        }
         std::fs::create_dir_all(&dir)?;
         let lock = std::fs::OpenOptions::new()
             .create(true)
@@ -73,59 +80,30 @@ pub fn claim_compile_dir(root: &Path) -> std::io::Result<(PathBuf, std::fs::File
             .write(true)
             .open(dir.join(".lock"))?;
         // SAFETY: flock on a file descriptor we own.
-        if unsafe {
+        let free = unsafe {
             libc::flock(
                 std::os::fd::AsRawFd::as_raw_fd(&lock),
                 libc::LOCK_EX | libc::LOCK_NB,
             )
-        } == 0
-        {
-            let work = dir.join("work");
-            if !work.join("target").exists()
-                && let Some(donor) = warmest_build(root, &dir)
-            {
-                seed(&donor, &work);
+        } == 0;
+        if !free {
+            continue;
+        }
+        // Left by a session that ended or died. The lock file itself stays: removing it could
+        // let two sessions lock two different files for one slot.
+        let work = dir.join("work");
+        if work.exists() {
+            std::fs::remove_dir_all(&work)?;
+        }
+        if claimed.is_none() {
+            // A failed link leaves a session that builds the engine itself, as on a first start.
+            if super::engine::link(engine, &work).is_err() {
+                let _ = std::fs::remove_dir_all(&work);
             }
-            return Ok((work, lock));
+            claimed = Some((work, lock));
         }
     }
-    Err(std::io::Error::other(
-        "all 64 placelab session directories are in use",
-    ))
-}
-
-/// The `work` folder of the slot (other than `except`) whose build was used last.
-fn warmest_build(root: &Path, except: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(root)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p != except)
-        .map(|p| p.join("work"))
-        .filter_map(|w| {
-            let used = std::fs::metadata(w.join("target")).ok()?.modified().ok()?;
-            Some((used, w))
-        })
-        .max_by_key(|(used, _)| *used)
-        .map(|(_, w)| w)
-}
-
-/// Copies a warm build (its `target` and `Cargo.lock`) into a new slot; cargo then finds the
-/// engine fresh. A copy that fails is removed: the session then builds from scratch, as before.
-fn seed(donor: &Path, work: &Path) {
-    if std::fs::create_dir_all(work).is_err() {
-        return;
-    }
-    let _ = std::fs::copy(donor.join("Cargo.lock"), work.join("Cargo.lock"));
-    let copied = std::process::Command::new("cp")
-        .args(["-a", "--reflink=auto"])
-        .arg(donor.join("target"))
-        .arg(work.join("target"))
-        .status()
-        .is_ok_and(|s| s.success());
-    if !copied {
-        let _ = std::fs::remove_dir_all(work.join("target"));
-    }
+    claimed.ok_or_else(|| std::io::Error::other("all 64 placelab session directories are in use"))
 }
 
 /// Removes the side-channel sockets of sessions whose process is gone.
