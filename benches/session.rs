@@ -29,7 +29,7 @@ fn ms(d: Duration) -> String {
 fn main() {
     // This binary is also evcxr's cell runner and rustc wrapper.
     setup::hooks();
-    let prepared = session::prepare().expect("a compile directory");
+    let prepared = session::prepare("bench").expect("a compile directory");
     let quiet: session::Sink = Arc::new(|_, _| {});
     let t = Instant::now();
     let mut s = session::Session::start(prepared, quiet.clone()).expect("the session starts");

@@ -103,7 +103,7 @@ fn main() {
     setup::hooks();
     let cli = Cli::parse();
     let code = match cli.command.unwrap_or(Command::Repl) {
-        Command::Repl => match session::prepare() {
+        Command::Repl => match session::prepare("repl") {
             Ok(p) => repl::run(devices_banner(true), p),
             Err(e) => fail(&e),
         },
@@ -116,7 +116,7 @@ fn main() {
             // Read the connection file before anything starts: a bad one fails at once.
             match kernel::read_connection_file(&connection_file) {
                 Err(e) => fail(&e),
-                Ok(info) => match session::prepare() {
+                Ok(info) => match session::prepare(&connection_file.to_string_lossy()) {
                     Err(e) => fail(&e),
                     Ok(p) => kernel::run(info, p),
                 },
@@ -166,7 +166,7 @@ fn run_script(file: &std::path::Path) -> i32 {
         Ok(t) => t,
         Err(e) => return fail(&format!("cannot read {}: {e}", file.display())),
     };
-    let prepared = match session::prepare() {
+    let prepared = match session::prepare(&format!("script {}", file.display())) {
         Ok(p) => p,
         Err(e) => return fail(&e),
     };

@@ -18,6 +18,7 @@ pub mod report;
 pub mod script;
 pub mod session;
 pub mod setup;
+pub mod slots;
 pub mod strip;
 
 use crate::{Device, cuda, display::human_bytes, memory};

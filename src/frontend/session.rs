@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
 
 use super::cell_output::CellOutput;
-use super::engine;
 use super::interrupter::{Interrupter, interrupt_grace};
 use super::probe_client::{ProbeClient, Request, Snapshot};
 use super::report::{CellReport, ErrorKind, Output};
 use super::setup;
 use super::strip::MemoryChange;
+use super::{engine, slots};
 
 /// A cell that runs past `LIVE_AFTER` has its memory shown every `LIVE_EVERY` (the REPL's status
 /// line, the kernel's live strip) until it ends.
@@ -34,6 +34,9 @@ pub struct Prepared {
     pub probe: PathBuf,
     /// The shared engine build the compile directory links to, or will publish to.
     engine: PathBuf,
+    /// What happened to this session's predecessor when it died (Jupyter restarted the kernel),
+    /// said with the first cell.
+    predecessor_died: Option<String>,
     _lock: std::fs::File,
 }
 
@@ -46,7 +49,8 @@ impl Drop for Prepared {
 }
 
 /// Claims a compile directory and sets evcxr's environment. Call before starting threads.
-pub fn prepare() -> Result<Prepared, String> {
+/// `owner` names the session across restarts (a kernel's connection file).
+pub fn prepare(owner: &str) -> Result<Prepared, String> {
     let root = setup::cache_dir();
     let config = setup::write_config(&root).map_err(|e| {
         format!(
@@ -56,7 +60,11 @@ pub fn prepare() -> Result<Prepared, String> {
     })?;
     setup::remove_stale_probes(&root);
     let engine = engine::dir();
-    let (workdir, lock) = setup::claim_compile_dir(&root.join("sessions"), &engine)
+    let slots::Claimed {
+        work: workdir,
+        lock,
+        predecessor_died,
+    } = slots::claim(&root.join("sessions"), &engine, owner)
         .map_err(|e| format!("cannot claim a compile directory: {e}"))?;
     std::fs::create_dir_all(&workdir).map_err(|e| e.to_string())?;
     let probe = root.join(format!("probe-{}.sock", std::process::id()));
@@ -75,6 +83,7 @@ pub fn prepare() -> Result<Prepared, String> {
         workdir,
         probe,
         engine,
+        predecessor_died,
         _lock: lock,
     })
 }
@@ -209,14 +218,14 @@ impl Session {
         if trimmed.is_empty() {
             return CellReport::default();
         }
-        if let Some(report) = super::magics::dispatch(self, trimmed) {
-            return CellReport {
-                duration: start.elapsed(),
-                ..report
-            };
-        }
-        let mut report = self.run_code(&super::cell_check::forgive(cell));
+        let mut report = match super::magics::dispatch(self, trimmed) {
+            Some(report) => report,
+            None => self.run_code(&super::cell_check::forgive(cell)),
+        };
         report.duration = start.elapsed();
+        if let Some(notice) = self.prepared.predecessor_died.take() {
+            report.outputs.insert(0, Output::Info(notice));
+        }
         report
     }
 

@@ -62,50 +62,6 @@ fn wrap_rustc() {
 
 pub use crate::cache_dir;
 
-/// A compile directory no other live session uses; holding the returned file locks its slot.
-/// The directory is new: on the way, the directories of sessions that ended or died (their slot
-/// is no longer locked) are removed. It links to the shared engine's build when there is one
-/// (`engine::link`), so a session never compiles the engine another has built.
-pub fn claim_compile_dir(root: &Path, engine: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
-    let mut claimed = None;
-    for slot in 0..64 {
-        let dir = root.join(format!("session-{slot}"));
-        if claimed.is_some() && !dir.exists() {
-            break;
-        }
-        std::fs::create_dir_all(&dir)?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(".lock"))?;
-        // SAFETY: flock on a file descriptor we own.
-        let free = unsafe {
-            libc::flock(
-                std::os::fd::AsRawFd::as_raw_fd(&lock),
-                libc::LOCK_EX | libc::LOCK_NB,
-            )
-        } == 0;
-        if !free {
-            continue;
-        }
-        // Left by a session that ended or died. The lock file itself stays: removing it could
-        // let two sessions lock two different files for one slot.
-        let work = dir.join("work");
-        if work.exists() {
-            std::fs::remove_dir_all(&work)?;
-        }
-        if claimed.is_none() {
-            // A failed link leaves a session that builds the engine itself, as on a first start.
-            if super::engine::link(engine, &work).is_err() {
-                let _ = std::fs::remove_dir_all(&work);
-            }
-            claimed = Some((work, lock));
-        }
-    }
-    claimed.ok_or_else(|| std::io::Error::other("all 64 placelab session directories are in use"))
-}
-
 /// Removes the side-channel sockets of sessions whose process is gone.
 pub fn remove_stale_probes(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {

@@ -46,6 +46,8 @@ pub struct Inspection {
 pub struct Evaluator {
     jobs: mpsc::Sender<Job>,
     interrupter: Arc<Mutex<Option<Interrupter>>>,
+    /// Disconnected when the thread has ended (and dropped the session).
+    ended: Arc<Mutex<mpsc::Receiver<()>>>,
 }
 
 impl Evaluator {
@@ -55,9 +57,11 @@ impl Evaluator {
         let (jobs, queue) = mpsc::channel::<Job>();
         let interrupter: Arc<Mutex<Option<Interrupter>>> = Arc::default();
         let published = interrupter.clone();
+        let (ending, ended) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("placelab-evaluator".into())
             .spawn(move || {
+                let _ending = ending;
                 let mut session = match Session::start(prepared, sink) {
                     Ok(s) => {
                         s.on_clear_output(clear);
@@ -79,7 +83,21 @@ impl Evaluator {
                 drop(session);
             })
             .expect("the evaluator thread starts");
-        Evaluator { jobs, interrupter }
+        Evaluator {
+            jobs,
+            interrupter,
+            ended: Arc::new(Mutex::new(ended)),
+        }
+    }
+
+    /// For the kernel's exit, once every other handle is gone: closes the job queue and waits (up
+    /// to `limit`) for the thread to drop the session, which stops the cell's process and removes
+    /// the session's compile directory.
+    pub fn finish(self, limit: std::time::Duration) {
+        let Evaluator { jobs, ended, .. } = self;
+        drop(jobs);
+        let ended = ended.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = ended.recv_timeout(limit);
     }
 
     /// Sends a job; `false` when the evaluator thread is gone.

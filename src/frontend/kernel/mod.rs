@@ -79,13 +79,32 @@ pub fn run(info: ConnectionInfo, prepared: Prepared) -> i32 {
             return 1;
         }
     };
-    let code = runtime.block_on(serve(info, prepared));
-    // Tasks still reading sockets are abandoned; the evaluator thread ended the cell process.
+    let (code, evaluator) = runtime.block_on(serve(info, prepared));
+    // Tasks still reading sockets are abandoned, and with them their handles on the evaluator.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    if let Some(evaluator) = evaluator {
+        // An interrupted cell may take its grace to stop.
+        evaluator.finish(super::interrupter::interrupt_grace() + std::time::Duration::from_secs(3));
+    }
     code
 }
 
-async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
+/// Resolves when the process that started the kernel (Jupyter's server) is gone: the kernel then
+/// ends too, as ipykernel does, instead of holding its memory with no one to talk to.
+async fn parent_gone() {
+    // SAFETY: getppid cannot fail.
+    let parent = unsafe { libc::getppid() };
+    loop {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        if unsafe { libc::getppid() } != parent {
+            return;
+        }
+    }
+}
+
+/// Serves the channels until a `shutdown_request` (or the end of the process that started the
+/// kernel); returns the exit code and the evaluator, to finish.
+async fn serve(info: ConnectionInfo, prepared: Prepared) -> (i32, Option<Evaluator>) {
     let session_id = uuid::Uuid::new_v4().to_string();
     // Bind everything before the evaluator starts, so a busy port fails fast and clearly.
     macro_rules! bind {
@@ -98,7 +117,7 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
                          connection file? Start a new kernel so Jupyter picks free ports.",
                         $url, $what
                     ));
-                    return 1;
+                    return (1, None);
                 }
             }
         };
@@ -204,8 +223,18 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
     tokio::spawn(async move { shell_worker.serve().await });
 
     // Control: answered while a cell runs; the kernel ends when it says so.
+    let parent_gone = parent_gone();
+    tokio::pin!(parent_gone);
     loop {
-        let message = match wire::read(&mut control).await {
+        let read = tokio::select! {
+            read = wire::read(&mut control) => read,
+            () = &mut parent_gone => {
+                log("the process that started this kernel has ended: ending the kernel too");
+                evaluator.interrupt();
+                return (0, Some(evaluator));
+            }
+        };
+        let message = match read {
             Ok(Incoming::Request(m)) => m,
             Ok(Incoming::Malformed(m, why)) => {
                 let _ = control
@@ -219,7 +248,7 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
             }
             Err(e) => {
                 log(format!("the control socket failed: {e}"));
-                return 1;
+                return (1, Some(evaluator));
             }
         };
         match &message.content {
@@ -255,7 +284,7 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> i32 {
                 let _ = control.send(reply.as_child_of(&message)).await;
                 // Let the iopub task flush the broadcast.
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                return 0;
+                return (0, Some(evaluator));
             }
             _ => ignore(&message, "control"),
         }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The classroom load test (load_test.py), with everything it needs made under target/classroom:
+#   venv/       JupyterHub, JupyterLab and the idle culler from PyPI, pinned in requirements.txt
+#   node/       configurable-http-proxy from npm, pinned in package.json/package-lock.json
+#   engine/     the engine, prebuilt and shared as an admin would (`placelab prebuild --shared`)
+# and the placelab kernelspec installed into the venv. Parts already made are kept (stamps).
+#
+#   tests/classroom/run.sh [--learners N] [--report FILE]
+#
+# PLACELAB_BIN names the placelab binary (default: target/release/placelab, built if missing).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
+repo="$(cd "$here/../.." && pwd -P)"
+out="$repo/target/classroom"
+say() { echo "classroom: $*" >&2; }
+fingerprint() { cat "$@" | sha256sum | cut -d' ' -f1; }
+mkdir -p "$out"
+
+placelab="${PLACELAB_BIN:-$repo/target/release/placelab}"
+if [ -z "${PLACELAB_BIN:-}" ]; then
+    say "building placelab (release)"
+    (cd "$repo" && cargo build --release --quiet)
+fi
+
+want="$(fingerprint "$here/requirements.txt")"
+if [ "$(cat "$out/venv/.placelab-stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing JupyterHub into $out/venv"
+    rm -rf "$out/venv"
+    python3 -m venv "$out/venv"
+    "$out/venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
+    echo "$want" > "$out/venv/.placelab-stamp"
+fi
+
+want="$(fingerprint "$here/package.json" "$here/package-lock.json")"
+if [ "$(cat "$out/node/.placelab-stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing configurable-http-proxy into $out/node"
+    rm -rf "$out/node"
+    mkdir -p "$out/node"
+    cp "$here/package.json" "$here/package-lock.json" "$out/node/"
+    (cd "$out/node" && npm ci --no-audit --no-fund --loglevel=error)
+    echo "$want" > "$out/node/.placelab-stamp"
+fi
+
+# The admin's steps (README, "Teaching a class"). The prebuild takes minutes the first time, and
+# seconds when the engine is already up to date.
+export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+"$placelab" prebuild --shared "$out/engine"
+"$placelab" install-kernel --prefix "$out/venv" --env "PLACELAB_ENGINE=$out/engine" \
+    --env PLACELAB_SIMULATE_CUDA=1 >/dev/null
+
+run="$out/run"
+if [ -d "$run" ]; then chmod -R u+w "$run"; rm -rf "$run"; fi
+mkdir -p "$run"
+export PATH="$out/venv/bin:$PATH" PLACELAB_ENGINE="$out/engine" PLACELAB_SIMULATE_CUDA=1
+export PLACELAB_CHP="$out/node/node_modules/.bin/configurable-http-proxy"
+exec "$out/venv/bin/python" "$here/load_test.py" --workdir "$run" "$@"
