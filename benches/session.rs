@@ -1,8 +1,10 @@
 //! The REPL's latency targets, measured through the same `Session` the REPL uses, beside plain
 //! evcxr in the same run (no dependency; it reads the same `evcxr.toml`, so dylib mode and cells
 //! at opt 0): evcxr start, the rust-analyzer warm-up, the first cell's result, a trivial cell,
-//! a cell with no value, and the magics that compile nothing. `cargo bench --bench session`
-//! (the first run compiles the engine: minutes).
+//! a cell with no value, and the magics that compile nothing; and the memory each holds after
+//! its first cell (this process and its cell process). `cargo bench --bench session` (the first
+//! run compiles the engine: minutes); `-- placelab` or `-- plain` runs one side only, which is
+//! how `benches/class-footprint.sh` measures each side's memory alone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,12 +28,65 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
+/// Resident memory of this process and of its children (the cell process), in MiB.
+fn rss_mib() -> (f64, f64) {
+    let rss = |pid: &str| -> f64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().find(|l| l.starts_with("VmRSS:"))?.to_owned();
+                line.split_whitespace().nth(1)?.parse::<f64>().ok()
+            })
+            .unwrap_or(0.0)
+            / 1024.0
+    };
+    let me = std::process::id().to_string();
+    let children: f64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .to_owned();
+            (ppid == me).then(|| rss(&pid))
+        })
+        .sum();
+    (rss(&me), children)
+}
+
+fn print_memory(who: &str) {
+    let (own, cells) = rss_mib();
+    println!(
+        "{who}: RSS after the first cell {:.0} MiB (this process {own:.0} MiB + cell process {cells:.0} MiB)",
+        own + cells
+    );
+}
+
 fn main() {
     // This binary is also evcxr's cell runner and rustc wrapper.
     setup::hooks();
+    let only = std::env::args()
+        .skip(1)
+        .find(|a| a == "placelab" || a == "plain");
+    if only.as_deref() != Some("plain") {
+        placelab_side();
+    }
+    if only.as_deref() != Some("placelab") {
+        plain_side();
+    }
+}
+
+fn placelab_side() {
     let prepared = session::prepare("bench").expect("a compile directory");
     let quiet: session::Sink = Arc::new(|_, _| {});
     let t = Instant::now();
+    let started = t;
     let mut s = session::Session::start(prepared, quiet.clone()).expect("the session starts");
     println!(
         "placelab: session start (evcxr + engine preload, warm) {}",
@@ -47,6 +102,11 @@ fn main() {
     let r = s.execute("let x = Tensor::randn([1000, 1000], &Device::Cpu)?;\nx.shape().to_vec()");
     assert!(r.ok(), "{r:?}");
     println!("placelab: first cell result {}", ms(t.elapsed()));
+    println!(
+        "placelab: start to first result (start, warm-up, first cell, as a kernel does) {}",
+        ms(started.elapsed())
+    );
+    print_memory("placelab");
     let trivial = median_of(15, || {
         assert!(s.execute("x.shape().to_vec()").ok());
     });
@@ -75,15 +135,34 @@ fn main() {
         ms(devices)
     );
     drop(s);
+}
 
-    // Plain evcxr in the same run: no dependency, the same evcxr.toml.
+/// Plain evcxr: no dependency, the same evcxr.toml.
+fn plain_side() {
+    if std::env::var_os("EVCXR_CONFIG_DIR").is_none() {
+        // Run alone (`-- plain`): the configuration a placelab session uses, and evcxr's own
+        // defaults otherwise (the toolchain's library sources for rust-analyzer).
+        let root = setup::cache_dir();
+        let config = setup::write_config(&root).expect("the evcxr config");
+        // SAFETY: no other thread exists yet.
+        unsafe {
+            std::env::set_var("EVCXR_CONFIG_DIR", config);
+            std::env::set_var("EVCXR_TMPDIR", root.join("bench-plain-evcxr"));
+        }
+    }
     let t = Instant::now();
+    let started = t;
     let (mut ctx, _out) = evcxr::CommandContext::new().expect("plain evcxr starts");
     println!("plain evcxr: start {}", ms(t.elapsed()));
     let t = Instant::now();
     ctx.execute("let v = vec![1000usize, 1000];\nv.clone()")
         .expect("a cell");
     println!("plain evcxr: first cell result {}", ms(t.elapsed()));
+    println!(
+        "plain evcxr: start to first result {}",
+        ms(started.elapsed())
+    );
+    print_memory("plain evcxr");
     let trivial = median_of(15, || {
         ctx.execute("v.clone()").expect("a cell");
     });

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 #[path = "jupyter/browser.rs"]
 mod browser;
+#[path = "jupyter/classroom.rs"]
+mod classroom;
 #[path = "support/venv.rs"]
 mod venv;
 

@@ -5,8 +5,10 @@
 #   engine/     the engine, prebuilt and shared as an admin would (`placelab prebuild --shared`)
 # and the placelab kernelspec installed into the venv. Parts already made are kept (stamps).
 #
-#   tests/classroom/run.sh [--learners N] [--report FILE]
+#   tests/classroom/run.sh [--learners N]
 #
+# The figures go to target/classroom/report.json; then check_deploy.py checks the Kubernetes
+# files (kernelspec/classroom) against them.
 # PLACELAB_BIN names the placelab binary (default: target/release/placelab, built if missing).
 set -euo pipefail
 
@@ -54,4 +56,5 @@ if [ -d "$run" ]; then chmod -R u+w "$run"; rm -rf "$run"; fi
 mkdir -p "$run"
 export PATH="$out/venv/bin:$PATH" PLACELAB_ENGINE="$out/engine" PLACELAB_SIMULATE_CUDA=1
 export PLACELAB_CHP="$out/node/node_modules/.bin/configurable-http-proxy"
-exec "$out/venv/bin/python" "$here/load_test.py" --workdir "$run" "$@"
+"$out/venv/bin/python" "$here/load_test.py" --workdir "$run" --report "$out/report.json" "$@"
+"$out/venv/bin/python" "$here/check_deploy.py" --report "$out/report.json"
