@@ -9,7 +9,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 venv="$repo/target/classroom/venv"
 cd "$repo"
-lscpu | grep -E "Model name|^CPU\(s\)" | sed 's/  */ /g'
+lscpu | grep -E "Model name|^CPU\(s\)|CPU family|^Model:" | sed "s/  */ /g"
 cargo bench --quiet --bench session -- placelab | grep -E "start|first|RSS"
 cargo bench --quiet --bench session -- plain | grep -E "start|first|RSS"
 "$venv/bin/python" - <<'PY'

@@ -184,8 +184,9 @@ impl Session {
 
     /// Has rust-analyzer index the engine and its dependencies now. evcxr asks it for the type of
     /// every new `let` variable, and the first time costs 3–4 s of CPU on a 2-core machine
-    /// (`benches/session.rs`); the front ends call this right after the start, while the user
-    /// reads or types, so the first cell does not pay it. Changes no state.
+    /// (`benches/session.rs`); the front ends call this after the start while the user reads or
+    /// types (the kernel once no cell waits), so the first cell does not pay it. Changes no
+    /// state.
     pub fn warm_up(&mut self) {
         let code = "let warm_up = Tensor::randn([1], &Device::Cpu)?;\nwarm_up.";
         let _ = self.ctx.completions(code, code.len());

@@ -15,7 +15,8 @@ node_dir="$target/browser-node"
 chromium="${PLACELAB_CHROMIUM:-/usr/bin/chromium}"
 
 say() { echo "browser setup: $*"; }
-fingerprint() { cat "$@" | sha256sum | cut -d' ' -f1; }
+# shellcheck source=../support/pinned.sh
+source "$here/../support/pinned.sh"
 
 # Chromium (Debian's package; the test is run as root on the project's machines).
 if [ ! -x "$chromium" ]; then
@@ -33,26 +34,9 @@ if [ ! -x "$chromium" ]; then
     fi
 fi
 
-# JupyterLab in a venv of its own.
-want="$(fingerprint "$here/requirements.txt")"
-if [ "$(cat "$venv/.placelab-stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing JupyterLab into $venv"
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
-    echo "$want" > "$venv/.placelab-stamp"
-fi
-
-# playwright-core (the library only, no browser download).
-want="$(fingerprint "$here/package.json" "$here/package-lock.json")"
-if [ "$(cat "$node_dir/.placelab-stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing playwright-core into $node_dir"
-    rm -rf "$node_dir"
-    mkdir -p "$node_dir"
-    cp "$here/package.json" "$here/package-lock.json" "$node_dir/"
-    (cd "$node_dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
-    echo "$want" > "$node_dir/.placelab-stamp"
-fi
+# JupyterLab in a venv of its own; playwright-core (the library only, no browser download).
+pinned_venv "$venv" "$here/requirements.txt"
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 pinned_npm "$node_dir" "$here"
 
 say "ready: jupyterlab $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("jupyterlab"))'),\
  playwright-core $(node -p "require('$node_dir/node_modules/playwright-core/package.json').version"),\

@@ -16,7 +16,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)"
 repo="$(cd "$here/../.." && pwd -P)"
 out="$repo/target/classroom"
 say() { echo "classroom: $*" >&2; }
-fingerprint() { cat "$@" | sha256sum | cut -d' ' -f1; }
+# shellcheck source=../support/pinned.sh
+source "$here/../support/pinned.sh"
 mkdir -p "$out"
 
 placelab="${PLACELAB_BIN:-$repo/target/release/placelab}"
@@ -25,24 +26,8 @@ if [ -z "${PLACELAB_BIN:-}" ]; then
     (cd "$repo" && cargo build --release --quiet)
 fi
 
-want="$(fingerprint "$here/requirements.txt")"
-if [ "$(cat "$out/venv/.placelab-stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing JupyterHub into $out/venv"
-    rm -rf "$out/venv"
-    python3 -m venv "$out/venv"
-    "$out/venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
-    echo "$want" > "$out/venv/.placelab-stamp"
-fi
-
-want="$(fingerprint "$here/package.json" "$here/package-lock.json")"
-if [ "$(cat "$out/node/.placelab-stamp" 2>/dev/null)" != "$want" ]; then
-    say "installing configurable-http-proxy into $out/node"
-    rm -rf "$out/node"
-    mkdir -p "$out/node"
-    cp "$here/package.json" "$here/package-lock.json" "$out/node/"
-    (cd "$out/node" && npm ci --no-audit --no-fund --loglevel=error)
-    echo "$want" > "$out/node/.placelab-stamp"
-fi
+pinned_venv "$out/venv" "$here/requirements.txt"
+pinned_npm "$out/node" "$here"
 
 # The admin's steps (README, "Teaching a class"). The prebuild takes minutes the first time, and
 # seconds when the engine is already up to date.

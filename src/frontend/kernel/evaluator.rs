@@ -71,11 +71,25 @@ impl Evaluator {
                     }
                     Err(e) => Err(e),
                 };
-                // Cells sent meanwhile wait in the queue, as they would behind a running cell.
-                if let Ok(s) = &mut session {
-                    s.warm_up();
-                }
-                for job in queue {
+                // rust-analyzer is warmed up at the first moment no job waits: a cell already
+                // sent (Run All, a class opening notebooks at once) gets its result first.
+                let mut warm = session.is_err();
+                loop {
+                    let job = match queue.try_recv() {
+                        Ok(job) => job,
+                        Err(mpsc::TryRecvError::Empty) if !warm => {
+                            if let Ok(s) = &mut session {
+                                s.warm_up();
+                            }
+                            warm = true;
+                            continue;
+                        }
+                        Err(mpsc::TryRecvError::Empty) => match queue.recv() {
+                            Ok(job) => job,
+                            Err(_) => break,
+                        },
+                        Err(mpsc::TryRecvError::Disconnected) => break,
+                    };
                     run(&mut session, job);
                 }
                 // The job channel closed: the kernel is shutting down. Dropping the session
