@@ -41,10 +41,12 @@ pub struct Prepared {
 }
 
 impl Drop for Prepared {
-    /// A session's compile directory holds only its cells: it goes when the session ends (one
-    /// that dies is swept by the next start). The lock is still held here.
+    /// A session's compile directory holds only its cells: it goes when the session ends, with
+    /// its side-channel socket (what a session that dies leaves is swept by the next start).
+    /// The lock is still held here.
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.workdir);
+        let _ = std::fs::remove_file(&self.probe);
     }
 }
 

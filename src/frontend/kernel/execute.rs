@@ -17,6 +17,7 @@ use super::Iopub;
 use super::evaluator::Job;
 use super::replies::Shell;
 use super::send_reply;
+use crate::frontend::engine;
 use crate::frontend::report::{CellReport, ErrorKind, Output};
 use crate::frontend::strip::MemoryChange;
 
@@ -48,13 +49,13 @@ impl Shell {
             return false;
         }
         if !self.evaluator.is_ready() && !silent {
-            self.iopub.send(
-                StreamContent::stdout(
-                    "(the Rust evaluator is still starting: the first start on a machine builds \
-                     the engine, a few minutes; later starts take seconds)\n",
-                ),
-                message,
-            );
+            let wait = if engine::is_built(&engine::dir()) {
+                "(the Rust evaluator is still starting: a few seconds)\n"
+            } else {
+                "(the Rust evaluator is still starting: the first start on a machine builds the \
+                 engine, a few minutes; later starts take seconds)\n"
+            };
+            self.iopub.send(StreamContent::stdout(wait), message);
         }
 
         self.streams.begin(message);
