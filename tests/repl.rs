@@ -117,14 +117,20 @@ fn learners_share_one_prebuilt_engine() {
     assert!(ok, "{out}");
     // …copied, so that the admin's prebuild finds it fresh and does not take minutes here.
     let class = std::path::Path::new(CACHE).with_file_name("placelab-class-test");
-    if class.exists() {
-        let made_writable = Command::new("chmod")
-            .args(["-R", "u+w"])
-            .arg(&class)
-            .status();
-        assert!(made_writable.unwrap().success());
-        std::fs::remove_dir_all(&class).unwrap();
+    /// Removes the class's directory, passed or failed: its engine is read-only even for its
+    /// owner, which would stop `cargo clean`.
+    struct Removed<'a>(&'a std::path::Path);
+    impl Drop for Removed<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("chmod")
+                .args(["-R", "u+w"])
+                .arg(self.0)
+                .status();
+            let _ = std::fs::remove_dir_all(self.0);
+        }
     }
+    drop(Removed(&class));
+    let _removed = Removed(&class);
     std::fs::create_dir_all(&class).unwrap();
     let engine = class.join("engine");
     let copied = Command::new("cp")
@@ -236,11 +242,6 @@ fn learners_share_one_prebuilt_engine() {
         built_at,
         "no session changed the shared engine"
     );
-    let _ = Command::new("chmod")
-        .args(["-R", "u+w"])
-        .arg(&class)
-        .status();
-    let _ = std::fs::remove_dir_all(&class);
 }
 
 /// `:simulate cuda 2 --emulate` in a session: the cells run the CUDA backend and the real

@@ -32,6 +32,9 @@ pinned_npm "$out/node" "$here"
 # The admin's steps (README, "Teaching a class"). The prebuild takes minutes the first time, and
 # seconds when the engine is already up to date.
 export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+# The shared engine is read-only for everyone, its owner too: made writable again on the way
+# out, so that `cargo clean` can remove target/ (the next prebuild marks it shared again).
+trap 'chmod -R u+w "$out/engine" 2>/dev/null || true' EXIT
 "$placelab" prebuild --shared "$out/engine"
 "$placelab" install-kernel --prefix "$out/venv" --env "PLACELAB_ENGINE=$out/engine" \
     --env PLACELAB_SIMULATE_CUDA=1 >/dev/null
