@@ -175,7 +175,8 @@ pub fn slim_library_sources(engine: &Path) {
     };
     let from = sysroot.join("lib/rustlib/src/rust/library");
     let dir = engine.join("rust-src");
-    if !from.is_dir() || library_sources(engine).is_some() {
+    let current = fs::read_to_string(dir.join("TOOLCHAIN")).is_ok_and(|s| s == version);
+    if !from.is_dir() || current {
         return;
     }
     let temp = engine.join(format!("rust-src.new-{}", std::process::id()));
@@ -197,23 +198,22 @@ pub fn slim_library_sources(engine: &Path) {
 }
 
 fn toolchain_version() -> Option<String> {
+    rustc_says(&["-vV"])
+}
+
+fn sysroot() -> Option<PathBuf> {
+    rustc_says(&["--print", "sysroot"]).map(|s| PathBuf::from(s.trim()))
+}
+
+/// What `rustc ARGS` prints, when it succeeds.
+fn rustc_says(args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("rustc")
-        .arg("-vV")
+        .args(args)
         .output()
         .ok()?;
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn sysroot() -> Option<PathBuf> {
-    let out = std::process::Command::new("rustc")
-        .args(["--print", "sysroot"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 /// Recreates `from`'s tree under `to`: directories made, files under a `deps` directory that are

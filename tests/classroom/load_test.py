@@ -221,6 +221,9 @@ async def learner(hub, name, cells, results):
             status, text = await kernel.execute(code)
             if i == 0:
                 r["first_result_s"] = time.monotonic() - t0
+            if "first_rust_result_s" not in r and not code.lstrip().startswith(":"):
+                # The first cell that compiles (the notebook opens with a magic).
+                r["first_rust_result_s"] = time.monotonic() - t0
             if (status == "error") != must_fail:
                 want = "an error" if must_fail else "ok"
                 r["errors"].append(f"cell {i}: {status}, wanted {want}:\n{text[-600:]}")
@@ -349,6 +352,7 @@ async def main():
         results[0]["errors"].append("still running after the hub stopped:\n" + "\n".join(left))
 
     firsts = [r["first_result_s"] for r in results if "first_result_s" in r]
+    rust = [r["first_rust_result_s"] for r in results if "first_rust_result_s" in r]
     report = {
         "learners": args.learners,
         "cells": len(cells),
@@ -356,6 +360,10 @@ async def main():
             "p50": percentile(firsts, 50),
             "p95": percentile(firsts, 95),
             "max": max(firsts, default=float("nan")),
+        },
+        "first_rust_cell_s": {
+            "p50": percentile(rust, 50),
+            "p95": percentile(rust, 95),
         },
         "all_cells_s_p50": percentile([r["all_cells_s"] for r in results if "all_cells_s" in r], 50),
         "per_learner_mib": {
