@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Checks the engine's layering: which parts of `src/` may name which.
 
-Every `.rs` file under `src/` belongs to one unit (LAYERS below); a file may name its own unit,
-units on strictly lower layers, and `root` (lib.rs). Two units on one layer may not name each
-other unless ALLOWED_PAIRS says so. The unit graph must have no cycle besides those pairs, and
-the units in FORBIDDEN_NAMES must not use the listed identifiers in code.
+Units: every `.rs` file under `src/` belongs to one unit (LAYERS below); a file may name its own
+unit, units on strictly lower layers, and `root` (lib.rs). Two units on one layer may not name
+each other unless ALLOWED_PAIRS says so. The unit graph must have no cycle besides those pairs,
+and the units in FORBIDDEN_NAMES must not use the listed identifiers in code.
 
 A reference is any path into the crate, outside comments and strings: `use` trees (nested braces
 included), `crate::`/`$crate::`/`placelab::` paths in code and macros, `self::`/`super::` (resolved
@@ -12,11 +12,21 @@ against the module, inline `mod x { }` blocks included), and `child::` paths/`us
 `mod child;` the file declares (`mod child;` itself is not a reference). Re-exports (`pub use`)
 and `#[macro_export]` macros are followed to the file that defines the name.
 
+Files, all of `src/` (the front end and lib.rs included): no file may reach itself through the
+files it names. File A has an edge to file B when A names something B defines (A != B; the name
+followed through re-exports to its file). A `pub use` item declares a name and is no edge unless
+the file's own code names what it binds; `mod child;` is no edge. Each set of files on a cycle is
+an error, printed with one reference (file:line) per edge in it, unless ALLOWED_FILE_CYCLES lists
+exactly that set with the reason. The usual fix: a child names `super::X` while mod.rs calls the
+child; move X, or the call, into a file of its own so that the two depend one way.
+
 To edit the table: each row is (layer, unit, patterns); a pattern is a path relative to `src/`
 (`device/mod.rs`) or a directory prefix ending in `/` (`cpu/`); the longest matching pattern
 wins. A file no pattern matches is an error; a pattern that matches nothing is a warning.
 
-Usage: python3 .ci/layers.py [--src DIR] [--graph | --dot]      (from the repository root)
+Usage: python3 .ci/layers.py [--src DIR] [--graph | --dot | --files]    (from the repository root)
+  --graph: each unit's edges and the files behind them; --dot: the unit graph for Graphviz;
+  --files: each file's edges, each with the line of one reference.
 """
 import argparse, bisect, os, re, sys
 
@@ -68,6 +78,12 @@ FORBIDDEN_NAMES = {  # unit -> identifiers its code must not use
 }
 FORBIDDEN_LABEL = {"cuda_backend": "the CUDA backend", "cpu": "the CPU backend"}
 FORBIDDEN_WHY = "backends work on pointers, slices and layouts"
+# Cycles between files that are by design, each with why: a cycle between files must be one of
+# these sets exactly (paths relative to src/), so a file that joins it is an error.
+ALLOWED_FILE_CYCLES = {
+    frozenset({"tensor/mod.rs", "autograd/mod.rs"}):
+        "one recursive type: a Tensor holds its GradMeta (its node, its .grad), which holds Tensors",
+}
 MAX_REEXPORT_DEPTH = 5
 
 IDENT = r"\$?[A-Za-z_]\w*"
@@ -76,6 +92,9 @@ PATH = re.compile(r"(?<![\w:$])(%s)((?:\s*::\s*[A-Za-z_]\w*)+)(\s*!(?!=))?" % ID
 USE = re.compile(r"\buse\s+([^;]*);")
 TOKEN = re.compile(r"::|[{},*]|%s" % IDENT)
 INLINE_MOD = re.compile(r"\bmod\s+([A-Za-z_]\w*)\s*\{")
+DECLARES = re.compile(r"\b(?:fn|let|mut|struct|enum|union|trait|type|const|static|mod)\s+\Z")
+VIS_IN = re.compile(r"\bpub\s*\(\s*in\s[^()]*\)")  # `pub(in crate::cpu)`: a visibility, no reference
+PUB_BEFORE = re.compile(r"\bpub\s*(?:\([^()]*\)\s*)?\Z")
 CHILD_MOD = re.compile(r"\bmod\s+([A-Za-z_]\w*)\s*;")
 DEFINES = re.compile(r"\b(?:fn|struct|enum|mod|const|static|type|trait|union|macro_rules!)\s+([A-Za-z_]\w*)")
 MACRO_EXPORT = re.compile(r"#\[macro_export\]\s*(?:#\[[^\]]*\]\s*)*macro_rules!\s*([A-Za-z_]\w*)")
@@ -169,8 +188,10 @@ class File:
         self.defines = set(DEFINES.findall(self.code))
         self.macros = MACRO_EXPORT.findall(self.code)
         self.refs, self.binds = [], {}  # refs: (offset, absolute segments, is macro)
+        self.reexports = {}  # offset of a leaf of a `pub use` -> the name it binds
         code = list(self.code)
         for m in USE.finditer(self.code):
+            public = PUB_BEFORE.search(self.code, max(0, m.start() - 40), m.start())
             toks = [(t.group(), m.start(1) + t.start()) for t in TOKEN.finditer(m.group(1))]
             leaves = []
             try:
@@ -183,12 +204,30 @@ class File:
                     self.refs.append((pos, absolute, False))
                     if name not in ("*", "_") and top(pos):
                         self.binds[name] = absolute
+                    if public:
+                        self.reexports[pos] = name
             code[m.start():m.end()] = re.sub(r"[^\n]", " ", m.group())
-        for m in PATH.finditer("".join(code)):
+        for m in list(CHILD_MOD.finditer(self.code)) + list(VIS_IN.finditer(self.code)):
+            code[m.start():m.end()] = re.sub(r"[^\n]", " ", m.group())
+        self.bare = "".join(code)  # the code without `use` items, `mod child;` and `pub(in path)`
+        for m in PATH.finditer(self.bare):
             segs = [m.group(1)] + re.split(r"\s*::\s*", m.group(2).strip())[1:]
             absolute = self.absolute(segs, m.start())
             if absolute is not None:
                 self.refs.append((m.start(), absolute, bool(m.group(3))))
+
+    def used_at(self, name):
+        """Where the code (outside `use` items) names `name` on its own, None if nowhere: not
+        `x.name` or `x::name`, nor a field, parameter or binding (`name:`) or an item of that name.
+        A lower-case name (a function or a module, like most variables) counts only as `name(`,
+        `name::` or `name!`."""
+        if name in ("*", "_", "self"):
+            return None
+        after = r"\s*(?:\(|::|!)" if name[0].islower() else r"(?!\w|\s*:(?!:))"
+        for m in re.finditer(r"(?<![\w$.:])%s%s" % (re.escape(name), after), self.bare):
+            if not DECLARES.search(self.bare, max(0, m.start() - 20), m.start()):
+                return m.start()
+        return None
 
     def scope(self, pos):
         return self.mod + [name for a, b, name in sorted(self.scopes) if a <= pos <= b]
@@ -261,11 +300,59 @@ def sccs(graph):
     return sorted(sorted(c) for c in comps if len(c) > 1)
 
 
+def shortest_cycle(graph, comp):
+    """The shortest cycle inside the component `comp`, as its nodes in order (first not repeated)."""
+    best = None
+    for start in sorted(comp):
+        parent, todo, depth = {start: None}, [start], 1
+        while todo and (best is None or depth < len(best)):
+            nxt = []
+            for v in todo:
+                for w in sorted(graph.get(v, ())):
+                    if w == start and (best is None or depth < len(best)):
+                        path = [v]
+                        while parent[path[-1]] is not None:
+                            path.append(parent[path[-1]])
+                        best = path[::-1]
+                    elif w in comp and w not in parent:
+                        parent[w] = v
+                        nxt.append(w)
+            todo, depth = nxt, depth + 1
+    return best
+
+
+def file_graph(crate, rels):
+    """rel -> target rel -> (line, reference) of the earliest reference of `rel` into `target`.
+
+    Every file takes part (lib.rs and the front end included). A `pub use` item declares a name
+    and is no edge, unless the file's own code names what it binds; `mod child;` is no edge."""
+    graph = {}
+    for rel in rels:
+        f = crate.files[rel]
+        for pos, segs, is_macro in sorted(f.refs):
+            where, note = pos, ""
+            if pos in f.reexports:
+                where = f.used_at(f.reexports[pos])
+                if where is None:
+                    continue
+                note = f" (its `pub use` on line {f.line(pos)} binds `{f.reexports[pos]}`, named here)"
+            target = crate.resolve(segs, is_macro)
+            if target is None or target == rel:
+                continue
+            shown = "::".join(["crate"] + segs) + ("!" if is_macro else "")
+            edge = graph.setdefault(rel, {}).get(target)
+            if edge is None or f.line(where) < edge[0]:
+                graph[rel][target] = (f.line(where), shown + note)
+    return graph
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default="src", help="the source tree (default: src)")
     ap.add_argument("--graph", action="store_true", help="print every unit's outgoing edges")
     ap.add_argument("--dot", action="store_true", help="print the unit graph as Graphviz dot")
+    ap.add_argument("--files", action="store_true",
+                    help="print every file's outgoing edges, each with the line of one reference")
     args = ap.parse_args()
     out = sys.stderr if args.dot else sys.stdout
     errors, warnings = [], {}  # warnings: key -> message, so that each is printed once
@@ -295,7 +382,7 @@ def main():
         if units[rel] is None:
             errors.append(f"file {args.src}/{rel} is in no layer: add it to the table in .ci/layers.py")
 
-    edges, file_edges, seen = {}, {}, set()  # edges: unit -> target unit -> [files]
+    edges, seen = {}, set()  # edges: unit -> target unit -> [files]
     for rel in rels:
         f, unit = crate.files[rel], units[rel]
         if unit is None or unit == ROOT:
@@ -312,8 +399,6 @@ def main():
             edges.setdefault(unit, {}).setdefault(tunit, [])
             if rel not in edges[unit][tunit]:
                 edges[unit][tunit].append(rel)
-            if not allowed_pair(unit, tunit):
-                file_edges.setdefault(rel, set()).add(target)
             if tunit == ROOT or allowed_pair(unit, tunit) or layer[tunit] < layer[unit] or (rel, shown) in seen:
                 continue
             seen.add((rel, shown))
@@ -333,7 +418,23 @@ def main():
     for comp in cycles:
         errors.append("cycle between units " + ", ".join(comp) + ":" + "".join(
             f"\n    {u} -> {t} ({args.src}/{edges[u][t][0]})" for u in comp for t in sorted(unit_graph[u]) if t in comp))
-    file_cycles = [" ".join(args.src + "/" + r for r in c) for c in sccs(file_edges)]
+
+    files = file_graph(crate, rels)
+    file_cycles = sccs(files)
+    for comp in file_cycles:
+        why = ALLOWED_FILE_CYCLES.get(frozenset(comp))
+        if why is not None:
+            continue
+        short = shortest_cycle(files, set(comp))
+        errors.append("cycle between files " + ", ".join(f"{args.src}/{r}" for r in comp) + ":" +
+                      (f"\n    shortest: {' -> '.join(args.src + '/' + r for r in short + short[:1])}"
+                       if len(comp) > 2 else "") + "".join(
+            f"\n    {args.src}/{a} -> {args.src}/{b} ({args.src}/{a}:{files[a][b][0]}: {files[a][b][1]})"
+            for a in comp for b in sorted(files[a]) if b in comp))
+    for cycle in ALLOWED_FILE_CYCLES:
+        if sorted(cycle) not in file_cycles:
+            warnings[cycle] = ("ALLOWED_FILE_CYCLES lists " + ", ".join(sorted(cycle)) +
+                               ", which is no cycle (any more): remove it")
 
     n_edges = sum(len(ts) for ts in edges.values())
     if args.graph:
@@ -342,6 +443,13 @@ def main():
             print(f"{unit} (layer {num}) -> [{', '.join(ts)}]")
             for t in ts:
                 print(f"    {t} ({layer[t]}): {', '.join(args.src + '/' + r for r in edges[unit][t])}")
+    if args.files:
+        for rel in rels:
+            ts = sorted(files.get(rel, {}))
+            print(f"{args.src}/{rel} -> [{', '.join(args.src + '/' + b for b in ts)}]")
+            for b in ts:
+                line, shown = files[rel][b]
+                print(f"    {args.src}/{b} (line {line}: {shown})")
     if args.dot:
         print("digraph layers {\n  rankdir=TB; node [shape=box];")
         for num in sorted({num for num, _, _ in LAYERS}, reverse=True):
@@ -356,14 +464,14 @@ def main():
         print("warning: " + w, file=sys.stderr)
     for e in errors:
         print(e, file=out)
-    for c in file_cycles if cycles else []:
-        print(f"note: files on a cycle between units: {c}", file=out)
     if errors:
         print(f"layers: {len(errors)} problem(s) in {len(rels)} files", file=out)
         return 1
     used = {u for u in units.values() if u}
-    print(f"layers: {len(rels)} files in {len(used)} units, {n_edges} unit edges, "
-          "no cycle, every edge points down", file=out)
+    n_file_edges = sum(len(ts) for ts in files.values())
+    allowed = f" ({len(ALLOWED_FILE_CYCLES)} allowed)" if ALLOWED_FILE_CYCLES else ""
+    print(f"layers: {len(rels)} files in {len(used)} units, {n_edges} unit edges, {n_file_edges} "
+          f"file edges, no cycle{allowed}, every edge points down", file=out)
     return 0
 
 

@@ -5,8 +5,9 @@
 pub use crate::tensor::autocast::{autocast, autocast_dtype};
 
 use crate::autograd::no_grad;
+use crate::error::{Error, Result};
 use crate::optim::Optimizer;
-use crate::{Error, Result, Tensor};
+use crate::tensor::Tensor;
 
 /// Loss scaling for f16 training (`torch.amp.GradScaler`): multiply the loss by `scale` before
 /// `backward`, then `step` unscales the gradients, skips the step if any is inf/NaN, and

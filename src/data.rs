@@ -4,7 +4,9 @@
 //! batch's copy queued while the current one is used (`non_blocking=True` with prefetching).
 
 use crate::autograd::no_grad;
-use crate::{Device, Error, Result, Tensor};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
 /// Serves `(inputs, targets)` batches of `batch_size` rows, the last one smaller if the rows
 /// do not divide evenly (PyTorch's `drop_last=False`).

@@ -246,35 +246,35 @@ impl Element for bool {
 macro_rules! with_dtype {
     ($dtype:expr, $t:ident, $body:expr) => {
         match $dtype {
-            $crate::DType::F32 => {
+            $crate::dtype::DType::F32 => {
                 type $t = f32;
                 $body
             }
-            $crate::DType::F64 => {
+            $crate::dtype::DType::F64 => {
                 type $t = f64;
                 $body
             }
-            $crate::DType::F16 => {
+            $crate::dtype::DType::F16 => {
                 type $t = half::f16;
                 $body
             }
-            $crate::DType::BF16 => {
+            $crate::dtype::DType::BF16 => {
                 type $t = half::bf16;
                 $body
             }
-            $crate::DType::I64 => {
+            $crate::dtype::DType::I64 => {
                 type $t = i64;
                 $body
             }
-            $crate::DType::I32 => {
+            $crate::dtype::DType::I32 => {
                 type $t = i32;
                 $body
             }
-            $crate::DType::U8 => {
+            $crate::dtype::DType::U8 => {
                 type $t = u8;
                 $body
             }
-            $crate::DType::Bool => {
+            $crate::dtype::DType::Bool => {
                 type $t = bool;
                 $body
             }

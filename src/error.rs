@@ -3,8 +3,9 @@
 
 use std::fmt;
 
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::units::human_bytes;
-use crate::{DType, Device};
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

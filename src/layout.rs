@@ -1,7 +1,7 @@
 //! Shapes, strides and views: how a tensor's elements sit in its storage, broadcasting, and the
 //! argument types that let users write `[2, 3]`, `-1` or `[0, 2]` for shapes and dims.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A shape argument: `[2, 3]`, `&[2, 3]`, `vec![2, 3]`, `6` or `()` (a 0-dim scalar).
 pub trait IntoShape {

@@ -2,7 +2,8 @@
 //! each parameter, on its device; steps update the parameters in place under `no_grad`.
 
 use crate::autograd::no_grad;
-use crate::{Error, Result, Tensor};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
 pub trait Optimizer {
     /// Updates every parameter that has a gradient.

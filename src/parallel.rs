@@ -5,10 +5,11 @@
 
 use std::sync::Mutex;
 
+use crate::device::Device;
 use crate::device::registry::device_count;
+use crate::error::{Error, Result};
 use crate::nn::{Module, ModuleExt};
-use crate::tensor::expect_device;
-use crate::{Device, Error, Result, Tensor};
+use crate::tensor::{Tensor, expect_device};
 
 pub struct DataParallel {
     /// Behind a lock: a forward swaps each replica's parameters in, then the originals back.

@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::Tensor;
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN, card_html, card_text};
+use crate::tensor::Tensor;
 
 impl Tensor {
     /// Prints this tensor's card now, in the REPL as a card of its own (several per cell are
@@ -122,8 +122,8 @@ show_debug_for!(
     [] u8, [] u16, [] u32, [] u64, [] u128, [] usize,
     [] f32, [] f64, [] half::f16, [] half::bf16,
     [] std::time::Duration,
-    [] crate::Device, [] crate::DType, [] crate::Scalar, [] crate::memory::MemoryStats,
-    [] crate::Transfer,
+    [] crate::device::Device, [] crate::dtype::DType, [] crate::dtype::Scalar,
+    [] crate::memory::MemoryStats, [] crate::transfer::Transfer,
     [T: std::fmt::Debug] [T],
     [T: std::fmt::Debug, const N: usize] [T; N],
     [T: std::fmt::Debug] Vec<T>,

@@ -4,10 +4,12 @@
 //! (which would be a reference cycle).
 
 use super::{Backward, saved};
+use crate::dtype::{DType, Scalar};
+use crate::error::Result;
 use crate::layout::Layout;
 use crate::op::{BinaryOp, UnaryOp};
 use crate::storage::Storage;
-use crate::{DType, Result, Scalar, Tensor};
+use crate::tensor::Tensor;
 
 impl Tensor {
     /// Sums a broadcast gradient back to `shape` (the shape of the input that was broadcast).
@@ -185,7 +187,7 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> Backward {
             }
             UnaryOp::Gelu => g.mul(&saved(&s, 0)?.unary_op(UnaryOp::GeluDerivative)?)?,
             UnaryOp::GeluDerivative => {
-                return Err(crate::Error::invalid(
+                return Err(crate::error::Error::invalid(
                     "backward",
                     "internal error: gelu's derivative is not differentiated",
                 ));

@@ -4,7 +4,7 @@
 //! published points it was not fitted on.
 
 use super::gpus::GpuSpec;
-use crate::DType;
+use crate::dtype::DType;
 
 /// PCIe copies reach this fraction of the link's rate: an H100 (PCIe 5 ×16, 63.0 GB/s) copies
 /// pinned host memory to the device at 55.63 GB/s (nvbandwidth `host_to_device_memcpy_ce`,

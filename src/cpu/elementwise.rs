@@ -2,7 +2,7 @@
 //! Inputs arrive already promoted to one dtype; f16/bf16 math is done in f32 by the caller.
 
 use super::{map1, map2, map3};
-use crate::Element;
+use crate::dtype::Element;
 use crate::layout::Layout;
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 
@@ -346,7 +346,7 @@ pub fn unary_float<T: FloatMath>(op: UnaryOp, a: &[T], la: &Layout, out: &mut [T
 /// then the sum, as `dst + alpha·src` computed out of place would be.
 pub fn add_scaled<T: Arith>(dst: &mut [T], src: &[T], alpha: T) {
     super::chunked(dst, 1, |start, d| {
-        super::wide(|| {
+        super::simd::wide(|| {
             for (d, &s) in d.iter_mut().zip(&src[start..]) {
                 *d = T::add(*d, T::mul(alpha, s));
             }
@@ -379,7 +379,8 @@ pub fn where_<T: Element>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{for_each_width, wide_at, zip_map_at};
+    use super::super::simd::{for_each_width, wide_at};
+    use super::super::zip_map_at;
     use super::{FloatMath, exp_f32};
 
     /// `exp_f32`'s range: below `LO` the result would be subnormal and is 0, above `HI` it is ∞.

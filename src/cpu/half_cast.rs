@@ -8,7 +8,7 @@
 
 use half::{bf16, f16};
 
-use super::{checked_width, vector_width, wide_at};
+use super::simd::{checked_width, vector_width, wide_at};
 
 pub fn f32_to_f16(s: &[f32], o: &mut [f16]) {
     f32_to_f16_at(vector_width(), s, o)
@@ -26,7 +26,7 @@ pub fn bf16_to_f32(s: &[bf16], o: &mut [f32]) {
     bf16_to_f32_at(vector_width(), s, o)
 }
 
-// The `_at` forms run the copy for `width`-bit vectors (`super::WIDTHS`) whatever the CPU would
+// The `_at` forms run the copy for `width`-bit vectors (`simd::WIDTHS`) whatever the CPU would
 // pick, so that the tests check each one; they panic where the CPU cannot run that copy.
 
 pub(crate) fn f32_to_f16_at(width: u32, s: &[f32], o: &mut [f16]) {
@@ -202,15 +202,13 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::super::{cast, for_each_width};
+pub(super) mod tests {
+    use super::super::simd::for_each_width;
     use super::*;
-    use crate::Element;
-    use crate::layout::Layout;
     use rand::{Rng, SeedableRng};
 
     /// Random bit patterns (every class of float) and the values at the edges of each format.
-    fn inputs() -> Vec<f32> {
+    pub(in crate::cpu) fn inputs() -> Vec<f32> {
         let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(3);
         let mut v: Vec<f32> = (0..100_003).map(|_| f32::from_bits(rng.random())).collect();
         v.extend((0..20_000).map(|i| (i as f32 - 10_000.0) * 7.3));
@@ -282,7 +280,7 @@ mod tests {
         }
     }
 
-    fn same_bits<T: PartialEq + std::fmt::Debug>(
+    pub(in crate::cpu) fn same_bits<T: PartialEq + std::fmt::Debug>(
         got: &[T],
         want: &[T],
         what: impl Fn(usize) -> String,
@@ -371,38 +369,6 @@ mod tests {
                 f32::to_bits,
             );
         });
-    }
-
-    /// `cpu::cast` of a strided view (element by element, through f64) against the contiguous
-    /// fast path: the same bits, so that a tensor's values never depend on its layout.
-    fn strided_matches<S: Element, D: Element, B: PartialEq + std::fmt::Debug>(
-        s: &[S],
-        bits: impl Fn(D) -> B,
-    ) {
-        let n = s.len();
-        let doubled: Vec<S> = s.iter().flat_map(|&x| [x, x]).collect();
-        let view = Layout {
-            shape: vec![n],
-            strides: vec![2],
-            offset: 1,
-        };
-        let (mut strided, mut contiguous) = (vec![D::zero(); n], vec![D::zero(); n]);
-        cast(&doubled, &view, &mut strided);
-        cast(s, &Layout::contiguous(vec![n]), &mut contiguous);
-        let strided: Vec<B> = strided.into_iter().map(&bits).collect();
-        let contiguous: Vec<B> = contiguous.into_iter().map(&bits).collect();
-        same_bits(&strided, &contiguous, |i| format!("input {:?}", s[i]));
-    }
-
-    #[test]
-    fn strided_half_casts_give_the_contiguous_bits() {
-        let s = inputs();
-        strided_matches(&s, f16::to_bits);
-        strided_matches(&s, bf16::to_bits);
-        let all_f16: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
-        strided_matches(&all_f16, f32::to_bits);
-        let all_bf16: Vec<bf16> = (0..=u16::MAX).map(bf16::from_bits).collect();
-        strided_matches(&all_bf16, f32::to_bits);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Matrix products on host slices. Floats go to the `gemm` crate (AVX-512 kernels chosen at run
 //! time, strided operands without copies); integers use a plain loop with i64 accumulation.
 
-use crate::Element;
+use crate::dtype::Element;
 
 /// One operand of a batch of products: the offset of each batch's matrix, and the row and
 /// column strides (in elements) shared by all of them.

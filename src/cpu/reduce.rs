@@ -4,8 +4,9 @@
 use rayon::prelude::*;
 
 use super::elementwise::FloatMath;
-use super::{PAR_MIN, chunked, wide};
-use crate::Element;
+use super::simd::wide;
+use super::{PAR_MIN, chunked};
+use crate::dtype::Element;
 
 /// Float sums use 64 independent f32 (or f64) lanes per 4096-element block and add the blocks
 /// in f64: 12× faster than a serial `iter().sum()` and about 1000× more accurate on 10M f32.
@@ -263,7 +264,7 @@ pub fn softmax_rows<T: FloatMath + Sum<Acc = f64>>(
 pub trait SoftmaxFloat: FloatMath + Sum<Acc = f64> {}
 impl<T: FloatMath + Sum<Acc = f64>> SoftmaxFloat for T {}
 
-super::vectorized! {
+super::simd::vectorized! {
     /// `softmax_row` over consecutive rows of `len`.
     fn softmax_block / softmax_block_at<T: SoftmaxFloat, const FMA: bool>(
         data: &[T],
@@ -277,7 +278,7 @@ super::vectorized! {
     }
 }
 
-super::vectorized! {
+super::simd::vectorized! {
     /// `Sum::partial`, in the widest vectors the CPU has.
     fn partial_wide / partial_wide_at<T: Sum>(x: &[T]) -> T::Acc {
         T::partial(x)
@@ -367,7 +368,7 @@ fn row_max<T: Element>(row: &[T]) -> T {
 mod tests {
     use rand::{Rng, SeedableRng};
 
-    use super::super::for_each_width;
+    use super::super::simd::for_each_width;
     use super::{partial_wide_at, softmax_block_at};
 
     fn random(n: usize, scale: f32, seed: u64) -> Vec<f32> {

@@ -8,10 +8,10 @@
 use std::sync::{OnceLock, RwLock};
 
 use super::guard::guarded;
-use super::value::StandIn;
+use super::value::{Device, StandIn};
 use crate::cost::GpuSpec;
+use crate::error::{Error, Result};
 use crate::units::parse_bytes;
-use crate::{Device, Error, Result};
 
 /// What backs a CUDA device index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

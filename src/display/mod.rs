@@ -10,9 +10,9 @@ pub use preview::preview;
 
 pub use crate::units::{human_bytes, human_duration, human_rate};
 
-use crate::device::StandIn;
-use crate::html::escape;
-use crate::{Device, Tensor};
+use crate::device::{Device, StandIn};
+use crate::html::{Html, el};
+use crate::tensor::Tensor;
 
 fn shape_text(t: &Tensor) -> String {
     let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
@@ -41,7 +41,7 @@ fn transfer_text(t: &Tensor) -> String {
 }
 
 /// A non-blocking copy still running: its route and the call that waits for it.
-fn in_flight_text(q: &crate::Transfer) -> String {
+fn in_flight_text(q: &crate::transfer::Transfer) -> String {
     let gpu = [q.to, q.from]
         .into_iter()
         .find_map(|d| d.index())
@@ -102,26 +102,42 @@ pub fn card_html(t: &Tensor) -> String {
     let d = t.device();
     let (bg, label) = device_badge(&d.to_string(), d.stand_in());
     let values = preview(t, 0);
-    let transfer = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
-        Ok(q) => escape(&in_flight_text(q)),
-        Err(Some(tr)) => format!(
-            "<span title=\"{} bytes, timed by {:?}\">last <code>.to()</code>: {}</span>",
-            tr.bytes,
-            tr.clock,
-            escape(&tr.to_string())
-        ),
-        Err(None) => "<span style=\"color:#888\">no <code>.to()</code> yet</span>".into(),
+    let transfer: Html = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
+        Ok(q) => Html::text(&in_flight_text(q)),
+        Err(Some(tr)) => el("span")
+            .attr(
+                "title",
+                &format!("{} bytes, timed by {:?}", tr.bytes, tr.clock),
+            )
+            .text("last ")
+            .child(el("code").text(".to()"))
+            .text(&format!(": {tr}"))
+            .into(),
+        Err(None) => el("span")
+            .style("color:#888")
+            .text("no ")
+            .child(el("code").text(".to()"))
+            .text(" yet")
+            .into(),
     };
     let pinned = if t.is_pinned() { " · pinned" } else { "" };
-    format!(
-        "<div class=\"placelab-tensor\" style=\"font-family:ui-monospace,monospace;font-size:13px;border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;display:inline-block;max-width:100%\">\
-         <div><span style=\"background:{bg};color:#fff;border-radius:4px;padding:1px 7px;font-weight:600\">{label}</span> \
-         <b>{}</b> · {}{pinned} · {transfer}</div>\
-         <pre style=\"margin:6px 0 0 0\">{}</pre></div>",
-        escape(&shape_text(t)),
-        escape(&bytes_text(t)),
-        escape(&values)
-    )
+    let badge = el("span")
+        .style(&format!(
+            "background:{bg};color:#fff;border-radius:4px;padding:1px 7px;font-weight:600"
+        ))
+        .text(&label);
+    let head = el("div")
+        .child(badge)
+        .text(" ")
+        .child(el("b").text(&shape_text(t)))
+        .text(&format!(" · {}{pinned} · ", bytes_text(t)))
+        .child(transfer);
+    el("div")
+        .class("placelab-tensor")
+        .style("font-family:ui-monospace,monospace;font-size:13px;border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;display:inline-block;max-width:100%")
+        .child(head)
+        .child(el("pre").style("margin:6px 0 0 0").text(&values))
+        .into_string()
 }
 
 impl fmt::Display for Tensor {

@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::driver::Gemm;
 use super::runtime::Gpu;
-use crate::{DType, Error, Result};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 
 /// Memory for cuBLAS's workspace, asked of the caller at a device's first GEMM: the device
 /// address of `bytes` bytes, and what keeps them allocated for as long as the handle lives.
@@ -110,7 +111,7 @@ pub(crate) fn matmul(
         return Ok(());
     }
     if k == 0 {
-        return super::ops::fill(g, dtype, out, batches * m * n, crate::Scalar::Int(0));
+        return super::ops::fill(g, dtype, out, batches * m * n, crate::dtype::Scalar::Int(0));
     }
     let (Some((trans_a, lda)), Some((trans_b, ldb))) =
         (operand(m, k, a_rs, a_cs), operand(k, n, b_rs, b_cs))

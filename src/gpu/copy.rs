@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::driver::DriverEvent;
 use super::runtime::{Gpu, gpu};
-use crate::{Device, Error, Result};
+use crate::device::Device;
+use crate::error::{Error, Result};
 
 /// How long a copy took.
 #[derive(Debug, Clone, Copy)]

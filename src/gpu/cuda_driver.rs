@@ -15,10 +15,11 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use super::driver::{AllocFailure, Arg, Driver, DriverEvent, Gemm, Grid};
+use super::args::Arg;
+use super::driver::{AllocFailure, Driver, DriverEvent, Gemm, Grid};
 use super::nvrtc::{self, KernelSource};
-use crate::DType;
 use crate::device::guard::guarded;
+use crate::dtype::DType;
 
 pub(crate) struct CudaDriver {
     ctx: Arc<CudaContext>,

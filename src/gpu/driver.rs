@@ -10,10 +10,9 @@
 
 use std::any::Any;
 
-use super::launch::Param;
+pub use super::args::Arg;
 use super::nvrtc::KernelSource;
-use super::ops::Strided;
-use crate::DType;
+use crate::dtype::DType;
 
 /// A launch's geometry, as `cuLaunchKernel` takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,28 +20,6 @@ pub struct Grid {
     pub blocks: (u32, u32, u32),
     pub threads: (u32, u32, u32),
     pub shared_bytes: u32,
-}
-
-/// One kernel argument, by value.
-#[derive(Debug, Clone, Copy)]
-pub enum Arg {
-    U64(u64),
-    I32(i32),
-    F32(f32),
-    Strided(Strided),
-}
-
-impl Arg {
-    /// The PTX parameter this argument fills.
-    pub fn param(&self) -> Param {
-        use super::launch::KernelArg;
-        match self {
-            Arg::U64(_) => u64::PARAM,
-            Arg::I32(_) => i32::PARAM,
-            Arg::F32(_) => f32::PARAM,
-            Arg::Strided(_) => Strided::PARAM,
-        }
-    }
 }
 
 /// Why device memory could not be had.

@@ -6,57 +6,12 @@
 //! would read garbage on the GPU without any error. `build.rs` reads this list too: it is the one
 //! list of kernels.
 
-use super::driver::{Arg, Grid};
+pub use super::args::{KernelArg, Param};
+use super::driver::Grid;
 use super::nvrtc::{self, KernelSource};
-use super::ops::Strided;
 use super::runtime::Gpu;
-use crate::Result;
-
-/// A kernel parameter as PTX declares it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Param {
-    /// `.param .u64`: a count, a device pointer, or a scalar's bits.
-    U64,
-    /// `.param .u32`: an op code or a flag (`int`).
-    U32,
-    /// `.param .f32`: a number kept in f32.
-    F32,
-    /// `.param .align A .b8 [N]`: a struct passed by value.
-    Struct { align: usize, bytes: usize },
-}
-
-/// The Rust type of a launch argument and its PTX parameter.
-pub trait KernelArg {
-    const PARAM: Param;
-    fn arg(self) -> Arg;
-}
-impl KernelArg for u64 {
-    const PARAM: Param = Param::U64;
-    fn arg(self) -> Arg {
-        Arg::U64(self)
-    }
-}
-impl KernelArg for i32 {
-    const PARAM: Param = Param::U32;
-    fn arg(self) -> Arg {
-        Arg::I32(self)
-    }
-}
-impl KernelArg for f32 {
-    const PARAM: Param = Param::F32;
-    fn arg(self) -> Arg {
-        Arg::F32(self)
-    }
-}
-impl KernelArg for Strided {
-    const PARAM: Param = Param::Struct {
-        align: std::mem::align_of::<Strided>(),
-        bytes: std::mem::size_of::<Strided>(),
-    };
-    fn arg(self) -> Arg {
-        Arg::Strided(self)
-    }
-}
+use super::strided::Strided;
+use crate::error::Result;
 
 /// One family of kernels: `{family}_{suffix}` in `source`, all with the same parameters.
 #[derive(Debug, Clone, Copy)]

@@ -1,10 +1,11 @@
 //! The CUDA backend: kernels compiled by NVRTC (`nvrtc`) and launched with typed parameters
-//! (`launch`, `ops`, `reduce`), GEMMs (`blas`), timed copies (`copy`), and each device's driver, stream
+//! (`launch`, `ops`, `reduce`, on views as `strided` builds them), GEMMs (`blas`), timed copies (`copy`), and each device's driver, stream
 //! and raw memory (`runtime`). What runs it is behind one seam (`driver`): a real GPU through
 //! cudarc (`cuda_driver`, with libraries found by `libs`), or the emulator (`emulated`), which
 //! runs the same `kernels/*.cu` compiled for the CPU. It works on device pointers, host slices
 //! and layouts; the storage layer above allocates every buffer.
 
+pub(crate) mod args;
 pub mod blas;
 pub mod copy;
 pub(crate) mod cuda_driver;
@@ -16,3 +17,4 @@ pub mod nvrtc;
 pub(crate) mod ops;
 pub(crate) mod reduce;
 pub mod runtime;
+pub(crate) mod strided;

@@ -7,7 +7,7 @@ use std::ffi::{CString, c_char};
 use cudarc::nvrtc::{result, sys};
 
 use crate::device::guard::guarded;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Text placed before every kernel file: element types, conversions and strided indexing.
 const COMMON: &str = include_str!("../../kernels/common.cuh");

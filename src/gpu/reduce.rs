@@ -7,7 +7,8 @@ use super::driver::Grid;
 use super::launch;
 use super::ops::{elementwise_grid, tag};
 use super::runtime::Gpu;
-use crate::{DType, Result};
+use crate::dtype::DType;
+use crate::error::Result;
 
 /// As `REDUCE_THREADS` in `kernels/reduce.cu`.
 const REDUCE_THREADS: u32 = 256;

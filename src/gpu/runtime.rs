@@ -7,13 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::args::Arg;
 use super::cuda_driver::CudaDriver;
-use super::driver::{AllocFailure, Arg, Driver, Grid};
+use super::driver::{AllocFailure, Driver, Grid};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
+use crate::device::Device;
 use crate::device::registry::{Backend, backend};
-use crate::{Device, Error, Result};
+use crate::error::{Error, Result};
 
 pub(crate) struct Gpu {
     pub index: usize,
@@ -81,6 +83,22 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     lock(unreported_setups()).push((index, context_setup));
     map.insert(index, g.clone());
     Ok(g)
+}
+
+/// Under AddressSanitizer (`emulated::checks_bounds`): marks a block of emulated `cuda:index` as
+/// a tensor's (`usable`) or as freed, in its stream's order, as a GPU's caching allocator reuses
+/// memory: a kernel queued before the block was freed may still use it, and one queued after it
+/// was allocated again may use it from then on. Without ASan it does nothing.
+pub(crate) fn mark_emulated_block(index: usize, addr: usize, size: usize, usable: bool) {
+    if !super::emulated::checks_bounds() || size == 0 {
+        return;
+    }
+    let Ok(g) = gpu(index) else {
+        return;
+    };
+    if let Some(d) = g.driver.as_any().downcast_ref::<EmulatedDriver>() {
+        d.mark_block(addr, size, usable);
+    }
 }
 
 /// An emulated device of `capacity` bytes outside the registry: for unit tests of kernel paths

@@ -12,8 +12,10 @@ pub use crate::alloc::{caching, host};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::device::Device;
 use crate::device::registry::{Backend, backend};
-use crate::{DType, Device, Error, Result};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 pub use caching::MemoryStats;
 use caching::{CachingAllocator, RawAllocator};
 pub use summary::memory_summary;
@@ -175,7 +177,7 @@ impl Block {
         }
         let emulated = device.is_emulated();
         if emulated && let Device::Cuda(i) = device {
-            crate::gpu::emulated::mark_block(i, addr, requested, true);
+            crate::gpu::runtime::mark_emulated_block(i, addr, requested, true);
         }
         Ok(Block {
             addr,
@@ -214,7 +216,7 @@ impl Drop for Block {
         if self.emulated
             && let Device::Cuda(i) = self.device
         {
-            crate::gpu::emulated::mark_block(i, self.addr, self.size, false);
+            crate::gpu::runtime::mark_emulated_block(i, self.addr, self.size, false);
         }
         let mut m = lock(&self.mem);
         m.alloc.free(self.addr);

@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use crate::{Device, Result};
+use crate::device::Device;
+use crate::error::Result;
 
 /// PyTorch's `_format_size`: divide by 1024 while the value is ≥ 768 Ki of the unit.
 fn format_size(mut n: usize) -> String {

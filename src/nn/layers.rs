@@ -1,8 +1,8 @@
 //! The layers: `Linear` (initialised as PyTorch's), activations, `Dropout`, `Flatten`.
 
 use super::Module;
-use crate::tensor::same_device;
-use crate::{Error, IntoOptions, Result, Tensor};
+use crate::error::{Error, Result};
+use crate::tensor::{IntoOptions, Tensor, same_device};
 
 /// `y = x·Wᵀ + b`, with `W: [out, in]` and `b: [out]`. Initialised as `torch.nn.Linear`:
 /// both drawn uniformly from ±1/√in (Kaiming-uniform with a = √5).

@@ -2,8 +2,9 @@
 //! they compute in f32 whatever the dtype of their input.
 
 use crate::autograd::{Backward, no_grad, record, saved as saved_tensor};
-use crate::tensor::same_device;
-use crate::{DType, Error, IntoOptions, Result, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::{IntoOptions, Tensor, same_device};
 
 /// Checks class-index targets against `[N, C]` scores and returns them as a one-hot `[N, C]`
 /// tensor in `dtype` on the scores' device.

@@ -12,7 +12,10 @@ pub use layers::{Dropout, Flatten, Linear, ReLU, Sigmoid, Tanh};
 pub use loss::{CrossEntropyLoss, MSELoss, NLLLoss};
 
 use crate::autograd::no_grad;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
 /// A layer or a model: a function of a tensor with learnable parameters.
 ///

@@ -16,18 +16,17 @@ mod report;
 mod timeline;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cost::gpus::GpuSpec;
 use crate::cost::model::{self, Arithmetic};
-use crate::{DType, Device, Result};
+use crate::device::Device;
+use crate::dtype::DType;
 
 pub use record::{
     ACCUMULATE_GRAD, Finish, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed,
-    frame, grad_fn, phase, recording,
+    frame, grad_fn, phase, profile, profile_as, recording,
 };
-use record::{OPEN, PRICED_AS, PROFILING_THREAD, RECORDING, Recording, lock};
 pub use report::Row;
 
 /// The part of a training step an op ran in, as PyTorch's profiler groups them.
@@ -230,58 +229,4 @@ impl Profile {
     pub fn devices(&self) -> Vec<Device> {
         self.start_allocated.keys().copied().collect()
     }
-}
-
-/// `profile`, with every op on a CUDA device (real or emulated too) priced as if it ran on
-/// `gpu`: how `benches/gpu-check.sh` holds the cost model against a real GPU's CUDA events.
-/// A learner's profile predicts only for simulated devices standing for a GPU.
-pub fn profile_as<T>(gpu: &'static GpuSpec, f: impl FnOnce() -> Result<T>) -> Profile {
-    PRICED_AS.with(|p| p.set(Some(gpu)));
-    let profile = profile(f);
-    PRICED_AS.with(|p| p.set(None));
-    profile
-}
-
-/// Runs `f` once and records where its time and memory went. A failure (an error or a panic)
-/// ends the recording there and is reported with the ops before it; whatever `f` freed is freed.
-/// The value `f` returns is dropped after the recording ends, so what it holds shows as still
-/// allocated at the end of the timeline.
-pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
-    let mut state = lock();
-    if state.is_some() {
-        drop(state);
-        let failure = match f() {
-            Ok(_) => "profiles do not nest: the outer profile recorded this code's ops".into(),
-            Err(e) => e.to_string(),
-        };
-        return Profile {
-            failure: Some(failure),
-            ..Profile::default()
-        };
-    }
-    *state = Some(Recording::new());
-    PROFILING_THREAD.with(|p| p.set(true));
-    RECORDING.store(true, Ordering::SeqCst);
-    drop(state);
-    let start = Instant::now();
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    let wall = start.elapsed();
-    RECORDING.store(false, Ordering::SeqCst);
-    PROFILING_THREAD.with(|p| p.set(false));
-    OPEN.with(|o| o.borrow_mut().take());
-    let rec = lock().take().expect("the recording started above");
-    let failure = match &outcome {
-        Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(e.to_string()),
-        Err(panic) => Some(format!(
-            "panicked: {}",
-            panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)")
-        )),
-    };
-    drop(outcome);
-    rec.finish(wall, failure)
 }

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
 use crate::cost::gpus::GpuSpec;
-use crate::device::registry;
-use crate::{DType, Device};
+use crate::device::{Device, registry};
+use crate::dtype::DType;
+use crate::error::Result;
 
 pub(super) static RECORDING: AtomicBool = AtomicBool::new(false);
 static STATE: Mutex<Option<Recording>> = Mutex::new(None);
@@ -393,4 +394,58 @@ pub fn block_freed(device: Device, (id, block): (u64, usize), allocated: usize) 
             *p.freed_between_ops.entry(rec.phase).or_default() += block as u64;
         }
     });
+}
+
+/// `profile`, with every op on a CUDA device (real or emulated too) priced as if it ran on
+/// `gpu`: how `benches/gpu-check.sh` holds the cost model against a real GPU's CUDA events.
+/// A learner's profile predicts only for simulated devices standing for a GPU.
+pub fn profile_as<T>(gpu: &'static GpuSpec, f: impl FnOnce() -> Result<T>) -> Profile {
+    PRICED_AS.with(|p| p.set(Some(gpu)));
+    let profile = profile(f);
+    PRICED_AS.with(|p| p.set(None));
+    profile
+}
+
+/// Runs `f` once and records where its time and memory went. A failure (an error or a panic)
+/// ends the recording there and is reported with the ops before it; whatever `f` freed is freed.
+/// The value `f` returns is dropped after the recording ends, so what it holds shows as still
+/// allocated at the end of the timeline.
+pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
+    let mut state = lock();
+    if state.is_some() {
+        drop(state);
+        let failure = match f() {
+            Ok(_) => "profiles do not nest: the outer profile recorded this code's ops".into(),
+            Err(e) => e.to_string(),
+        };
+        return Profile {
+            failure: Some(failure),
+            ..Profile::default()
+        };
+    }
+    *state = Some(Recording::new());
+    PROFILING_THREAD.with(|p| p.set(true));
+    RECORDING.store(true, Ordering::SeqCst);
+    drop(state);
+    let start = Instant::now();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let wall = start.elapsed();
+    RECORDING.store(false, Ordering::SeqCst);
+    PROFILING_THREAD.with(|p| p.set(false));
+    OPEN.with(|o| o.borrow_mut().take());
+    let rec = lock().take().expect("the recording started above");
+    let failure = match &outcome {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(panic) => Some(format!(
+            "panicked: {}",
+            panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)")
+        )),
+    };
+    drop(outcome);
+    rec.finish(wall, failure)
 }

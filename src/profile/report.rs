@@ -7,8 +7,8 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::{MadeBlock, Phase, Profile};
-use crate::Device;
-use crate::html::escape;
+use crate::device::Device;
+use crate::html::{Html, el};
 use crate::units::{human_bytes, human_duration};
 
 /// The ops of one name, in one phase, on one device.
@@ -261,18 +261,15 @@ impl Profile {
 
     /// The table and the memory timeline as HTML (Jupyter's rendering).
     pub fn html(&self) -> String {
-        let mut out = String::from(
-            "<div class=\"placelab-profile\" style=\"font-family:monospace;font-size:12px\">",
-        );
-        if let Some(f) = &self.failure {
-            let _ = write!(
-                out,
-                "<div style=\"color:#b00020\"><b>The code failed</b>, so this profile stops there: {}</div>",
-                escape(f)
-            );
-        }
+        const PAD: &str = "padding:1px 8px";
+        let td = |s: &str| el("td").style(PAD).text(s);
+        let failure = self.failure.as_ref().map(|f| {
+            el("div")
+                .style("color:#b00020")
+                .child(el("b").text("The code failed"))
+                .text(&format!(", so this profile stops there: {f}"))
+        });
         let predicts = self.predicts();
-        out.push_str("<table style=\"border-collapse:collapse\"><tr>");
         let on_gpu = self.gpu_total().is_some();
         let mut heads = vec!["phase", "op", "device", "calls", "measured", "% of wall"];
         if on_gpu {
@@ -283,62 +280,58 @@ impl Profile {
             heads.push(&predicted_head);
         }
         heads.extend(["allocated", "freed"]);
-        for h in heads {
-            let _ = write!(
-                out,
-                "<th style=\"text-align:left;padding:1px 8px\">{}</th>",
-                escape(h)
-            );
-        }
-        out.push_str("</tr>");
+        let heads = heads
+            .into_iter()
+            .map(|h| el("th").style("text-align:left;padding:1px 8px").text(h));
+        let mut table = el("table")
+            .style("border-collapse:collapse")
+            .child(el("tr").children(heads));
         let wall = self.wall.as_secs_f64().max(1e-12);
-        let cell = |s: String| format!("<td style=\"padding:1px 8px\">{s}</td>");
         let rows = self.rows();
         for phase in self.phases() {
             for r in rows.iter().filter(|r| r.phase == phase) {
-                out.push_str("<tr>");
-                out.push_str(&cell(phase.name().into()));
-                out.push_str(&cell(escape(&r.name)));
-                out.push_str(&cell(r.device.to_string()));
-                out.push_str(&cell(r.calls.to_string()));
-                out.push_str(&cell(human_duration(r.measured)));
-                out.push_str(&cell(format!(
-                    "{:.1}%",
-                    100.0 * r.measured.as_secs_f64() / wall
-                )));
+                let mut cells = vec![
+                    phase.name().to_string(),
+                    r.name.clone(),
+                    r.device.to_string(),
+                    r.calls.to_string(),
+                    human_duration(r.measured),
+                    format!("{:.1}%", 100.0 * r.measured.as_secs_f64() / wall),
+                ];
                 if on_gpu {
-                    out.push_str(&cell(r.gpu_time.map_or("–".into(), human_duration)));
+                    cells.push(r.gpu_time.map_or("–".into(), human_duration));
                 }
                 if predicts {
-                    out.push_str(&cell(
+                    cells.push(
                         r.predicted
                             .map_or("–".into(), |p| format!("≈ {}", human_duration(p))),
-                    ));
+                    );
                 }
-                out.push_str(&cell(human_bytes(r.allocated as usize)));
-                out.push_str(&cell(human_bytes(r.freed as usize)));
-                out.push_str("</tr>");
+                cells.push(human_bytes(r.allocated as usize));
+                cells.push(human_bytes(r.freed as usize));
+                table = table.child(el("tr").children(cells.iter().map(String::as_str).map(td)));
             }
-            let _ = write!(
-                out,
-                "<tr style=\"border-top:1px solid #ccc\"><td style=\"padding:1px 8px\"><b>{}</b></td><td style=\"padding:1px 8px\" colspan=\"3\">total{}</td>{}</tr>",
-                phase.name(),
-                self.between_ops(phase)
-                    .map_or(String::new(), |b| format!(" (between ops: {b})")),
-                cell(format!(
-                    "<b>{}</b>",
-                    human_duration(self.phase_total(phase))
-                ))
+            let between = self
+                .between_ops(phase)
+                .map_or(String::new(), |b| format!(" (between ops: {b})"));
+            let total = human_duration(self.phase_total(phase));
+            table = table.child(
+                el("tr")
+                    .style("border-top:1px solid #ccc")
+                    .child(el("td").style(PAD).child(el("b").text(phase.name())))
+                    .child(td(&format!("total{between}")).attr("colspan", "3"))
+                    .child(el("td").style(PAD).child(el("b").text(&total))),
             );
         }
-        out.push_str("</table>");
-        let _ = write!(out, "<div>{}</div>", escape(&self.coverage_line()));
-        out.push_str(&self.timeline_svg());
-        for line in self.peak_lines() {
-            let _ = write!(out, "<div>{}</div>", escape(&line));
-        }
-        out.push_str("</div>");
-        out
+        el("div")
+            .class("placelab-profile")
+            .style("font-family:monospace;font-size:12px")
+            .children(failure)
+            .child(table)
+            .child(el("div").text(&self.coverage_line()))
+            .child(Html::raw(self.timeline_svg()))
+            .children(self.peak_lines().iter().map(|l| el("div").text(l)))
+            .into_string()
     }
 }
 

@@ -6,8 +6,8 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::{Phase, Profile};
-use crate::Device;
-use crate::html::escape;
+use crate::device::Device;
+use crate::html::{el, escape};
 use crate::units::{human_bytes, human_duration};
 
 const WIDTH: f64 = 640.0;
@@ -68,7 +68,9 @@ impl Profile {
     pub fn timeline_svg(&self) -> String {
         let devices = self.devices();
         if devices.is_empty() {
-            return "<div>no memory was allocated or freed</div>".into();
+            return el("div")
+                .text("no memory was allocated or freed")
+                .into_string();
         }
         let end = self.wall.as_secs_f64().max(1e-9);
         let top = devices
@@ -220,7 +222,7 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::DType;
+    use crate::dtype::DType;
     use crate::profile::{MadeBlock, MemoryPoint, OpRecord, Peak};
 
     fn ms(n: u64) -> Duration {

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use super::{Storage, gpu_index};
 use crate::cpu;
+use crate::device::Device;
 use crate::device::registry::uses_gpu_backend as is_gpu;
+use crate::error::{Error, Result};
 pub(crate) use crate::gpu::copy::CopyTime;
 use crate::gpu::copy::{self, Timing};
 use crate::layout::Layout;
-use crate::{Device, Error, Result};
 
 /// What a queued copy's completion is waited on.
 pub(crate) enum Completion {
@@ -63,19 +64,6 @@ pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
         }
     }
     Ok(crate::gpu::runtime::take_unreported_setup(devices))
-}
-
-/// Waits for every kernel and copy queued on `device`'s stream (a GPU's); host-backed
-/// devices run their kernels to completion before returning, so there is nothing to wait for.
-pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
-    match device {
-        Device::Cuda(i) if is_gpu(device) => {
-            let g = crate::gpu::runtime::gpu(i)?;
-            g.wait_interruptibly("synchronize")?;
-            g.synchronize()
-        }
-        _ => Ok(()),
-    }
 }
 
 /// Whether a copy between `from` and `to` runs on a GPU's copy engine and is timed with CUDA

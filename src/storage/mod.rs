@@ -10,14 +10,16 @@ mod reduce;
 
 use std::sync::{Arc, Mutex};
 
-pub(crate) use copy::{Completion, copy_engine_between, open_devices, wait_for_queued_work};
+pub(crate) use copy::{Completion, copy_engine_between, open_devices};
 
 use crate::cpu;
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::Result;
 use crate::gpu::copy::{OpenTiming, PinnedHost};
 use crate::gpu::runtime::Gpu;
 use crate::memory::Block;
 use crate::profile::{self, OpScope, Work};
-use crate::{DType, Device, Element, Result};
 
 pub(crate) enum Backing {
     /// Host memory from the device's caching allocator: the CPU, or a simulated GPU.
@@ -247,6 +249,19 @@ pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option
     }
     let on_gpu = crate::device::registry::uses_gpu_backend(device);
     profile::begin(name, device, work, on_gpu.then_some(time_on_gpu))
+}
+
+/// Waits for every kernel and copy queued on `device`'s stream (a GPU's); host-backed
+/// devices run their kernels to completion before returning, so there is nothing to wait for.
+pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
+    match device {
+        Device::Cuda(i) if crate::device::registry::uses_gpu_backend(device) => {
+            let g = crate::gpu::runtime::gpu(i)?;
+            g.wait_interruptibly("synchronize")?;
+            g.synchronize()
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Records a timing event on `device`'s stream; the `Finish` records the closing one and waits.

@@ -6,12 +6,14 @@ use half::f16;
 use super::Storage;
 use crate::cpu::elementwise as ew;
 use crate::cpu::{self, matmul::Matmul};
+use crate::device::Device;
+use crate::dtype::{DType, Element, Scalar};
+use crate::error::Result;
 use crate::gpu::{blas, ops as gpu};
 use crate::layout::Layout;
 use crate::memory::Block;
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::profile::Work;
-use crate::{DType, Device, Element, Result, Scalar};
 
 /// Binds `$t` to the Rust type of `$dtype` for the dtypes with native arithmetic kernels;
 /// f16/bf16 are computed in f32 by the tensor layer and never reach these kernels.

@@ -4,10 +4,11 @@
 
 use super::Storage;
 use crate::cpu::reduce;
+use crate::dtype::DType;
+use crate::error::Result;
 use crate::gpu::reduce as gpu_reduce;
 use crate::layout::Layout;
 use crate::profile::Work;
-use crate::{DType, Result};
 
 impl Storage {
     /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.

@@ -4,7 +4,9 @@
 
 use std::cell::Cell;
 
-use crate::{DType, Error, Result, Tensor};
+use super::Tensor;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
 
 thread_local! {
     static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };

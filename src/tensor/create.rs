@@ -6,9 +6,10 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{IntoOptions, Tensor};
+use crate::dtype::{DType, Element, Scalar};
+use crate::error::{Error, Result};
 use crate::layout::{IntoShape, numel_checked};
 use crate::storage::Storage;
-use crate::{DType, Element, Error, Result, Scalar};
 
 /// PyTorch's default CPU seed, so a fresh session draws the same numbers every time.
 const DEFAULT_SEED: u64 = 67_280_421_310_721;
@@ -178,7 +179,7 @@ impl Tensor {
     fn sample(
         shape: Vec<usize>,
         dtype: DType,
-        device: crate::Device,
+        device: crate::device::Device,
         normal: bool,
     ) -> Result<Tensor> {
         let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
@@ -191,7 +192,7 @@ impl Tensor {
             .unwrap_or_else(|e| e.into_inner())
             .random();
         fn filled<T: crate::cpu::random::Sample + Element>(
-            host: crate::Device,
+            host: crate::device::Device,
             n: usize,
             seed: u64,
             normal: bool,

@@ -3,7 +3,8 @@
 //! `set_default_device` chose another) and Rust's literal types follow PyTorch's defaults.
 
 use super::{IntoOptions, Tensor};
-use crate::{DType, Element, Error, Result};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
 
 /// Rust values a tensor can be made from: a number, or slices, `Vec`s and arrays of them,
 /// nested to any depth (`&[[f32; 3]; 2]` is a `[2, 3]` tensor).
@@ -112,16 +113,18 @@ impl Tensor {
 #[macro_export]
 macro_rules! tensor {
     ($($x:expr),+ $(,)? ; $opts:expr) => {
-        $crate::Tensor::from_data([$($x),+], $opts)
+        $crate::tensor::Tensor::from_data([$($x),+], $opts)
     };
     ($($x:expr),+ $(,)?) => {
-        $crate::Tensor::new([$($x),+])
+        $crate::tensor::Tensor::new([$($x),+])
     };
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::{DType, Device, Tensor};
+    use crate::device::Device;
+    use crate::dtype::DType;
+    use crate::tensor::Tensor;
 
     #[test]
     fn literals_follow_pytorch_defaults_and_land_on_the_cpu() {

@@ -5,10 +5,11 @@ use std::ops;
 
 use super::{Tensor, same_device};
 use crate::autograd::{grads, is_grad_enabled, no_grad, record};
+use crate::dtype::{DType, Scalar};
+use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::storage::Storage;
-use crate::{DType, Error, Result, Scalar};
 
 /// The right-hand side of a binary op: another tensor, or a number.
 pub trait Operand {
@@ -93,7 +94,7 @@ fn result_type(a: &Tensor, b: &Tensor) -> DType {
 /// The dtype a kernel on `device` computes `dtype` in. The CPU runs f16/bf16 in f32 and rounds
 /// once at the end; a GPU's kernels take f16/bf16 directly (and compute in f32 inside, with the
 /// same single rounding), saving the two casts' memory traffic.
-fn compute_dtype(dtype: DType, device: crate::Device) -> DType {
+fn compute_dtype(dtype: DType, device: crate::device::Device) -> DType {
     if matches!(dtype, DType::F16 | DType::BF16) && !Storage::computes_half_natively(device) {
         DType::F32
     } else {

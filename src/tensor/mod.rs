@@ -12,11 +12,13 @@ mod to;
 use std::sync::Arc;
 
 use crate::autograd::GradMeta;
+use crate::device::Device;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
 use crate::layout::Layout;
 use crate::storage::Storage;
 use crate::transfer::Transfer;
 use crate::transfer::inflight::InFlight;
-use crate::{DType, Device, Element, Error, Result};
 
 pub use create::manual_seed;
 pub use data::TensorData;
@@ -103,7 +105,7 @@ impl IntoOptions for () {
     fn into_options(self) -> TensorOptions {
         TensorOptions {
             dtype: None,
-            device: crate::default_device(),
+            device: crate::device::default_device(),
         }
     }
 }
@@ -113,7 +115,7 @@ impl IntoOptions for DType {
     fn into_options(self) -> TensorOptions {
         TensorOptions {
             dtype: Some(self),
-            device: crate::default_device(),
+            device: crate::device::default_device(),
         }
     }
 }
@@ -232,7 +234,7 @@ impl Tensor {
     }
 
     /// The size of dimension `dim` (negative counts from the end).
-    pub fn size(&self, dim: impl crate::Dim) -> Result<usize> {
+    pub fn size(&self, dim: impl crate::layout::Dim) -> Result<usize> {
         let d = crate::layout::resolve_dim("size", dim.as_i64(), self.rank())?;
         Ok(self.shape().get(d).copied().unwrap_or(1))
     }

@@ -3,9 +3,10 @@
 
 use super::{Tensor, same_device};
 use crate::autograd::{grads, no_grad, record};
-use crate::layout::{Dims, Layout, broadcast_shapes, resolve_dim, resolve_dims};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::{Dim, Dims, Layout, broadcast_shapes, resolve_dim, resolve_dims};
 use crate::storage::Storage;
-use crate::{DType, Dim, Error, Result};
 
 /// A tensor rearranged so the reduced dims are last and contiguous: `rows × len` elements.
 struct Rows {

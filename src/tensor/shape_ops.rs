@@ -3,9 +3,12 @@
 
 use super::{Tensor, same_device};
 use crate::autograd::{grads, no_grad, record};
-use crate::layout::{Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::{
+    Dim, Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims,
+};
 use crate::storage::Storage;
-use crate::{DType, Dim, Error, Result};
 
 /// A target shape for `reshape`: like a shape, but one entry may be -1 (inferred).
 pub trait IntoReshape {

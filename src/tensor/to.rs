@@ -3,10 +3,12 @@
 
 use std::time::{Duration, Instant};
 
+use super::Tensor;
+use crate::device::Device;
+use crate::error::{Error, Result};
 use crate::storage;
 use crate::transfer::inflight::{self, InFlight};
 use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, record};
-use crate::{Device, Error, Result, Tensor};
 
 impl Tensor {
     /// A copy of this tensor on `device`; this tensor stays where it is. Moving to the device it

@@ -10,8 +10,9 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::Transfer;
+use crate::device::Device;
+use crate::error::{Error, Result};
 use crate::storage::{Completion, PendingCopy, Storage};
-use crate::{Device, Error, Result};
 
 /// One copy that may still be running.
 pub(crate) struct InFlight {

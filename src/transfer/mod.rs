@@ -12,8 +12,8 @@ use std::time::Duration;
 pub use inflight::pending;
 pub use predicted::PredictedCopy;
 
-use crate::device::StandIn;
-use crate::{DType, Device};
+use crate::device::{Device, StandIn};
+use crate::dtype::DType;
 
 /// How a simulated GPU's transfer time was measured, wherever a time is shown: a host copy, not
 /// a bus transfer.
@@ -204,8 +204,12 @@ fn log_store() -> &'static Mutex<(u64, Vec<Transfer>)> {
 }
 
 pub(crate) fn record(mut t: Transfer) -> Transfer {
-    // Outside the log's lock: the first prediction measures the host's memcpy.
-    t.predicted = predicted::of(&t);
+    // Outside the log's lock: the first prediction measures the host's memcpy. Only a simulated
+    // device's host copy stands for a named GPU's.
+    let pinned = t.memory == HostMemoryKind::Pinned;
+    t.predicted = (t.clock == Clock::SimulatedHostCopy)
+        .then(|| predicted::of(t.from, t.to, t.bytes, pinned))
+        .flatten();
     let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
     log.0 += 1;
     t.seq = log.0;

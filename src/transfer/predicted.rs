@@ -6,9 +6,9 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{Clock, HostMemoryKind, Transfer};
 use crate::cost::GpuSpec;
 use crate::cost::model::{self, CopyRoute};
+use crate::device::Device;
 use crate::device::registry::stands_for;
 
 /// A transfer's predicted time on a named GPU.
@@ -21,20 +21,18 @@ pub struct PredictedCopy {
     pub link: String,
 }
 
-/// The prediction for `t`, if it was timed on a simulated device standing for a named GPU.
-pub(crate) fn of(t: &Transfer) -> Option<PredictedCopy> {
-    if t.clock != Clock::SimulatedHostCopy {
-        return None;
-    }
-    let gpu = stands_for(&t.to).or_else(|| stands_for(&t.from))?;
-    let route = if t.from.is_cuda() && t.to.is_cuda() {
+/// The prediction for a copy of `bytes` from `from` to `to` (`pinned`: from or to page-locked
+/// host memory) that was timed on a simulated device, if one of them stands for a named GPU.
+pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option<PredictedCopy> {
+    let gpu = stands_for(&to).or_else(|| stands_for(&from))?;
+    let route = if from.is_cuda() && to.is_cuda() {
         CopyRoute::BetweenGpus
-    } else if t.memory == HostMemoryKind::Pinned {
+    } else if pinned {
         CopyRoute::Pinned
     } else {
         CopyRoute::Pageable
     };
-    let p = model::copy(gpu, route, t.bytes as u64, host_memcpy_gbps());
+    let p = model::copy(gpu, route, bytes as u64, host_memcpy_gbps());
     Some(PredictedCopy {
         gpu,
         duration: Duration::from_secs_f64(p.seconds),

@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
-use crate::gpu::driver::{Arg, Grid};
-use crate::gpu::launch::Param;
+use crate::gpu::args::{Arg, Param};
+use crate::gpu::driver::Grid;
 
 /// `pl_param` in `kernels/host/registry.h`.
 #[repr(C)]

@@ -22,25 +22,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 pub use kernels::checks_bounds;
 use kernels::mark_usable;
 
-/// Under AddressSanitizer (`checks_bounds`): marks a block of emulated `cuda:index` as a
-/// tensor's (`usable`) or as freed, in its stream's order, as a GPU's caching allocator reuses
-/// memory: a kernel queued before the block was freed may still use it, and one queued after it
-/// was allocated again may use it from then on. Without ASan it does nothing.
-pub(crate) fn mark_block(index: usize, addr: usize, size: usize, usable: bool) {
-    if !checks_bounds() || size == 0 {
-        return;
-    }
-    let Ok(g) = super::runtime::gpu(index) else {
-        return;
-    };
-    if let Some(d) = g.driver.as_any().downcast_ref::<EmulatedDriver>() {
-        let _ = d.stream.enqueue(Box::new(move || {
-            mark_usable(addr, size, usable);
-            Ok(())
-        }));
-    }
-}
-
 /// Checks a launch of kernel `name` as the emulator does before it queues one: the kernel
 /// exists in `kernels/*.cu`, `args` fill its parameters as the C++ compiler declared them, and
 /// `grid` is within CUDA's limits. The error names the kernel.
@@ -49,17 +30,18 @@ pub fn check_launch(name: &str, grid: Grid, args: &[Arg]) -> Result<(), String> 
 }
 
 /// The parameters of kernel `name` as the C++ compiler declared them, if `kernels/*.cu` has it.
-pub fn kernel_params(name: &str) -> Option<Vec<super::launch::Param>> {
+pub fn kernel_params(name: &str) -> Option<Vec<Param>> {
     kernels::kernels().get(name).map(|k| k.params.clone())
 }
 use stream::{Event, Stream};
 
-use super::driver::{AllocFailure, Arg, Driver, DriverEvent, Gemm, Grid};
+use super::args::{Arg, Param};
+use super::driver::{AllocFailure, Driver, DriverEvent, Gemm, Grid};
 use super::nvrtc::KernelSource;
-use crate::DType;
 use crate::alloc::caching::RawAllocator;
 use crate::alloc::host::HostMemory;
 use crate::cpu::matmul::{Matmul, Operand};
+use crate::dtype::DType;
 
 /// The compute capability an emulated device reports: an H100's, so that what depends on it
 /// (cuBLAS's workspace size) is what a learner's H100 shows.
@@ -140,6 +122,15 @@ impl EmulatedDriver {
             stream: Stream::start(format!("placelab-emulated-cuda{index}")),
             memory: Mutex::new(HostMemory::simulated(capacity)),
         }
+    }
+
+    /// Marks a block of this device as a tensor's (`usable`) or as freed for AddressSanitizer,
+    /// in its stream's order (`runtime::mark_emulated_block`).
+    pub(crate) fn mark_block(&self, addr: usize, size: usize, usable: bool) {
+        let _ = self.stream.enqueue(Box::new(move || {
+            mark_usable(addr, size, usable);
+            Ok(())
+        }));
     }
 }
 
