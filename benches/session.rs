@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use placelab::frontend::{session, setup};
+use placelab::frontend::{cell, cell_output, session, setup};
 
 /// The median time of `n` runs of `cell`.
 fn median_of(n: usize, mut cell: impl FnMut()) -> Duration {
@@ -84,7 +84,7 @@ fn main() {
 
 fn placelab_side() {
     let prepared = session::prepare("bench").expect("a compile directory");
-    let quiet: session::Sink = Arc::new(|_, _| {});
+    let quiet: cell_output::Sink = Arc::new(|_, _| {});
     let t = Instant::now();
     let started = t;
     let mut s = session::Session::start(prepared, quiet.clone()).expect("the session starts");
@@ -95,7 +95,10 @@ fn placelab_side() {
     // As the kernel does when a notebook's first cell is already waiting: that cell first, the
     // rust-analyzer warm-up after it.
     let t = Instant::now();
-    let r = s.execute("let x = Tensor::randn([1000, 1000], &Device::Cpu)?;\nx.shape().to_vec()");
+    let r = cell::execute(
+        &mut s,
+        "let x = Tensor::randn([1000, 1000], &Device::Cpu)?;\nx.shape().to_vec()",
+    );
     assert!(r.ok(), "{r:?}");
     println!("placelab: first cell result {}", ms(t.elapsed()));
     println!(
@@ -110,14 +113,14 @@ fn placelab_side() {
     );
     print_memory("placelab");
     let trivial = median_of(15, || {
-        assert!(s.execute("x.shape().to_vec()").ok());
+        assert!(cell::execute(&mut s, "x.shape().to_vec()").ok());
     });
     println!(
         "placelab: trivial cell `x.shape()` median of 15: {}",
         ms(trivial)
     );
     let statement = median_of(15, || {
-        assert!(s.execute("x.shape();").ok());
+        assert!(cell::execute(&mut s, "x.shape();").ok());
     });
     println!(
         "placelab: statement cell `x.shape();` (no value) median of 15: {}",
@@ -125,12 +128,12 @@ fn placelab_side() {
     );
     for magic in [":mem", ":transfers", ":empty_cache"] {
         let v = median_of(50, || {
-            assert!(s.execute(magic).ok());
+            assert!(cell::execute(&mut s, magic).ok());
         });
         println!("placelab: {magic} median of 50: {}", ms(v));
     }
     let devices = median_of(5, || {
-        assert!(s.execute(":devices").ok());
+        assert!(cell::execute(&mut s, ":devices").ok());
     });
     println!(
         "placelab: :devices (asks the cell process, compiles a cell) median of 5: {}",

@@ -14,11 +14,11 @@ pub use crate::gpu::runtime::context_setup_time;
 pub use crate::gpu::{blas, copy, driver, emulated, launch, libs, nvrtc, runtime};
 pub use crate::units::parse_bytes;
 
-use crate::device::StandIn;
 use crate::device::guard::guarded;
 use crate::device::registry::Simulation;
+use crate::device::{Device, StandIn};
+use crate::error::{Error, Result};
 use crate::memory::{self, MemoryStats};
-use crate::{Device, Error, Result};
 
 /// Waits until every kernel and copy queued on `cuda:index` has finished
 /// (`torch.cuda.synchronize`): what a benchmark must do before reading a clock, and the point
@@ -236,4 +236,60 @@ pub fn versions_line() -> Option<String> {
         Err(why) => format!("NVRTC unavailable: {why}"),
     };
     Some(format!("CUDA driver {major}.{minor} · {nvrtc}"))
+}
+
+/// What this process can use, as `:devices`, `placelab devices` and the REPL's banner list it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceList {
+    /// `cpu (2 threads)`, then `cuda:0 NVIDIA H100 80GB HBM3 (79.1 GiB free)` or
+    /// `cuda:0 (simulated) …` for each CUDA device.
+    pub devices: Vec<String>,
+    /// The driver's and NVRTC's versions, on a real GPU (`versions_line`).
+    pub versions: Option<String>,
+    /// Why there is no CUDA device, when there is none.
+    pub missing: Option<String>,
+    /// Real CUDA devices on this machine, simulated or not.
+    pub real: usize,
+    /// Why this machine has no real CUDA device, when it has none.
+    pub no_real_gpu: Option<String>,
+}
+
+impl DeviceList {
+    /// One line each: the devices, the versions, why there is no CUDA device.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines = self.devices.clone();
+        lines.extend(self.versions.clone());
+        lines.extend(
+            self.missing
+                .iter()
+                .map(|why| format!("no CUDA device: {why}")),
+        );
+        lines
+    }
+}
+
+/// The devices this process can use now (after any `simulate`). `with_free` asks the driver for
+/// each real GPU's free memory, which creates a CUDA context on it: the cell process, which will
+/// hold one anyway, or a one-shot command.
+pub fn devices(with_free: bool) -> DeviceList {
+    let mut devices = vec![format!("cpu ({} threads)", crate::cpu_threads())];
+    for i in 0..device_count() {
+        let device = Device::Cuda(i);
+        let name = device_name(i).unwrap_or_else(|e| e.to_string());
+        // A stand-in device's name already gives its capacity.
+        let free = match device.stand_in().is_none() && with_free {
+            true => memory::mem_get_info(&device)
+                .map(|(f, _)| format!(" ({} free)", crate::units::human_bytes(f)))
+                .unwrap_or_default(),
+            false => String::new(),
+        };
+        devices.push(format!("{} {name}{free}", device.label()));
+    }
+    DeviceList {
+        devices,
+        versions: versions_line(),
+        missing: unavailable_reason(),
+        real: real_device_count(),
+        no_real_gpu: no_real_gpu_reason(),
+    }
 }

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use placelab::frontend::cell_output::Sink;
+use placelab::frontend::evaluator::Evaluator;
 use placelab::frontend::kernel::{self, install::Place};
 use placelab::frontend::{devices_banner, prebuild, repl, script, session, setup};
 
@@ -170,17 +172,20 @@ fn run_script(file: &std::path::Path) -> i32 {
         Ok(p) => p,
         Err(e) => return fail(&e),
     };
-    let sink: session::Sink = std::sync::Arc::new(|is_err, line| {
+    let sink: Sink = std::sync::Arc::new(|is_err, line| {
         if is_err {
             eprintln!("{line}")
         } else {
             println!("{line}")
         }
     });
-    match session::Session::start(prepared, sink) {
+    let evaluator = Evaluator::spawn(prepared, sink, None);
+    let code = match evaluator.wait_started() {
         Err(e) => fail(&e),
-        Ok(mut s) => i32::from(!script::run(&mut s, &text)),
-    }
+        Ok(()) => i32::from(!script::run(&evaluator, &text)),
+    };
+    evaluator.finish(std::time::Duration::from_secs(5));
+    code
 }
 
 fn fail(msg: &str) -> i32 {

@@ -10,10 +10,14 @@ use std::time::{Duration, Instant};
 use evcxr::EvalContextOutputs;
 
 use super::report::{ErrorKind, Output};
-use super::session::{ClearSink, Sink};
 use crate::cell_io::{FAILED_BEGIN, FAILED_END, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
 use crate::show::CLEAR_OUTPUT;
+
+/// Where streamed stdout/stderr lines of cells go while they run (`true`: stderr).
+pub type Sink = Arc<dyn Fn(bool, &str) + Send + Sync>;
+/// Where a running cell's `clear_output(wait)` goes.
+pub type ClearSink = Arc<dyn Fn(bool) + Send + Sync>;
 
 #[derive(Default)]
 struct State {

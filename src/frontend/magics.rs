@@ -226,55 +226,30 @@ fn mem(s: &mut Session, _: &str) -> CellReport {
 
 /// A plain HTML table: a header row, then text cells (escaped), numbers right-aligned.
 fn html_table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
-    let cell = |tag: &str, i: usize, text: &str| {
-        let align = if i == 0 { "left" } else { "right" };
-        format!(
-            "<{tag} style=\"text-align:{align};padding:1px 10px\">{}</{tag}>",
-            crate::html::escape(text)
-        )
-    };
-    let head: String = head
-        .iter()
-        .enumerate()
-        .map(|(i, h)| cell("th", i, h))
-        .collect();
-    let body: String = rows
-        .iter()
-        .map(|r| {
-            let cells: String = r
-                .iter()
-                .enumerate()
-                .map(|(i, c)| cell("td", i, c))
-                .collect();
-            format!("<tr>{cells}</tr>")
-        })
-        .collect();
-    format!(
-        "<table class=\"placelab-table\" style=\"font-family:ui-monospace,monospace;font-size:12px;border-collapse:collapse\"><tr>{head}</tr>{body}</table>"
-    )
+    use crate::html::{El, el};
+    fn row<'a>(tag: &'static str, cells: impl Iterator<Item = &'a str>) -> El {
+        el("tr").children(cells.enumerate().map(|(i, text)| {
+            let align = if i == 0 { "left" } else { "right" };
+            el(tag)
+                .style(&format!("text-align:{align};padding:1px 10px"))
+                .text(text)
+        }))
+    }
+    let body = rows.iter().map(|r| row("td", r.iter().map(String::as_str)));
+    el("table")
+        .class("placelab-table")
+        .style("font-family:ui-monospace,monospace;font-size:12px;border-collapse:collapse")
+        .child(row("th", head.iter().copied()))
+        .children(body)
+        .into_string()
 }
 
+/// The cell process decides (simulation may have been switched on there): it is asked.
 fn devices(s: &mut Session, _: &str) -> CellReport {
-    // The cell process decides (simulation may have been switched on there): ask it.
-    let r = s.run_code(
-        "{ let mut v = vec![format!(\"cpu ({} threads)\", placelab::cpu_threads())]; for i in 0..cuda::device_count() { v.push(format!(\"{} {}\", Device::Cuda(i).label(), cuda::device_name(i).unwrap_or_default())); } if let Some(l) = cuda::versions_line() { v.push(l); } if let Some(w) = cuda::unavailable_reason() { v.push(format!(\"no CUDA device: {w}\")); } v.join(\"\\n\") }",
-    );
-    CellReport {
-        memory: None,
-        ..unquote(r)
+    match s.devices() {
+        Some(list) => CellReport::info(list.lines().join("\n")),
+        None => CellReport::error("the cell process is not answering; run a cell and try again"),
     }
-}
-
-/// Turns a `String` value's debug form (`"a\nb"`) back into its text.
-fn unquote(mut r: CellReport) -> CellReport {
-    for o in &mut r.outputs {
-        if let Output::Value { plain, .. } = o
-            && let Ok(text) = serde_json::from_str::<String>(plain)
-        {
-            *o = Output::Info(text);
-        }
-    }
-    r
 }
 
 fn transfers(s: &mut Session, _: &str) -> CellReport {
@@ -373,7 +348,10 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         Some(Some(b)) => format!("Some({b})"),
         None => "None".into(),
     };
-    let real = crate::cuda::real_device_count();
+    let Some(list) = s.devices() else {
+        return CellReport::error("the cell process is not answering; run a cell and try again");
+    };
+    let real = list.real;
     if only_without_gpu && real > 0 {
         return CellReport::info(format!(
             "this machine has {real} real CUDA device(s): nothing simulated, the lessons run on them"
@@ -388,7 +366,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     if !r.ok() {
         return r;
     }
-    let why = match crate::cuda::no_real_gpu_reason() {
+    let why = match list.no_real_gpu {
         Some(why) if only_without_gpu => format!(" (no real GPU here: {why})"),
         _ => String::new(),
     };

@@ -25,7 +25,7 @@ pub fn run(dir: Option<PathBuf>, shared: bool) -> Result<PathBuf, String> {
         std::env::set_var("PLACELAB_CACHE", &scratch);
     }
     let prepared = session::prepare("prebuild")?;
-    let quiet: session::Sink = Arc::new(|_, _| {});
+    let quiet: super::cell_output::Sink = Arc::new(|_, _| {});
     let started = session::Session::start(prepared, quiet);
     // Ends the session, and with it its compile directory.
     drop(started?);

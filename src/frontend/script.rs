@@ -2,8 +2,8 @@
 //! what it produced. Cells are separated by lines starting with `// %%`; a line starting with `:`
 //! (a command such as `:mem`) is a cell of its own. Exits 1 if any cell failed.
 
+use super::evaluator::Evaluator;
 use super::render::render;
-use super::session::Session;
 
 /// Splits a script into cells.
 pub fn cells(text: &str) -> Vec<String> {
@@ -31,14 +31,15 @@ pub fn cells(text: &str) -> Vec<String> {
     cells
 }
 
-pub fn run(session: &mut Session, text: &str) -> bool {
+/// Runs every cell in order (the rest after an exit is skipped); returns whether all succeeded.
+pub fn run(evaluator: &Evaluator, text: &str) -> bool {
     let mut all_ok = true;
     for cell in cells(text) {
         println!(">> {}", cell.replace('\n', "\n.. "));
         if super::magics::is_exit(&cell) {
             break;
         }
-        let report = session.execute(&cell);
+        let report = evaluator.execute(&cell, |_| {});
         all_ok &= report.ok();
         let shown = render(&report, false);
         if !shown.is_empty() {

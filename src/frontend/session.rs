@@ -3,29 +3,18 @@
 //! runner are thin shells over it.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use evcxr::{CommandContext, CompilationError, Error as EvcxrError};
+use evcxr::{CommandContext, Error as EvcxrError};
 
-use super::cell_output::CellOutput;
+use super::cell_output::{CellOutput, ClearSink, Sink};
 use super::interrupter::{Interrupter, interrupt_grace};
-use super::probe_client::{ProbeClient, Request, Snapshot};
+use super::probe_client::{DeviceList, ProbeClient, Reply, Request, Snapshot};
 use super::report::{CellReport, ErrorKind, Output};
 use super::setup;
 use super::strip::MemoryChange;
-use super::{engine, slots};
-
-/// A cell that runs past `LIVE_AFTER` has its memory shown every `LIVE_EVERY` (the REPL's status
-/// line, the kernel's live strip) until it ends.
-pub(super) const LIVE_AFTER: Duration = Duration::from_secs(1);
-const LIVE_EVERY: Duration = Duration::from_millis(300);
-
-/// Where streamed stdout/stderr lines of cells go while they run.
-pub type Sink = Arc<dyn Fn(bool, &str) + Send + Sync>;
-/// Where a running cell's `clear_output(wait)` goes.
-pub type ClearSink = Arc<dyn Fn(bool) + Send + Sync>;
+use super::{compile_error, engine, slots};
 
 /// Paths and environment a session needs, prepared in `main` before any thread starts
 /// (`std::env::set_var` is not safe once threads run).
@@ -209,60 +198,22 @@ impl Session {
         &self.prepared.workdir
     }
 
+    /// The devices the cell process can use; `None` while it is not answering.
+    pub(super) fn devices(&self) -> Option<DeviceList> {
+        match self.probe.ask(Request::Devices)? {
+            Reply::Devices(list) => Some(list),
+            _ => None,
+        }
+    }
+
     pub(super) fn snapshot(&self) -> Snapshot {
         self.probe.snapshot(self.last_seq).unwrap_or_default()
     }
 
-    /// Runs one cell: a magic (`:mem`, `:del x`…) or Rust code. Never fails: every problem is an
-    /// `Output::Error` in the report, and the session stays usable.
-    pub fn execute(&mut self, cell: &str) -> CellReport {
-        let start = Instant::now();
-        let trimmed = cell.trim();
-        if trimmed.is_empty() {
-            return CellReport::default();
-        }
-        let mut report = match super::magics::dispatch(self, trimmed) {
-            Some(report) => report,
-            None => self.run_code(&super::cell_check::forgive(cell)),
-        };
-        report.duration = start.elapsed();
-        if let Some(notice) = self.prepared.predecessor_died.take() {
-            report.outputs.insert(0, Output::Info(notice));
-        }
-        report
-    }
-
-    /// Runs a cell like `execute`, calling `on_progress` with the memory so far every
-    /// `LIVE_EVERY` once it has run `LIVE_AFTER` (read from the cell process's side channel, so
-    /// watching compiles nothing). The last call happens before this returns.
-    pub fn execute_watched(
-        &mut self,
-        cell: &str,
-        mut on_progress: impl FnMut(MemoryChange) + Send,
-    ) -> CellReport {
-        let probe = self.probe.clone();
-        let seq = self.last_seq;
-        let before = probe.snapshot(seq).unwrap_or_default();
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        std::thread::scope(|scope| {
-            scope.spawn(move || {
-                let mut wait = LIVE_AFTER;
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                    stopped.recv_timeout(wait)
-                {
-                    if let Some(now) = probe.snapshot(seq) {
-                        on_progress(MemoryChange {
-                            before: before.clone(),
-                            after: now,
-                        });
-                    }
-                    wait = LIVE_EVERY;
-                }
-            });
-            let report = self.execute(cell);
-            drop(stop);
-            report
-        })
+    /// The notice about this session's predecessor (it died, and Jupyter restarted the kernel),
+    /// once: the first cell shows it.
+    pub(super) fn take_predecessor_notice(&mut self) -> Option<String> {
+        self.prepared.predecessor_died.take()
     }
 
     /// Completions for `code` at byte offset `pos`: the replaced range and the candidates.
@@ -389,13 +340,7 @@ impl Session {
             _ => ErrorKind::Error,
         };
         let text = match e {
-            EvcxrError::CompilationErrors(errors) => scrub_generated_names(
-                &errors
-                    .iter()
-                    .map(|err| render_compile_error(code, err))
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            ),
+            EvcxrError::CompilationErrors(errors) => compile_error::render(code, &errors),
             EvcxrError::SubprocessTerminated(why) => {
                 // The process that ran cells is gone, and every variable with it; evcxr restarts
                 // it on the next cell. Re-open the side channel there.
@@ -429,85 +374,8 @@ impl Session {
                     vars.join(", ")
                 )
             }
-            EvcxrError::Message(m) => scrub_generated_names(&m),
+            EvcxrError::Message(m) => compile_error::scrub_generated_names(&m),
         };
         (kind, text)
     }
-}
-
-/// Names evcxr generates around a cell (`evcxr_variable_store`, `evcxr_internal_runtime`, …)
-/// mean nothing to the person who wrote the cell: say what they stand for.
-fn scrub_generated_names(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("evcxr_") {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at..];
-        let len = tail
-            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        out.push_str(match &tail[..len] {
-            "evcxr_variable_store" => "the session's variable store",
-            _ => "the session's generated code",
-        });
-        rest = &tail[len..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// A rustc error with the user's line and column, the offending line, and rustc's help.
-fn render_compile_error(code: &str, err: &CompilationError) -> String {
-    let mut out = match err.code() {
-        Some(c) => format!("error[{c}]: {}", err.message()),
-        None => format!("error: {}", err.message()),
-    };
-    let lines: Vec<&str> = code.lines().collect();
-    for m in err.spanned_messages() {
-        let Some(span) = &m.span else { continue };
-        let line = lines
-            .get(span.start_line.saturating_sub(1))
-            .copied()
-            .unwrap_or("");
-        out.push_str(&format!(
-            "\n --> cell:{}:{}\n  | {line}",
-            span.start_line, span.start_column
-        ));
-        let width = if span.end_line == span.start_line {
-            span.end_column.saturating_sub(span.start_column).max(1)
-        } else {
-            1
-        };
-        out.push_str(&format!(
-            "\n  | {}{} {}",
-            " ".repeat(span.start_column.saturating_sub(1)),
-            if m.is_primary { "^" } else { "-" }.repeat(width),
-            m.label
-        ));
-    }
-    // rustc's notes (a `#[must_use]` reason, say) reach us only in its rendered text; the
-    // ones about which lint level applies say nothing to a learner.
-    for note in err
-        .rendered()
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("= note: "))
-    {
-        if !note.contains("#[") && !note.contains("on the command line") {
-            out.push_str(&format!("\n  = note: {note}"));
-        }
-    }
-    // "use `let _ = ...`" would teach the opposite of what an unused tensor means in a cell.
-    let helps = match err.code() {
-        Some("unused_must_use") => Vec::new(),
-        _ => err.help(),
-    };
-    for h in helps {
-        // The suggested replacement follows a blank line; the sentence says it.
-        let first = h.split("\n\n").next().unwrap_or(&h);
-        out.push_str(&format!("\n  = help: {first}"));
-    }
-    if let Some(hint) = err.evcxr_extra_hint() {
-        out.push_str(&format!("\n  = note: {hint}"));
-    }
-    out
 }

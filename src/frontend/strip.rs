@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::probe_client::{DeviceStats, Snapshot, TransferLine};
 use crate::display::{human_bytes, human_duration, human_rate};
-use crate::html::escape;
+use crate::html::el;
 
 /// Device memory before and after a cell (or, while it runs, after so far).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,56 +101,71 @@ impl MemoryChange {
 
     /// The same as a small table (one row per device) and a line of transfers.
     pub fn html(&self) -> String {
-        let cell = "padding:1px 10px 1px 0;text-align:right";
-        let mut rows = String::new();
-        for r in self.rows() {
-            let d = r.stats;
-            let (badge, name) = crate::display::device_badge(&d.name, d.stand_in);
-            let change = match r.delta {
-                0 => "<span style=\"color:#888\">±0</span>".to_string(),
-                delta if delta > 0 => format!(
-                    "<span style=\"color:#b35900\">{}</span>",
-                    signed_bytes(delta)
-                ),
-                delta => format!(
-                    "<span style=\"color:#2f7d32\">{}</span>",
-                    signed_bytes(delta)
-                ),
-            };
-            rows.push_str(&format!(
-                "<tr><td style=\"padding:1px 10px 1px 0\"><span style=\"background:{badge};color:#fff;border-radius:4px;padding:0 6px\">{}</span></td>\
-                 <td style=\"{cell}\">{}</td><td style=\"{cell}\">{}</td><td style=\"{cell}\">{}</td><td style=\"{cell}\">{change}</td><td style=\"{cell}\">{}</td></tr>",
-                escape(&name),
-                human_bytes(d.allocated as usize),
-                human_bytes(d.reserved as usize),
-                free_text(d).unwrap_or_else(|| "—".into()),
-                tensors_text(d.tensors)
-            ));
-        }
-        let head = [
+        self.html_strip(false)
+    }
+
+    /// The strip of a cell still running: the same, under a line saying so.
+    pub fn html_while_running(&self) -> String {
+        self.html_strip(true)
+    }
+
+    fn html_strip(&self, running: bool) -> String {
+        const CELL: &str = "padding:1px 10px 1px 0;text-align:right";
+        const HEAD: [&str; 6] = [
             "",
             "allocated",
             "reserved",
             "free / total",
             "this cell",
             "live",
-        ]
-        .iter()
-        .map(|h| format!("<th style=\"{cell};font-weight:normal;color:#666\">{h}</th>"))
-        .collect::<String>();
+        ];
+        let td = || el("td").style(CELL);
+        let rows = self.rows().into_iter().map(|r| {
+            let d = r.stats;
+            let (badge, name) = crate::display::device_badge(&d.name, d.stand_in);
+            let colour = match r.delta {
+                0 => "color:#888",
+                delta if delta > 0 => "color:#b35900",
+                _ => "color:#2f7d32",
+            };
+            let change = match r.delta {
+                0 => "±0".to_string(),
+                delta => signed_bytes(delta),
+            };
+            let badge = el("span")
+                .style(&format!(
+                    "background:{badge};color:#fff;border-radius:4px;padding:0 6px"
+                ))
+                .text(&name);
+            el("tr")
+                .child(el("td").style("padding:1px 10px 1px 0").child(badge))
+                .child(td().text(&human_bytes(d.allocated as usize)))
+                .child(td().text(&human_bytes(d.reserved as usize)))
+                .child(td().text(&free_text(d).unwrap_or_else(|| "—".into())))
+                .child(td().child(el("span").style(colour).text(&change)))
+                .child(td().text(&tensors_text(d.tensors)))
+        });
+        let th = |h| {
+            el("th")
+                .style(&format!("{CELL};font-weight:normal;color:#666"))
+                .text(h)
+        };
+        let running = running.then(|| el("div").style("color:#b35900").text("running…"));
         let transfers = self
             .transfers_text()
-            .map(|t| {
-                format!(
-                    "<div style=\"color:#555;margin-top:2px\">{}</div>",
-                    escape(&t)
-                )
-            })
-            .unwrap_or_default();
-        format!(
-            "<div class=\"placelab-memory\" style=\"font-family:ui-monospace,monospace;font-size:12px;border-top:1px solid #d0d7de;padding-top:3px\">\
-             <table style=\"border-collapse:collapse\"><tr>{head}</tr>{rows}</table>{transfers}</div>"
-        )
+            .map(|t| el("div").style("color:#555;margin-top:2px").text(&t));
+        el("div")
+            .class("placelab-memory")
+            .style("font-family:ui-monospace,monospace;font-size:12px;border-top:1px solid #d0d7de;padding-top:3px")
+            .children(running)
+            .child(
+                el("table")
+                    .style("border-collapse:collapse")
+                    .child(el("tr").children(HEAD.map(th)))
+                    .children(rows),
+            )
+            .children(transfers)
+            .into_string()
     }
 
     /// `3 transfers this cell: 11.44 MiB in 1.02 ms (11.8 GB/s)`.
@@ -273,6 +288,18 @@ mod tests {
         let html = change.html();
         assert!(html.contains("class=\"placelab-memory\""));
         assert!(html.contains("cuda:0 · simulated") && html.contains("+3.81 MiB"));
+        assert!(!html.contains("running"));
+        // While the cell runs, the same strip, under a line saying so.
+        let running = change.html_while_running();
+        assert!(
+            running.starts_with("<div class=\"placelab-memory\"")
+                && running.contains("<div style=\"color:#b35900\">running…</div><table"),
+            "{running}"
+        );
+        assert_eq!(
+            running.replacen("<div style=\"color:#b35900\">running…</div>", "", 1),
+            html
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@ pub mod wire;
 use std::io::{BufRead, BufReader, Write};
 use std::sync::OnceLock;
 
-use crate::{Device, memory, transfer};
+use crate::device::Device;
+use crate::{memory, transfer};
 use wire::{DeviceStats, Reply, Request, Snapshot, TransferLine};
 
 /// The environment variable that names the socket; set by the front end.
@@ -61,6 +62,7 @@ pub fn answer(request: &str) -> String {
                 .map(|d| memory::empty_cache(d).unwrap_or(0) as u64)
                 .sum(),
         },
+        Some(Request::Devices) => Reply::Devices(crate::cuda::devices(false)),
         None => Reply::Error("unknown request".into()),
     };
     reply.encode()

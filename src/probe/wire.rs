@@ -1,14 +1,17 @@
 //! The probe's wire protocol, in one place: the cell process writes it (`probe::answer`) and the
 //! front end reads it (`frontend/probe_client.rs`) with these same types.
 //!
-//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN` or `begin`.
+//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN`, `begin` or
+//! `devices`.
 //! A reply is lines of `kind key=value …` ending with `end`: for `stats`, one `device` line per
 //! used device, one `transfer` line per transfer with `seq > AFTER_SEQ`, and `seq last=N`; for
-//! `empty_cache`, `released bytes=N`.
+//! `empty_cache`, `released bytes=N`; for `devices`, one `listed TEXT` line per device, then
+//! `versions TEXT`, `missing TEXT` and `no_real_gpu TEXT` where there is one, and `real count=N`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+pub use crate::cuda::DeviceList;
 use crate::device::StandIn;
 
 /// What the front end asks the cell process.
@@ -23,6 +26,8 @@ pub enum Request {
     Sync { token: u64 },
     /// A cell starts: an interrupt that came while none ran is forgotten.
     Begin,
+    /// The devices the cell process can use (after any `simulate`), for `:devices`.
+    Devices,
 }
 
 impl Request {
@@ -33,6 +38,7 @@ impl Request {
             Request::EmptyCache => "empty_cache".into(),
             Request::Sync { token } => format!("sync {token}"),
             Request::Begin => "begin".into(),
+            Request::Devices => "devices".into(),
         }
     }
 
@@ -49,6 +55,7 @@ impl Request {
                 token: number(words.next()),
             }),
             "begin" => Some(Request::Begin),
+            "devices" => Some(Request::Devices),
             _ => None,
         }
     }
@@ -101,6 +108,7 @@ pub enum Reply {
     },
     /// `begin` and `sync`: nothing but `end`.
     Done,
+    Devices(DeviceList),
     Error(String),
 }
 
@@ -147,6 +155,18 @@ impl Reply {
                 let _ = writeln!(out, "released bytes={bytes}");
             }
             Reply::Done => {}
+            Reply::Devices(d) => {
+                for line in &d.devices {
+                    let _ = writeln!(out, "listed {line}");
+                }
+                let texts = [("versions", &d.versions), ("missing", &d.missing)];
+                for (key, text) in texts.into_iter().chain([("no_real_gpu", &d.no_real_gpu)]) {
+                    if let Some(t) = text {
+                        let _ = writeln!(out, "{key} {t}");
+                    }
+                }
+                let _ = writeln!(out, "real count={}", d.real);
+            }
             Reply::Error(why) => {
                 let _ = writeln!(out, "error {why}");
             }
@@ -175,8 +195,26 @@ impl Reply {
                 }
             }
             Request::Sync { .. } | Request::Begin => Reply::Done,
+            Request::Devices => Reply::Devices(parse_devices(text)),
         })
     }
+}
+
+fn parse_devices(reply: &str) -> DeviceList {
+    let mut d = DeviceList::default();
+    for line in reply.lines() {
+        let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let rest = rest.to_string();
+        match key {
+            "listed" => d.devices.push(rest),
+            "versions" => d.versions = Some(rest),
+            "missing" => d.missing = Some(rest),
+            "no_real_gpu" => d.no_real_gpu = Some(rest),
+            "real" => d.real = number(&fields(line), "count") as usize,
+            _ => {}
+        }
+    }
+    d
 }
 
 fn fields(line: &str) -> BTreeMap<&str, &str> {
@@ -253,6 +291,7 @@ mod tests {
             Request::EmptyCache,
             Request::Sync { token: 3 },
             Request::Begin,
+            Request::Devices,
         ] {
             assert_eq!(Request::parse(&r.encode()), Some(r));
         }
@@ -300,6 +339,20 @@ mod tests {
             Some(released)
         );
         assert_eq!(Reply::parse(Request::Begin, "end\n"), Some(Reply::Done));
+        let devices = Reply::Devices(DeviceList {
+            devices: vec![
+                "cpu (2 threads)".into(),
+                "cuda:0 (simulated) 8.00 GiB".into(),
+            ],
+            versions: None,
+            missing: None,
+            real: 0,
+            no_real_gpu: Some("libcuda.so: not found".into()),
+        });
+        assert_eq!(
+            Reply::parse(Request::Devices, &devices.encode()),
+            Some(devices)
+        );
         assert_eq!(Reply::parse(stats, "device name=cpu"), None, "cut short");
     }
 }

@@ -3,27 +3,40 @@
 //! strip under it — live while a long cell runs — and the reply.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use jupyter_protocol::{
     DisplayData, ErrorOutput, ExecuteInput, ExecuteReply, ExecuteRequest, ExecuteResult,
     ExecutionCount, ExpressionResult, JupyterMessage, Media, MediaType, Payload, ReplyError,
-    ReplyStatus, StreamContent, Transient, UpdateDisplayData,
+    ReplyStatus, StreamContent, Transient,
 };
 use tokio::sync::oneshot;
 
-use super::Iopub;
-use super::evaluator::Job;
-use super::replies::Shell;
-use super::send_reply;
+use super::iopub::{Iopub, plain_and_html};
+use super::live_strip::Strip;
+use super::streams::Streams;
 use crate::frontend::engine;
+use crate::frontend::evaluator::{Evaluator, Job};
+use crate::frontend::history::History;
+use crate::frontend::magics::is_exit;
 use crate::frontend::report::{CellReport, ErrorKind, Output};
 use crate::frontend::strip::MemoryChange;
 
-impl Shell {
-    /// Runs one execute request; returns whether it failed.
-    pub async fn execute(&mut self, message: &JupyterMessage, req: &ExecuteRequest) -> bool {
+/// What running cells needs, owned by the shell channel's task.
+pub struct Executor {
+    pub iopub: Iopub,
+    pub evaluator: Evaluator,
+    pub streams: Streams,
+    pub history: History,
+    pub execution_count: usize,
+}
+
+impl Executor {
+    /// Runs one execute request and returns its reply.
+    pub async fn execute(
+        &mut self,
+        message: &JupyterMessage,
+        req: &ExecuteRequest,
+    ) -> ExecuteReply {
         let silent = req.silent;
         if req.store_history && !silent {
             self.execution_count += 1;
@@ -37,27 +50,15 @@ impl Shell {
             self.iopub.send(input, message);
         }
         // `exit` and `quit`, as in IPython: the client decides (a console leaves).
-        if crate::frontend::magics::is_exit(&req.code) {
-            let reply = ExecuteReply {
-                status: ReplyStatus::Ok,
-                execution_count: count,
-                payload: vec![Payload::AskExit { keepkernel: false }],
-                user_expressions: Some(HashMap::new()),
-                error: None,
-            };
-            send_reply(&mut self.reply, reply.as_child_of(message)).await;
-            return false;
+        if is_exit(&req.code) {
+            let mut reply = self.reply(count, None, HashMap::new());
+            reply.payload = vec![Payload::AskExit { keepkernel: false }];
+            return reply;
         }
         if !self.evaluator.is_ready() && !silent {
-            let wait = if engine::is_built(&engine::dir()) {
-                "(the Rust evaluator is still starting: a few seconds)\n"
-            } else {
-                "(the Rust evaluator is still starting: the first start on a machine builds the \
-                 engine, a few minutes; later starts take seconds)\n"
-            };
-            self.iopub.send(StreamContent::stdout(wait), message);
+            self.iopub
+                .send(StreamContent::stdout(still_starting()), message);
         }
-
         self.streams.begin(message);
         let strip = Strip::new(self.iopub.clone(), message, silent, self.streams.cleared());
         let report = self.run(&req.code, strip.live()).await;
@@ -86,20 +87,38 @@ impl Shell {
                 user_expressions.insert(name.clone(), self.evaluate(expr).await);
             }
         }
-        let reply = ExecuteReply {
-            status: if error.is_some() {
-                ReplyStatus::Error
-            } else {
-                ReplyStatus::Ok
+        self.reply(count, error, user_expressions)
+    }
+
+    /// An `execute_reply`: `ok`, or `error` with its error.
+    fn reply(
+        &self,
+        count: ExecutionCount,
+        error: Option<ReplyError>,
+        user_expressions: HashMap<String, ExpressionResult>,
+    ) -> ExecuteReply {
+        ExecuteReply {
+            status: match error {
+                Some(_) => ReplyStatus::Error,
+                None => ReplyStatus::Ok,
             },
             execution_count: count,
             payload: Vec::new(),
             user_expressions: Some(user_expressions),
             error: error.map(Box::new),
-        };
-        let failed = reply.error.is_some();
-        send_reply(&mut self.reply, reply.as_child_of(message)).await;
-        failed
+        }
+    }
+
+    /// The reply to an execute request that was not run, after a failed cell with
+    /// `stop_on_error` (as ipykernel does).
+    pub fn aborted(&self) -> ExecuteReply {
+        let mut reply = self.reply(
+            ExecutionCount::new(self.execution_count),
+            None,
+            HashMap::new(),
+        );
+        reply.status = ReplyStatus::Aborted;
+        reply
     }
 
     async fn run(&self, code: &str, progress: Box<dyn FnMut(MemoryChange) + Send>) -> CellReport {
@@ -125,10 +144,8 @@ impl Shell {
         for o in report.outputs {
             match o {
                 Output::Value { plain, html, .. } => {
-                    let mut media = vec![MediaType::Plain(plain)];
-                    media.extend(html.map(MediaType::Html));
                     return ExpressionResult::Ok {
-                        data: Media::new(media),
+                        data: plain_and_html(&plain, html.as_deref()),
                         metadata: Default::default(),
                     };
                 }
@@ -150,6 +167,16 @@ impl Shell {
     }
 }
 
+/// Said before a cell that waits for the session to start.
+fn still_starting() -> &'static str {
+    if engine::is_built(&engine::dir()) {
+        "(the Rust evaluator is still starting: a few seconds)\n"
+    } else {
+        "(the Rust evaluator is still starting: the first start on a machine builds the \
+         engine, a few minutes; later starts take seconds)\n"
+    }
+}
+
 /// The cell's value as text, kept in the history for `history_request`s with `output`.
 fn result_text(report: &CellReport) -> Option<String> {
     report.outputs.iter().find_map(|o| match o {
@@ -167,40 +194,25 @@ fn publish(
     report: &CellReport,
     error: Option<&ReplyError>,
 ) {
-    let display = |media: Vec<MediaType>| DisplayData::new(Media::new(media));
+    let send = |media: Media| iopub.send(DisplayData::new(media), parent);
     for o in &report.outputs {
         match o {
             Output::Value { plain, html, .. } => {
-                let mut media = vec![MediaType::Plain(plain.clone())];
-                media.extend(html.clone().map(MediaType::Html));
                 let result = ExecuteResult {
                     execution_count: count,
-                    data: Media::new(media),
+                    data: plain_and_html(plain, html.as_deref()),
                     metadata: Default::default(),
                     // Never null: the schema wants an object.
                     transient: Some(Transient::default()),
                 };
                 iopub.send(result, parent);
             }
-            Output::Card { plain, html, .. } => {
-                let mut media = vec![MediaType::Plain(plain.clone())];
-                media.extend(html.clone().map(MediaType::Html));
-                iopub.send(display(media), parent);
-            }
-            Output::Table { plain, html } => iopub.send(
-                display(vec![
-                    MediaType::Plain(plain.clone()),
-                    MediaType::Html(html.clone()),
-                ]),
-                parent,
-            ),
-            Output::Plot { svg, path } => iopub.send(
-                display(vec![
-                    MediaType::Plain(format!("plot (also written to {})", path.display())),
-                    MediaType::Svg(svg.clone()),
-                ]),
-                parent,
-            ),
+            Output::Card { plain, html, .. } => send(plain_and_html(plain, html.as_deref())),
+            Output::Table { plain, html } => send(plain_and_html(plain, Some(html))),
+            Output::Plot { svg, path } => send(Media::new(vec![
+                MediaType::Plain(format!("plot (also written to {})", path.display())),
+                MediaType::Svg(svg.clone()),
+            ])),
             Output::Info(text) => iopub.send(StreamContent::stdout(&format!("{text}\n")), parent),
             Output::Error { .. } => {}
         }
@@ -230,99 +242,5 @@ fn reply_error(kind: ErrorKind, text: &str) -> ReplyError {
             .lines()
             .map(|l| format!("\x1b[31m{l}\x1b[0m"))
             .collect(),
-    }
-}
-
-/// The memory strip of one cell: shown live (one `display_data`, then updates in place) while
-/// the cell runs, and its final state when it ends.
-struct Strip {
-    iopub: Iopub,
-    parent: JupyterMessage,
-    display_id: String,
-    silent: bool,
-    /// Whether the live strip is already on the page (then the end updates it in place).
-    shown: Arc<Mutex<bool>>,
-    /// Raised when the cell's `clear_output` took the strip off the page.
-    cleared: Arc<AtomicBool>,
-}
-
-impl Strip {
-    fn new(iopub: Iopub, parent: &JupyterMessage, silent: bool, cleared: Arc<AtomicBool>) -> Strip {
-        Strip {
-            iopub,
-            parent: parent.clone(),
-            display_id: format!("placelab-memory-{}", parent.header.msg_id),
-            silent,
-            shown: Arc::default(),
-            cleared,
-        }
-    }
-
-    fn media(change: &MemoryChange, running: bool) -> Media {
-        let mut lines = change.lines();
-        let mut html = change.html();
-        if running {
-            lines.insert(0, "── running…".into());
-            html = html.replacen(
-                "<table",
-                "<div style=\"color:#b35900\">running…</div><table",
-                1,
-            );
-        }
-        Media::new(vec![
-            MediaType::Plain(lines.join("\n")),
-            MediaType::Html(html),
-        ])
-    }
-
-    fn show(&self, change: &MemoryChange, running: bool) {
-        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        if self.cleared.swap(false, Ordering::AcqRel) {
-            *shown = false;
-        }
-        let transient = Transient {
-            display_id: Some(self.display_id.clone()),
-        };
-        let media = Self::media(change, running);
-        if *shown {
-            let update = UpdateDisplayData {
-                data: media,
-                metadata: Default::default(),
-                transient,
-            };
-            self.iopub.send(update, &self.parent);
-        } else {
-            let mut display = DisplayData::new(media);
-            display.transient = Some(transient);
-            self.iopub.send(display, &self.parent);
-            *shown = true;
-        }
-    }
-
-    /// The callback the evaluator calls while the cell runs.
-    fn live(&self) -> Box<dyn FnMut(MemoryChange) + Send> {
-        if self.silent {
-            return Box::new(|_| {});
-        }
-        let strip = Strip {
-            iopub: self.iopub.clone(),
-            parent: self.parent.clone(),
-            display_id: self.display_id.clone(),
-            silent: false,
-            shown: self.shown.clone(),
-            cleared: self.cleared.clone(),
-        };
-        // Shown once the cell's memory moves: a cell still compiling has nothing to watch yet.
-        Box::new(move |change| {
-            if change.changed() {
-                strip.show(&change, true)
-            }
-        })
-    }
-
-    fn finish(&self, change: Option<&MemoryChange>) {
-        if let Some(c) = change {
-            self.show(c, false);
-        }
     }
 }

@@ -1,191 +1,101 @@
-//! The shell channel: requests one at a time, each between `busy` and `idle` on iopub (clients
-//! wait for that `idle`), answered from the session (`execute.rs` runs cells).
+//! The shell channel's answers that are not a cell: `is_complete`, completion, inspection,
+//! history, `comm_info` and `kernel_info`, each built from its request.
 
 use jupyter_protocol::{
-    CodeMirrorMode, CommInfoReply, CompleteReply, HelpLink, HistoryEntry, HistoryReply,
-    HistoryRequest, InspectReply, IsCompleteReply, JupyterMessage, JupyterMessageContent,
-    KernelInfoReply, LanguageInfo, Media, MediaType, ReplyStatus, Status,
+    CodeMirrorMode, CommInfoReply, CompleteReply, CompleteRequest, HelpLink, HistoryEntry,
+    HistoryReply, HistoryRequest, InspectReply, InspectRequest, IsCompleteReply, JupyterMessage,
+    JupyterMessageContent, KernelInfoReply, LanguageInfo, Media, ReplyStatus,
 };
-use jupyter_zmq_client::RouterSendConnection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::evaluator::{Evaluator, Job};
-use super::streams::Streams;
-use super::wire::{self, Incoming};
-use super::{Iopub, ignore, send_reply};
+use super::iopub::plain_and_html;
 use crate::frontend::cell_check::{Completeness, check};
+use crate::frontend::evaluator::{Evaluator, Job};
 use crate::frontend::history::{Entry, History};
 
-pub struct Shell {
-    pub reply: RouterSendConnection,
-    pub iopub: Iopub,
-    pub evaluator: Evaluator,
-    pub streams: Streams,
-    pub history: History,
-    pub execution_count: usize,
-    pub requests: mpsc::UnboundedReceiver<Incoming>,
-    pub banner: String,
+pub fn is_complete(code: &str) -> IsCompleteReply {
+    match check(code) {
+        Completeness::Complete => IsCompleteReply::complete(),
+        Completeness::Incomplete(indent) => IsCompleteReply::incomplete(indent),
+        Completeness::Invalid => IsCompleteReply::invalid(),
+    }
 }
 
-impl Shell {
-    pub async fn serve(&mut self) {
-        while let Some(incoming) = self.requests.recv().await {
-            let (message, problem) = match incoming {
-                Incoming::Request(m) => (m, None),
-                Incoming::Malformed(m, why) => match lenient_history(&m) {
-                    Some(fixed) => (fixed, None),
-                    None => (m, Some(why)),
-                },
-                Incoming::Dropped(_) => continue,
-            };
-            self.iopub.send(Status::busy(), &message);
-            match problem {
-                Some(why) => {
-                    send_reply(
-                        &mut self.reply,
-                        wire::error_reply(&message, "BadRequest", &why),
-                    )
-                    .await
-                }
-                None => self.dispatch(&message).await,
-            }
-            self.iopub.send(Status::idle(), &message);
-        }
+pub async fn complete(evaluator: &Evaluator, req: &CompleteRequest) -> CompleteReply {
+    let pos = byte_offset(&req.code, req.cursor_pos);
+    let (done, answer) = oneshot::channel();
+    let job = Job::Complete {
+        code: req.code.clone(),
+        pos,
+        done,
+    };
+    let (start, end, matches) = match evaluator.submit(job) {
+        true => answer.await.unwrap_or((pos, pos, Vec::new())),
+        false => (pos, pos, Vec::new()),
+    };
+    CompleteReply {
+        matches,
+        cursor_start: char_offset(&req.code, start),
+        cursor_end: char_offset(&req.code, end),
+        metadata: Default::default(),
+        status: ReplyStatus::Ok,
+        error: None,
     }
+}
 
-    async fn dispatch(&mut self, message: &JupyterMessage) {
-        let reply: JupyterMessage = match &message.content {
-            JupyterMessageContent::ExecuteRequest(req) => {
-                let failed = self.execute(message, req).await;
-                if failed && req.stop_on_error {
-                    self.abort_queued().await;
-                }
-                return;
-            }
-            JupyterMessageContent::KernelInfoRequest(_) => {
-                kernel_info(&self.banner).as_child_of(message)
-            }
-            JupyterMessageContent::IsCompleteRequest(req) => match check(&req.code) {
-                Completeness::Complete => IsCompleteReply::complete(),
-                Completeness::Incomplete(indent) => IsCompleteReply::incomplete(indent),
-                Completeness::Invalid => IsCompleteReply::invalid(),
-            }
-            .as_child_of(message),
-            JupyterMessageContent::CompleteRequest(req) => {
-                let pos = byte_offset(&req.code, req.cursor_pos);
-                let (done, answer) = oneshot::channel();
-                let job = Job::Complete {
-                    code: req.code.clone(),
-                    pos,
-                    done,
-                };
-                let (start, end, matches) = match self.evaluator.submit(job) {
-                    true => answer.await.unwrap_or((pos, pos, Vec::new())),
-                    false => (pos, pos, Vec::new()),
-                };
-                CompleteReply {
-                    matches,
-                    cursor_start: char_offset(&req.code, start),
-                    cursor_end: char_offset(&req.code, end),
-                    metadata: Default::default(),
-                    status: ReplyStatus::Ok,
-                    error: None,
-                }
-                .as_child_of(message)
-            }
-            JupyterMessageContent::InspectRequest(req) => {
-                let (done, answer) = oneshot::channel();
-                let job = Job::Inspect {
-                    code: req.code.clone(),
-                    pos: byte_offset(&req.code, req.cursor_pos),
-                    done,
-                };
-                let found = match self.evaluator.submit(job) {
-                    true => answer.await.ok().flatten(),
-                    false => None,
-                };
-                let data = match &found {
-                    Some(i) => {
-                        let mut media = vec![MediaType::Plain(i.plain.clone())];
-                        media.extend(i.html.clone().map(MediaType::Html));
-                        Media::new(media)
-                    }
-                    None => Media::default(),
-                };
-                InspectReply {
-                    found: found.is_some(),
-                    data,
-                    metadata: Default::default(),
-                    status: ReplyStatus::Ok,
-                    error: None,
-                }
-                .as_child_of(message)
-            }
-            JupyterMessageContent::HistoryRequest(req) => {
-                let output = match req {
-                    HistoryRequest::Tail { output, .. }
-                    | HistoryRequest::Range { output, .. }
-                    | HistoryRequest::Search { output, .. } => *output,
-                };
-                let entries = match req {
-                    HistoryRequest::Tail { n, .. } => self.history.tail((*n).max(0) as usize),
-                    HistoryRequest::Range {
-                        session,
-                        start,
-                        stop,
-                        ..
-                    } => self.history.range(
-                        session.unwrap_or(0) as i64,
-                        (*start).max(0) as usize,
-                        (*stop).max(0) as usize,
-                    ),
-                    HistoryRequest::Search {
-                        pattern, n, unique, ..
-                    } => self.history.search(pattern, (*n).max(0) as usize, *unique),
-                };
-                let entries = entries.into_iter().map(|e| history_entry(e, output));
-                HistoryReply::new(entries.collect()).as_child_of(message)
-            }
-            JupyterMessageContent::CommInfoRequest(_) => CommInfoReply {
-                status: ReplyStatus::Ok,
-                comms: Default::default(),
-                error: None,
-            }
-            .as_child_of(message),
-            _ => {
-                ignore(message, "shell");
-                return;
-            }
-        };
-        send_reply(&mut self.reply, reply).await;
+pub async fn inspect(evaluator: &Evaluator, req: &InspectRequest) -> InspectReply {
+    let (done, answer) = oneshot::channel();
+    let job = Job::Inspect {
+        code: req.code.clone(),
+        pos: byte_offset(&req.code, req.cursor_pos),
+        done,
+    };
+    let found = match evaluator.submit(job) {
+        true => answer.await.ok().flatten(),
+        false => None,
+    };
+    InspectReply {
+        found: found.is_some(),
+        data: found.map_or_else(Media::default, |i| {
+            plain_and_html(&i.plain, i.html.as_deref())
+        }),
+        metadata: Default::default(),
+        status: ReplyStatus::Ok,
+        error: None,
     }
+}
 
-    /// After a failed cell with `stop_on_error`, the execute requests already waiting are
-    /// answered `aborted` without running (as ipykernel does); other requests are served.
-    async fn abort_queued(&mut self) {
-        tokio::task::yield_now().await;
-        while let Ok(incoming) = self.requests.try_recv() {
-            let Incoming::Request(message) = incoming else {
-                continue;
-            };
-            self.iopub.send(Status::busy(), &message);
-            match &message.content {
-                JupyterMessageContent::ExecuteRequest(_) => {
-                    let reply = jupyter_protocol::ExecuteReply {
-                        status: ReplyStatus::Aborted,
-                        execution_count: jupyter_protocol::ExecutionCount::new(
-                            self.execution_count,
-                        ),
-                        payload: Vec::new(),
-                        user_expressions: Some(Default::default()),
-                        error: None,
-                    };
-                    send_reply(&mut self.reply, reply.as_child_of(&message)).await;
-                }
-                _ => Box::pin(self.dispatch(&message)).await,
-            }
-            self.iopub.send(Status::idle(), &message);
-        }
+pub fn history(history: &History, req: &HistoryRequest) -> HistoryReply {
+    let output = match req {
+        HistoryRequest::Tail { output, .. }
+        | HistoryRequest::Range { output, .. }
+        | HistoryRequest::Search { output, .. } => *output,
+    };
+    let entries = match req {
+        HistoryRequest::Tail { n, .. } => history.tail((*n).max(0) as usize),
+        HistoryRequest::Range {
+            session,
+            start,
+            stop,
+            ..
+        } => history.range(
+            session.unwrap_or(0) as i64,
+            (*start).max(0) as usize,
+            (*stop).max(0) as usize,
+        ),
+        HistoryRequest::Search {
+            pattern, n, unique, ..
+        } => history.search(pattern, (*n).max(0) as usize, *unique),
+    };
+    let entries = entries.into_iter().map(|e| history_entry(e, output));
+    HistoryReply::new(entries.collect())
+}
+
+pub fn comm_info() -> CommInfoReply {
+    CommInfoReply {
+        status: ReplyStatus::Ok,
+        comms: Default::default(),
+        error: None,
     }
 }
 
@@ -200,7 +110,7 @@ fn history_entry(e: Entry, with_output: bool) -> HistoryEntry {
 
 /// jupyter_client leaves out a search's `unique` and `n`, and a tail's `n`, unless they are
 /// given; the protocol's defaults (IPython's) fill them in.
-fn lenient_history(m: &JupyterMessage) -> Option<JupyterMessage> {
+pub fn lenient_history(m: &JupyterMessage) -> Option<JupyterMessage> {
     let JupyterMessageContent::UnknownMessage(u) = &m.content else {
         return None;
     };
@@ -236,11 +146,13 @@ fn char_offset(code: &str, bytes: usize) -> usize {
     code[..bytes.min(code.len())].chars().count()
 }
 
-/// `placelab 0.1 · devices: cpu (2 threads), cuda:0 …` and how to get help.
+/// The version and how to get help. Devices are `:devices`' to list: the cell process knows
+/// them, and the kernel's process never loads CUDA.
 pub fn banner() -> String {
     format!(
-        "{}\nRust cells with placelab preloaded. :help lists the commands.",
-        crate::frontend::devices_banner(false)
+        "placelab {}\nRust cells with placelab preloaded. :devices lists the devices, :help the \
+         commands.",
+        env!("CARGO_PKG_VERSION")
     )
 }
 

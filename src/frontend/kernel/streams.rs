@@ -10,8 +10,8 @@ use std::time::Duration;
 use jupyter_protocol::{ClearOutput, JupyterMessage, StreamContent};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Iopub;
-use crate::frontend::session::{ClearSink, Sink};
+use super::iopub::Iopub;
+use crate::frontend::cell_output::{ClearSink, Sink};
 
 const COALESCE: Duration = Duration::from_millis(50);
 
@@ -130,7 +130,7 @@ fn send(iopub: &Iopub, parent: Option<&JupyterMessage>, out: &mut String, err: &
         // Output before any request (the engine compiling at start-up) goes to the log.
         for text in [out, err] {
             if !text.is_empty() {
-                super::log(text.trim_end());
+                super::log::log(text.trim_end());
                 text.clear();
             }
         }

@@ -1,0 +1,314 @@
+//! The one start path every shell uses (the REPL, scripts, the kernel): a thread owns the
+//! `Session` (evcxr is blocking and not `Send`-friendly), starts it once, then runs jobs one at a
+//! time and answers each on a oneshot channel. The prompt (or the kernel's sockets) are up at
+//! once; a cell sent while the session starts waits for it, and runs before rust-analyzer's
+//! warm-up. The interrupter is published as soon as the session exists, so Ctrl-C or Jupyter's
+//! control channel can stop a cell without waiting for this thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::cell;
+use super::cell_output::{ClearSink, Sink};
+use super::interrupter::Interrupter;
+use super::report::{CellReport, Output};
+use super::session::{Prepared, Session};
+use super::strip::MemoryChange;
+use crate::html::{Html, el};
+
+/// Work for the evaluator thread.
+pub enum Job {
+    Execute {
+        code: String,
+        /// Called a few times a second with the memory so far, while a cell runs past a second.
+        progress: Box<dyn FnMut(MemoryChange) + Send>,
+        done: oneshot::Sender<CellReport>,
+    },
+    /// Completions at a byte offset: (start, end, candidates).
+    Complete {
+        code: String,
+        pos: usize,
+        done: oneshot::Sender<(usize, usize, Vec<String>)>,
+    },
+    Inspect {
+        code: String,
+        pos: usize,
+        done: oneshot::Sender<Option<Inspection>>,
+    },
+}
+
+/// What `inspect_request` shows: text, and HTML when there is a card or rendered docs.
+pub struct Inspection {
+    pub plain: String,
+    pub html: Option<String>,
+}
+
+/// How far the session's start has got.
+enum Start {
+    Starting,
+    Ready(Interrupter),
+    Failed(String),
+}
+
+/// The evaluator as the shells see it.
+#[derive(Clone)]
+pub struct Evaluator {
+    jobs: mpsc::Sender<Job>,
+    start: Arc<(Mutex<Start>, Condvar)>,
+    /// Disconnected when the thread has ended (and dropped the session).
+    ended: Arc<Mutex<mpsc::Receiver<()>>>,
+}
+
+impl Evaluator {
+    /// Starts the thread; the session compiles the engine in it (seconds on a warm cache). The
+    /// cells' lines go to `sink` and their `clear_output()` to `clear` (the kernel's; without
+    /// one, a clear takes nothing back) as they run.
+    pub fn spawn(prepared: Prepared, sink: Sink, clear: Option<ClearSink>) -> Evaluator {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let start = Arc::new((Mutex::new(Start::Starting), Condvar::new()));
+        let published = start.clone();
+        let (ending, ended) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("placelab-evaluator".into())
+            .spawn(move || {
+                let _ending = ending;
+                let session = Session::start(prepared, sink);
+                let state = match &session {
+                    Ok(s) => {
+                        if let Some(clear) = clear {
+                            s.on_clear_output(clear);
+                        }
+                        Start::Ready(s.interrupter())
+                    }
+                    Err(e) => Start::Failed(e.clone()),
+                };
+                *published.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
+                published.1.notify_all();
+                serve(session, queue);
+            })
+            .expect("the evaluator thread starts");
+        Evaluator {
+            jobs,
+            start,
+            ended: Arc::new(Mutex::new(ended)),
+        }
+    }
+
+    /// For the shell's exit, once every other handle is gone: closes the job queue and waits (up
+    /// to `limit`) for the thread to drop the session, which stops the cell's process and removes
+    /// the session's compile directory.
+    pub fn finish(self, limit: Duration) {
+        let Evaluator { jobs, ended, .. } = self;
+        drop(jobs);
+        let ended = ended.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = ended.recv_timeout(limit);
+    }
+
+    /// Sends a job; `false` when the evaluator thread is gone.
+    pub fn submit(&self, job: Job) -> bool {
+        self.jobs.send(job).is_ok()
+    }
+
+    /// Runs a cell and waits for its report (the REPL and scripts; the kernel awaits the job).
+    pub fn execute(
+        &self,
+        code: &str,
+        progress: impl FnMut(MemoryChange) + Send + 'static,
+    ) -> CellReport {
+        let (done, answer) = oneshot::channel();
+        let job = Job::Execute {
+            code: code.to_string(),
+            progress: Box::new(progress),
+            done,
+        };
+        if !self.submit(job) {
+            return CellReport::error("the Rust evaluator has stopped; start placelab again");
+        }
+        answer.blocking_recv().unwrap_or_else(|_| {
+            CellReport::error("the Rust evaluator stopped while running this cell")
+        })
+    }
+
+    /// Completions, if the session answers within `limit` (a prompt must never hang on them).
+    pub fn complete(&self, code: &str, pos: usize, limit: Duration) -> (usize, usize, Vec<String>) {
+        let nothing = (pos, pos, Vec::new());
+        if !self.is_ready() {
+            return nothing;
+        }
+        let (done, mut answer) = oneshot::channel();
+        let job = Job::Complete {
+            code: code.to_string(),
+            pos,
+            done,
+        };
+        if !self.submit(job) {
+            return nothing;
+        }
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            match answer.try_recv() {
+                Ok(found) => return found,
+                Err(oneshot::error::TryRecvError::Empty) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(oneshot::error::TryRecvError::Closed) => break,
+            }
+        }
+        nothing
+    }
+
+    /// Whether the session has started (the engine is compiled into the evaluator).
+    pub fn is_ready(&self) -> bool {
+        matches!(
+            *self.start.0.lock().unwrap_or_else(|e| e.into_inner()),
+            Start::Ready(_)
+        )
+    }
+
+    /// Waits until the session has started; `Err` says why it could not.
+    pub fn wait_started(&self) -> Result<(), String> {
+        let (state, changed) = &*self.start;
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        while matches!(*s, Start::Starting) {
+            s = changed.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        match &*s {
+            Start::Failed(why) => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Stops the running cell, if any; returns whether one was running.
+    pub fn interrupt(&self) -> bool {
+        interrupt(&self.start.0)
+    }
+
+    /// SIGINT (a terminal's Ctrl-C while a cell runs, or a client using interrupt_mode
+    /// "signal") interrupts the running cell instead of ending the process. A line editor in
+    /// raw mode reads Ctrl-C as a key, so at a prompt it never arrives here.
+    pub fn interrupt_on_sigint(&self) {
+        static CTRL_C: AtomicBool = AtomicBool::new(false);
+        extern "C" fn on_sigint(_: libc::c_int) {
+            CTRL_C.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: the handler only stores to an atomic; a watcher thread does the rest.
+        unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+        // Not a whole `Evaluator`: its job queue must close when the shell lets go of it.
+        let start = self.start.clone();
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(20));
+                if CTRL_C.swap(false, Ordering::Relaxed) {
+                    interrupt(&start.0);
+                }
+            }
+        });
+    }
+}
+
+fn interrupt(start: &Mutex<Start>) -> bool {
+    match &*start.lock().unwrap_or_else(|e| e.into_inner()) {
+        Start::Ready(i) => i.interrupt(),
+        _ => false,
+    }
+}
+
+/// The thread's loop: jobs in order; rust-analyzer is warmed up at the first moment no job waits,
+/// so a cell already sent (typed ahead, Run All, a class opening notebooks at once) gets its
+/// result first. Ends when every `Evaluator` handle is gone; dropping the session then ends the
+/// cell's process.
+fn serve(mut session: Result<Session, String>, queue: mpsc::Receiver<Job>) {
+    let mut warm = session.is_err();
+    loop {
+        let job = match queue.try_recv() {
+            Ok(job) => job,
+            Err(mpsc::TryRecvError::Empty) if !warm => {
+                if let Ok(s) = &mut session {
+                    s.warm_up();
+                }
+                warm = true;
+                continue;
+            }
+            Err(mpsc::TryRecvError::Empty) => match queue.recv() {
+                Ok(job) => job,
+                Err(_) => break,
+            },
+            Err(mpsc::TryRecvError::Disconnected) => break,
+        };
+        run(&mut session, job);
+    }
+    drop(session);
+}
+
+fn run(session: &mut Result<Session, String>, job: Job) {
+    let s = match session {
+        Ok(s) => s,
+        Err(why) => {
+            let why = format!("the Rust evaluator could not start: {why}");
+            match job {
+                Job::Execute { done, .. } => {
+                    let _ = done.send(CellReport::error(why));
+                }
+                Job::Complete { pos, done, .. } => {
+                    let _ = done.send((pos, pos, Vec::new()));
+                }
+                Job::Inspect { done, .. } => {
+                    let _ = done.send(None);
+                }
+            }
+            return;
+        }
+    };
+    match job {
+        Job::Execute {
+            code,
+            progress,
+            done,
+        } => {
+            let _ = done.send(cell::execute_watched(s, &code, progress));
+        }
+        Job::Complete { code, pos, done } => {
+            let _ = done.send(s.completions(&code, pos));
+        }
+        Job::Inspect { code, pos, done } => {
+            let _ = done.send(inspect(s, &code, pos));
+        }
+    }
+}
+
+/// A session variable under the cursor shows its type and value (a tensor's card); anything
+/// else shows what rust-analyzer knows of it (an engine method's signature and doc line).
+fn inspect(s: &mut Session, code: &str, pos: usize) -> Option<Inspection> {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    // The word around the cursor; the character before it may be any width (`·`, `→`).
+    let start = code[..pos]
+        .char_indices()
+        .rev()
+        .find(|(_, c)| !is_ident(*c))
+        .map_or(0, |(i, c)| i + c.len_utf8());
+    let end = code[pos..]
+        .find(|c: char| !is_ident(c))
+        .map_or(code.len(), |i| pos + i);
+    let word = &code[start..end];
+    if let Some((_, ty)) = s.variables().into_iter().find(|(n, _)| n == word) {
+        let (plain, html) = match s.show_variable(word) {
+            Some(Output::Value { plain, html, .. }) => (plain, html),
+            _ => (String::new(), None),
+        };
+        return Some(Inspection {
+            plain: format!("{word}: {ty}\n{plain}"),
+            html: html.map(|card| {
+                let head = el("p").child(el("code").text(&format!("{word}: {ty}")));
+                Html::from(head).to_string() + &card
+            }),
+        });
+    }
+    s.hover(code, end).map(|(plain, html)| Inspection {
+        plain,
+        html: Some(html),
+    })
+}

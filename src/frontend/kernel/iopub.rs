@@ -1,0 +1,54 @@
+//! The iopub channel: one task owns the XPUB socket and sends what every other task and thread
+//! hands it; a new subscriber is welcomed first (JEP 65), so it loses no output.
+
+use jupyter_protocol::{IoPubWelcome, JupyterMessage, JupyterMessageContent, Media, MediaType};
+use jupyter_zmq_client::{KernelIoPubXPubConnection, SubscriptionEvent};
+use tokio::sync::mpsc;
+
+use super::log::log;
+
+/// Sends iopub messages from any task or thread.
+#[derive(Clone)]
+pub struct Iopub(mpsc::UnboundedSender<JupyterMessage>);
+
+impl Iopub {
+    /// Starts the task that owns `socket`.
+    pub fn start(mut socket: KernelIoPubXPubConnection) -> Iopub {
+        let (tx, mut rx) = mpsc::unbounded_channel::<JupyterMessage>();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    message = rx.recv() => match message {
+                        Some(m) => if let Err(e) = socket.send(m).await {
+                            log(format!("iopub send failed: {e}"));
+                        },
+                        None => break,
+                    },
+                    event = socket.recv_subscription() => match event {
+                        Ok(SubscriptionEvent::Subscribe(topic)) => {
+                            let welcome: JupyterMessage = IoPubWelcome::new(topic).into();
+                            let _ = socket.send(welcome).await;
+                        }
+                        Ok(SubscriptionEvent::Unsubscribe(_)) => {}
+                        Err(e) => log(format!("iopub subscription: {e}")),
+                    },
+                }
+            }
+        });
+        Iopub(tx)
+    }
+
+    pub fn send(&self, content: impl Into<JupyterMessageContent>, parent: &JupyterMessage) {
+        let mut message = JupyterMessage::new(content, Some(parent));
+        // iopub messages are broadcast: no ROUTER identities in the topic frame.
+        message.zmq_identities.clear();
+        let _ = self.0.send(message);
+    }
+}
+
+/// Text, and HTML beside it when there is some: how a value, a card or an inspection is sent.
+pub fn plain_and_html(plain: &str, html: Option<&str>) -> Media {
+    let mut media = vec![MediaType::Plain(plain.to_string())];
+    media.extend(html.map(|h| MediaType::Html(h.to_string())));
+    Media::new(media)
+}
