@@ -14,73 +14,82 @@ use super::session::Session;
 
 type Handler = fn(&mut Session, &str) -> CellReport;
 
-pub const MAGICS: &[(&str, &str, &str, Handler)] = &[
-    (
-        ":del",
-        ":del NAME…",
-        "drop variables and say what memory they gave back, on which device",
-        del,
-    ),
-    (
-        ":mem",
-        ":mem",
-        "memory of every device in use: allocated, reserved, peak, live tensors, free",
-        mem,
-    ),
-    (
-        ":devices",
-        ":devices",
-        "the devices this session can use",
-        devices,
-    ),
-    (
-        ":transfers",
-        ":transfers",
-        "every .to() of the session: route, bytes, time, bandwidth",
-        transfers,
-    ),
-    (
-        ":empty_cache",
-        ":empty_cache",
-        "return cached, unused device memory to the device",
-        empty_cache,
-    ),
-    (
-        ":simulate",
-        ":simulate cuda N [CAPACITY | --as GPU] [--if-no-gpu] [--emulate]",
-        "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`); with --as h100 (a100, t4, …), standing for that GPU: its memory, and beside each measured copy what it would take there (predicted); with --if-no-gpu, only where no real GPU exists; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
-        simulate,
-    ),
-    (
-        ":plot",
-        ":plot transfers|bandwidth|memory",
-        "draw transfer time or bandwidth against size, or memory after each cell (an SVG file)",
-        plot,
-    ),
-    (
-        ":time",
-        ":time CODE",
-        "run CODE and report how long it took",
-        time,
-    ),
-    (
-        ":profile",
-        ":profile CODE",
-        "run CODE once and show where its time and memory went: each op's time (and, on a device standing for a named GPU, its predicted time there) by phase, and the memory timeline with its peak",
-        profile,
-    ),
-    (
-        ":fmt",
-        ":fmt FORMAT",
-        "how a cell's last value prints: {:?} (default), {:#?}, or either with a precision ({:.3?})",
-        fmt,
-    ),
-    (
-        ":help",
-        ":help",
-        "this list (evcxr's own commands, like :vars and :dep, work too)",
-        help,
-    ),
+/// One command: what it is called, how it is written, what it does (for `:help`), and the
+/// function that runs it.
+pub struct Magic {
+    pub name: &'static str,
+    pub usage: &'static str,
+    pub help: &'static str,
+    pub run: Handler,
+}
+
+pub const MAGICS: &[Magic] = &[
+    Magic {
+        name: ":del",
+        usage: ":del NAME…",
+        help: "drop variables and say what memory they gave back, on which device",
+        run: del,
+    },
+    Magic {
+        name: ":mem",
+        usage: ":mem",
+        help: "memory of every device in use: allocated, reserved, peak, live tensors, free",
+        run: mem,
+    },
+    Magic {
+        name: ":devices",
+        usage: ":devices",
+        help: "the devices this session can use",
+        run: devices,
+    },
+    Magic {
+        name: ":transfers",
+        usage: ":transfers",
+        help: "every .to() of the session: route, bytes, time, bandwidth",
+        run: transfers,
+    },
+    Magic {
+        name: ":empty_cache",
+        usage: ":empty_cache",
+        help: "return cached, unused device memory to the device",
+        run: empty_cache,
+    },
+    Magic {
+        name: ":simulate",
+        usage: ":simulate cuda N [CAPACITY | --as GPU] [--if-no-gpu] [--emulate]",
+        help: "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`); with --as h100 (a100, t4, …), standing for that GPU: its memory, and beside each measured copy what it would take there (predicted); with --if-no-gpu, only where no real GPU exists; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
+        run: simulate,
+    },
+    Magic {
+        name: ":plot",
+        usage: ":plot transfers|bandwidth|memory",
+        help: "draw transfer time or bandwidth against size, or memory after each cell (an SVG file)",
+        run: plot,
+    },
+    Magic {
+        name: ":time",
+        usage: ":time CODE",
+        help: "run CODE and report how long it took",
+        run: time,
+    },
+    Magic {
+        name: ":profile",
+        usage: ":profile CODE",
+        help: "run CODE once and show where its time and memory went: each op's time (and, on a device standing for a named GPU, its predicted time there) by phase, and the memory timeline with its peak",
+        run: profile,
+    },
+    Magic {
+        name: ":fmt",
+        usage: ":fmt FORMAT",
+        help: "how a cell's last value prints: {:?} (default), {:#?}, or either with a precision ({:.3?})",
+        run: fmt,
+    },
+    Magic {
+        name: ":help",
+        usage: ":help",
+        help: "this list (evcxr's own commands, like :vars and :dep, work too)",
+        run: help,
+    },
 ];
 
 /// Whether a cell asks to leave: `:exit`, `:quit`, `:q`, or IPython's `exit` and `quit` (with
@@ -101,8 +110,8 @@ pub fn dispatch(s: &mut Session, cell: &str) -> Option<CellReport> {
     let (name, args) = cell.split_once(char::is_whitespace).unwrap_or((cell, ""));
     MAGICS
         .iter()
-        .find(|m| m.0 == name)
-        .map(|m| (m.3)(s, args.trim()))
+        .find(|m| m.name == name)
+        .map(|m| (m.run)(s, args.trim()))
 }
 
 fn del(s: &mut Session, args: &str) -> CellReport {
@@ -115,11 +124,7 @@ fn del(s: &mut Session, args: &str) -> CellReport {
             ":del needs the names of variables to drop, e.g. `:del x` or `:del x y`",
         );
     }
-    let vars: Vec<(String, String)> = s
-        .ctx
-        .variables_and_types()
-        .map(|(n, t)| (n.to_string(), t.to_string()))
-        .collect();
+    let vars = s.variables();
     let mut out = Vec::new();
     for name in names {
         let Some((_, ty)) = vars.iter().find(|(n, _)| n == name) else {
@@ -457,7 +462,7 @@ fn profile_cell(code: &str) -> String {
 /// evcxr's `:fmt`, kept in step with the prelude's `ShowDebug`, which prints most values in the
 /// cell's process (evcxr's own format applies to the rest).
 fn fmt(s: &mut Session, args: &str) -> CellReport {
-    let current = s.value_format.as_deref().unwrap_or("{:?}");
+    let current = s.value_format().unwrap_or("{:?}");
     if args.is_empty() {
         return CellReport::info(format!("values print with {current}"));
     }
@@ -467,14 +472,8 @@ fn fmt(s: &mut Session, args: &str) -> CellReport {
              {{:.3?}}; got `{args}` (values still print with {current})"
         ));
     }
-    if let Err(e) = s.ctx.execute(&format!(":fmt {args}")) {
-        return CellReport::error(format!("evcxr refused `:fmt {args}`: {e}"));
-    }
-    s.value_format = (args != "{:?}").then(|| args.to_string());
-    if let Err(e) = s.ctx.execute(&super::session::value_format_code(args)) {
-        return CellReport::error(format!(
-            "could not set the value format in the cell process: {e}"
-        ));
+    if let Err(e) = s.set_value_format(args) {
+        return CellReport::error(e);
     }
     CellReport::info(format!("values now print with {args}"))
 }
@@ -482,7 +481,7 @@ fn fmt(s: &mut Session, args: &str) -> CellReport {
 fn help(_: &mut Session, _: &str) -> CellReport {
     let mut lines: Vec<String> = MAGICS
         .iter()
-        .map(|m| format!("{:<30} {}", m.1, m.2))
+        .map(|m| format!("{:<30} {}", m.usage, m.help))
         .collect();
     lines.push(format!(
         "{:<30} {}",

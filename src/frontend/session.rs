@@ -80,7 +80,7 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
 }
 
 pub struct Session {
-    pub(super) ctx: CommandContext,
+    ctx: CommandContext,
     pub(super) probe: ProbeClient,
     pub(super) last_seq: u64,
     /// Cards and failures the running cell reported through its output streams.
@@ -92,7 +92,7 @@ pub struct Session {
     interrupter: Interrupter,
     prepared: Prepared,
     /// The `Debug` format `:fmt` set, when not evcxr's default `{:?}`.
-    pub(super) value_format: Option<String>,
+    value_format: Option<String>,
 }
 
 /// The preload: the engine as a dependency (without the front end) and its prelude; the cell
@@ -105,7 +105,7 @@ fn preload_code() -> String {
 }
 
 /// The code that sets the value format (`:fmt`) in the cell process.
-pub(super) fn value_format_code(format: &str) -> String {
+fn value_format_code(format: &str) -> String {
     format!("placelab::show::set_value_format({format:?});")
 }
 
@@ -196,6 +196,24 @@ impl Session {
 
     pub fn workdir(&self) -> &std::path::Path {
         &self.prepared.workdir
+    }
+
+    /// The `Debug` format values print with, when `:fmt` changed it.
+    pub(super) fn value_format(&self) -> Option<&str> {
+        self.value_format.as_deref()
+    }
+
+    /// Sets the format values print with: evcxr's `:fmt`, and the prelude's `ShowDebug` in the
+    /// cell process (which prints most values), kept in step; a restarted process gets it too.
+    pub(super) fn set_value_format(&mut self, format: &str) -> Result<(), String> {
+        self.ctx
+            .execute(&format!(":fmt {format}"))
+            .map_err(|e| format!("evcxr refused `:fmt {format}`: {e}"))?;
+        self.value_format = (format != "{:?}").then(|| format.to_string());
+        self.ctx
+            .execute(&value_format_code(format))
+            .map(|_| ())
+            .map_err(|e| format!("could not set the value format in the cell process: {e}"))
     }
 
     /// The devices the cell process can use; `None` while it is not answering.
