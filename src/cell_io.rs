@@ -20,6 +20,35 @@ pub const EVCXR_PANIC: &str = "EVCXR_PANIC_NOTIFICATION";
 /// the text, then `PLACELAB_CELL_FAILED_END`.
 pub const FAILED_BEGIN: &str = "PLACELAB_CELL_FAILED";
 pub const FAILED_END: &str = "PLACELAB_CELL_FAILED_END";
+
+/// How a cell failed, as the cell process knows it and the failure marker carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The cell returned an `Err` (with `?`).
+    Error,
+    /// The cell returned an `Err` after Ctrl-C: the interrupt's.
+    Interrupted,
+    /// The cell panicked.
+    Panic,
+}
+
+impl Failure {
+    /// The word after `FAILED_BEGIN`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Failure::Error => "error",
+            Failure::Interrupted => "interrupted",
+            Failure::Panic => "panic",
+        }
+    }
+
+    /// The failure a marker's word names; `None` for a word this version does not write.
+    pub fn parse(word: &str) -> Option<Failure> {
+        [Failure::Error, Failure::Interrupted, Failure::Panic]
+            .into_iter()
+            .find(|f| f.as_str() == word)
+    }
+}
 /// On stderr: everything the cell wrote before this line has been passed on.
 pub const SYNC: &str = "PLACELAB_SYNC";
 
@@ -163,9 +192,11 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
                 let kind = match text.trim_end() {
                     // An `Err` after Ctrl-C is the interrupt's (the flag stays up until the
                     // next cell begins): the front end names it so without reading its text.
-                    EVCXR_USER_ERROR if crate::interrupt::is_requested() => Some("interrupted"),
-                    EVCXR_USER_ERROR => Some("error"),
-                    EVCXR_PANIC => Some("panic"),
+                    EVCXR_USER_ERROR if crate::interrupt::is_requested() => {
+                        Some(Failure::Interrupted)
+                    }
+                    EVCXR_USER_ERROR => Some(Failure::Error),
+                    EVCXR_PANIC => Some(Failure::Panic),
                     _ => None,
                 };
                 // The held stderr goes first: as the failure's text, or as plain output.
@@ -174,7 +205,7 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
                 panicking = false;
                 match kind {
                     Some(kind) => {
-                        let mut block = format!("{FAILED_BEGIN} {kind}\n").into_bytes();
+                        let mut block = format!("{FAILED_BEGIN} {}\n", kind.as_str()).into_bytes();
                         block.extend_from_slice(&held_text);
                         block.extend_from_slice(format!("{FAILED_END}\n").as_bytes());
                         write_all(real_err, &block);

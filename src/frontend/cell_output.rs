@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use evcxr::EvalContextOutputs;
 
 use super::report::{ErrorKind, Output};
-use crate::cell_io::{FAILED_BEGIN, FAILED_END, SYNC};
+use crate::cell_io::{FAILED_BEGIN, FAILED_END, Failure, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
 use crate::show::CLEAR_OUTPUT;
 
@@ -54,8 +54,8 @@ impl CellOutput {
         let err = shared.clone();
         std::thread::spawn(move || {
             let mut in_backtrace = false;
-            // The kind of failure being read (`error`, `interrupted` or `panic`), and its lines.
-            let mut failure: Option<(String, Vec<String>)> = None;
+            // The failure being read, and its lines.
+            let mut failure: Option<(Option<Failure>, Vec<String>)> = None;
             for line in streams.stderr {
                 if let Some(token) = line.strip_prefix(SYNC) {
                     let (state, changed) = &*err.0;
@@ -65,10 +65,10 @@ impl CellOutput {
                 } else if line.starts_with(FAILED_END) {
                     let (kind, lines) = failure.take().unwrap_or_default();
                     let text = lines.join("\n").trim().to_string();
-                    let kind = match kind.as_str() {
-                        "panic" => ErrorKind::Panic,
-                        "interrupted" => ErrorKind::Interrupted,
-                        _ => ErrorKind::Error,
+                    let kind = match kind {
+                        Some(Failure::Panic) => ErrorKind::Panic,
+                        Some(Failure::Interrupted) => ErrorKind::Interrupted,
+                        Some(Failure::Error) | None => ErrorKind::Error,
                     };
                     let text = match (text.is_empty(), kind) {
                         (false, _) => text,
@@ -77,7 +77,7 @@ impl CellOutput {
                     };
                     err.push(Output::error(kind, text));
                 } else if let Some(kind) = line.strip_prefix(FAILED_BEGIN) {
-                    failure = Some((kind.trim().to_string(), Vec::new()));
+                    failure = Some((Failure::parse(kind.trim()), Vec::new()));
                 } else if let Some(shown) = filter_stderr(&line, &mut in_backtrace) {
                     match failure.as_mut() {
                         Some((_, lines)) => lines.push(shown),
