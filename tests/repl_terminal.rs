@@ -1,13 +1,13 @@
 //! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, three lines
 //! typed at once before the evaluator is ready (all run, in order), a multi-line cell, Ctrl-C
-//! in a loop of tensor work (the cell stops, every variable stays with its values), Ctrl-C on an
+//! while a cell compiles (none of it ran, nothing lost), Ctrl-C in a loop of tensor work (the cell stops, every variable stays with its values), Ctrl-C on an
 //! endless loop (its process is ended after the grace period; the session survives and names
 //! what was lost), a magic, Tab completion, and Ctrl-D to leave. Python's `pty` module drives
 //! it (python3 is on every machine this project builds on).
 
 use std::process::Command;
 
-const DRIVER: &str = r#"
+const DRIVER: &str = r##"
 import os, pty, sys, time, select
 exe, cache = sys.argv[1], sys.argv[2]
 pid, fd = pty.fork()
@@ -60,6 +60,17 @@ send("40 + 2\r")
 time.sleep(0.5)
 send("}\r")
 wait_for("42", 120)
+# Ctrl-C while a cell compiles (rustc evaluates its constant for minutes): the terminal's signal
+# reaches cargo and rustc too; the REPL says none of the cell ran, and every variable stays.
+send("#[allow(long_running_const_eval)] const SLOW: u64 = { let mut i = 0u64; "
+     "while i < 4_000_000_000 { i += 1; } i }; SLOW\r")
+wait_for("── running", 120)
+time.sleep(1)
+send("\x03")
+wait_for("interrupted by the user while the cell compiled: none of it ran", 60)
+wait_for(">> ", 30)
+send("y + 40\r")
+wait_for("42", 60)
 # Ctrl-C in a loop of tensor work: the cell stops at its next op, and every variable stays.
 send("let mut w = Tensor::ones([1000], &Device::Cuda(0))?;\r")
 wait_for("this cell +4.00 KiB", 120)
@@ -115,7 +126,7 @@ while True:
         time.sleep(0.2)
 sys.stdout.write(seen.decode(errors="replace"))
 print("\nEXIT %d" % os.waitstatus_to_exitcode(status))
-"#;
+"##;
 
 #[test]
 fn a_person_at_the_terminal() {

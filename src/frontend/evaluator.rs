@@ -5,7 +5,6 @@
 //! warm-up. The interrupter is published as soon as the session exists, so Ctrl-C or Jupyter's
 //! control channel can stop a cell without waiting for this thread.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -14,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::cell;
 use super::cell_output::{ClearSink, Sink};
-use super::interrupter::Interrupter;
+use super::interrupter::{self, Interrupter};
 use super::report::{CellReport, Output};
 use super::session::{Prepared, Session};
 use super::strip::MemoryChange;
@@ -66,12 +65,16 @@ pub struct Evaluator {
 impl Evaluator {
     /// Starts the thread; the session compiles the engine in it (seconds on a warm cache). The
     /// cells' lines go to `sink` and their `clear_output()` to `clear` (the kernel's; without
-    /// one, a clear takes nothing back) as they run.
+    /// one, a clear takes nothing back) as they run. From now on SIGINT (a terminal's Ctrl-C, or
+    /// a client using interrupt_mode "signal") interrupts the running cell instead of ending the
+    /// process.
     pub fn spawn(prepared: Prepared, sink: Sink, clear: Option<ClearSink>) -> Evaluator {
         let (jobs, queue) = mpsc::channel::<Job>();
         let start = Arc::new((Mutex::new(Start::Starting), Condvar::new()));
         let published = start.clone();
         let (ending, ended) = mpsc::channel::<()>();
+        // Here, before a line editor saves the disposition it restores after each line.
+        interrupt_on_sigint(start.clone());
         std::thread::Builder::new()
             .name("placelab-evaluator".into())
             .spawn(move || {
@@ -186,28 +189,24 @@ impl Evaluator {
     pub fn interrupt(&self) -> bool {
         interrupt(&self.start.0)
     }
+}
 
-    /// SIGINT (a terminal's Ctrl-C while a cell runs, or a client using interrupt_mode
-    /// "signal") interrupts the running cell instead of ending the process. A line editor in
-    /// raw mode reads Ctrl-C as a key, so at a prompt it never arrives here.
-    pub fn interrupt_on_sigint(&self) {
-        static CTRL_C: AtomicBool = AtomicBool::new(false);
-        extern "C" fn on_sigint(_: libc::c_int) {
-            CTRL_C.store(true, Ordering::Relaxed);
-        }
-        // SAFETY: the handler only stores to an atomic; a watcher thread does the rest.
-        unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-        // Not a whole `Evaluator`: its job queue must close when the shell lets go of it.
-        let start = self.start.clone();
-        std::thread::spawn(move || {
-            loop {
-                std::thread::sleep(Duration::from_millis(20));
-                if CTRL_C.swap(false, Ordering::Relaxed) {
-                    interrupt(&start.0);
-                }
+/// From now on SIGINT interrupts the running cell. A line editor in raw mode reads Ctrl-C as a
+/// key, so at a prompt it never arrives here.
+fn interrupt_on_sigint(start: Arc<(Mutex<Start>, Condvar)>) {
+    interrupter::catch_sigint();
+    // Not a whole `Evaluator`: its job queue must close when the shell lets go of it.
+    std::thread::spawn(move || {
+        let mut seen = interrupter::sigints();
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = interrupter::sigints();
+            if now != seen {
+                seen = now;
+                interrupt(&start.0);
             }
-        });
-    }
+        }
+    });
 }
 
 fn interrupt(start: &Mutex<Start>) -> bool {

@@ -3,6 +3,26 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+
+/// SIGINTs this process received since `catch_sigint` (a signal handler may only touch atomics).
+static SIGINTS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    SIGINTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// From now on SIGINT (a terminal's Ctrl-C, or a client using interrupt_mode "signal") is
+/// counted instead of ending the process; a shell's watcher turns it into an interrupt.
+pub fn catch_sigint() {
+    // SAFETY: the handler only adds to an atomic.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+}
+
+/// How many SIGINTs have arrived so far.
+pub fn sigints() -> u64 {
+    SIGINTS.load(Ordering::Relaxed)
+}
+
 use std::time::Duration;
 
 /// Stops the cell that is running, from any thread. It first *asks*: SIGINT makes the cell's
@@ -24,6 +44,8 @@ pub(super) struct RunningCell {
     pub(super) killed: AtomicBool,
     /// Set when the interrupt came while the cell compiled, and the compiler was stopped.
     pub(super) compile_stopped: AtomicBool,
+    /// Set when the user interrupted the running cell (by any route).
+    pub(super) requested: AtomicBool,
 }
 
 /// How long an interrupted cell may take to stop before its process is killed:
@@ -43,6 +65,7 @@ impl Interrupter {
         if pid <= 0 {
             return false;
         }
+        self.running.requested.store(true, Ordering::Release);
         // While the cell compiles none of it runs yet: stop the compiler, and leave the cell's
         // process (and every variable in it) alone. A kill after the grace would lose them all
         // for a cell that never ran.

@@ -39,16 +39,8 @@ pub fn while_compiling<R>(cache: &Path, f: impl FnOnce() -> R) -> (R, usize) {
     let result = f();
     count.finished.store(true, Ordering::Relaxed);
     let n = count.done.load(Ordering::Relaxed);
-    if n > 0 {
-        if tty {
-            eprintln!(
-                "built the engine ({n} crate{}); later starts reuse it",
-                if n == 1 { "" } else { "s" }
-            );
-        }
-        if n > total / 2 {
-            let _ = std::fs::write(&count_file, n.to_string());
-        }
+    if n > total / 2 {
+        let _ = std::fs::write(&count_file, n.to_string());
     }
     (result, n)
 }

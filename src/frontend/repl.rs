@@ -70,7 +70,6 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     let colour = std::io::stdout().is_terminal();
     // The prompt is there at once; the first cell waits for the session to start.
     let evaluator = Evaluator::spawn(prepared, sink(colour), None);
-    evaluator.interrupt_on_sigint();
     let mut editor: LineEditor = match Editor::new() {
         Ok(e) => e,
         Err(e) => {

@@ -4,6 +4,7 @@
 
 use super::evaluator::Evaluator;
 use super::render::render;
+use super::report::ErrorKind;
 
 /// Splits a script into cells.
 pub fn cells(text: &str) -> Vec<String> {
@@ -31,7 +32,8 @@ pub fn cells(text: &str) -> Vec<String> {
     cells
 }
 
-/// Runs every cell in order (the rest after an exit is skipped); returns whether all succeeded.
+/// Runs every cell in order (the rest after an exit or an interrupt is skipped); returns whether
+/// all that ran succeeded.
 pub fn run(evaluator: &Evaluator, text: &str) -> bool {
     let mut all_ok = true;
     for cell in cells(text) {
@@ -44,6 +46,11 @@ pub fn run(evaluator: &Evaluator, text: &str) -> bool {
         let shown = render(&report, false);
         if !shown.is_empty() {
             println!("{shown}");
+        }
+        // Ctrl-C stops the script, as it would a Python one; the cell it stopped says so.
+        if matches!(report.error_text(), Some((ErrorKind::Interrupted, _))) {
+            println!("(interrupted: the rest of the script was not run)");
+            break;
         }
     }
     all_ok

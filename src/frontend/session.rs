@@ -2,6 +2,7 @@
 //! cell process, and per-cell reports (outputs, errors, memory lines). The REPL and script
 //! runner are thin shells over it.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use std::time::Duration;
 use evcxr::{CommandContext, Error as EvcxrError};
 
 use super::cell_output::{CellOutput, ClearSink, Sink};
-use super::interrupter::{Interrupter, interrupt_grace};
+use super::interrupter::{self, Interrupter, interrupt_grace};
 use super::probe_client::{DeviceList, ProbeClient, Reply, Request, Snapshot};
 use super::report::{CellReport, ErrorKind, Output};
 use super::setup;
@@ -109,6 +110,40 @@ fn value_format_code(format: &str) -> String {
     format!("placelab::show::set_value_format({format:?});")
 }
 
+/// Compiles and loads the engine. A Ctrl-C at the terminal while it builds (the first start
+/// takes minutes) reaches cargo and the cell process, which share the terminal's process group,
+/// and ends them: the crates cargo finished are kept, and the build goes on from there, as often
+/// as it is stopped.
+fn load_engine(ctx: &mut CommandContext, preload: &str) -> Result<(), EvcxrError> {
+    let before = interrupter::sigints();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match ctx.execute(preload) {
+            // After a Ctrl-C, cargo that ended with no compiler error, or the cell process that
+            // ended (its handler is not installed yet), was stopped, not refused: evcxr starts
+            // them again. (A few times: a failure for another reason must still be said.)
+            Err(e)
+                if interrupter::sigints() != before
+                    && attempts < 5
+                    && (cargo_ended_without_an_error(&e)
+                        || matches!(e, EvcxrError::SubprocessTerminated(_))) =>
+            {
+                if attempts == 1 {
+                    eprintln!("(Ctrl-C stops a running cell; the engine's build goes on)");
+                }
+            }
+            done => return done.map(|_| ()),
+        }
+    }
+}
+
+/// evcxr's error when cargo failed with no compiler error to show: cargo was ended (a Ctrl-C at
+/// the terminal reaches it directly, as it shares the terminal's process group), not refused.
+fn cargo_ended_without_an_error(e: &EvcxrError) -> bool {
+    matches!(e, EvcxrError::Message(m) if m.starts_with("Compilation failed, but no parsable errors"))
+}
+
 impl Session {
     /// Starts evcxr and compiles the engine into it (minutes the first time on a machine,
     /// seconds after), streaming the cell process's output to `sink`.
@@ -133,9 +168,13 @@ impl Session {
         let cache = setup::cache_dir();
         let preload = preload_code() + &s.cell_process_setup();
         let (loaded, compiled) =
-            super::progress::while_compiling(&cache, || s.ctx.execute(&preload));
+            super::progress::while_compiling(&cache, || load_engine(&mut s.ctx, &preload));
         loaded
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
+        if (1..usize::MAX).contains(&compiled) && std::io::stderr().is_terminal() {
+            let plural = if compiled == 1 { "" } else { "s" };
+            eprintln!("built the engine ({compiled} crate{plural}); later starts reuse it");
+        }
         s.keep_engine_build(compiled);
         Ok(s)
     }
@@ -300,10 +339,17 @@ impl Session {
         running.cell.fetch_add(1, Ordering::AcqRel);
         running.killed.store(false, Ordering::Release);
         running.compile_stopped.store(false, Ordering::Release);
+        running.requested.store(false, Ordering::Release);
         running.pid.store(pid, Ordering::Release);
+        let sigints = interrupter::sigints();
         let result = self.ctx.execute(code);
         running.pid.store(0, Ordering::Release);
-        let compile_stopped = running.compile_stopped.swap(false, Ordering::AcqRel);
+        // A Ctrl-C at a terminal also reaches cargo and rustc directly, and may end them before
+        // the interrupter runs: the signal's count says it came.
+        let requested =
+            running.requested.swap(false, Ordering::AcqRel) || interrupter::sigints() != sigints;
+        let compile_stopped = running.compile_stopped.swap(false, Ordering::AcqRel)
+            || (requested && result.as_ref().is_err_and(cargo_ended_without_an_error));
         // Wait until the cell's own streams are read to the end (its cards and failure are in).
         self.sync_token += 1;
         if self

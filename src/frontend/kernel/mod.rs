@@ -159,7 +159,6 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> (i32, Option<Evaluat
     tokio::spawn(async move { while heartbeat.single_heartbeat().await.is_ok() {} });
     let streams = Streams::start(iopub.clone());
     let evaluator = Evaluator::spawn(prepared, streams.sink(), Some(streams.clear_sink()));
-    evaluator.interrupt_on_sigint();
     let history = History::open(match std::env::var_os("PLACELAB_HISTORY") {
         Some(path) => path.into(),
         None => super::setup::cache_dir().join("kernel-history.jsonl"),
