@@ -136,7 +136,7 @@ fn placelab_side() {
         assert!(cell::execute(&mut s, ":devices").ok());
     });
     println!(
-        "placelab: :devices (asks the cell process, compiles a cell) median of 5: {}",
+        "placelab: :devices (asks the cell process over the probe) median of 5: {}",
         ms(devices)
     );
     drop(s);

@@ -79,6 +79,8 @@ impl Evaluator {
             .name("placelab-evaluator".into())
             .spawn(move || {
                 let _ending = ending;
+                // A start that panics must not leave the shells waiting for ever.
+                let failed = FailUnlessStarted(published.clone());
                 let session = Session::start(prepared, sink);
                 let state = match &session {
                     Ok(s) => {
@@ -91,6 +93,7 @@ impl Evaluator {
                 };
                 *published.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
                 published.1.notify_all();
+                drop(failed);
                 serve(session, queue);
             })
             .expect("the evaluator thread starts");
@@ -191,6 +194,20 @@ impl Evaluator {
     }
 }
 
+/// Says the start failed if it ends (a panic unwinding) while the state still says `Starting`.
+struct FailUnlessStarted(Arc<(Mutex<Start>, Condvar)>);
+
+impl Drop for FailUnlessStarted {
+    fn drop(&mut self) {
+        let (state, changed) = &*self.0;
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        if matches!(*s, Start::Starting) {
+            *s = Start::Failed("the Rust evaluator's thread ended while it started".into());
+            changed.notify_all();
+        }
+    }
+}
+
 /// From now on SIGINT interrupts the running cell. A line editor in raw mode reads Ctrl-C as a
 /// key, so at a prompt it never arrives here.
 fn interrupt_on_sigint(start: Arc<(Mutex<Start>, Condvar)>) {
@@ -270,6 +287,9 @@ fn run(session: &mut Result<Session, String>, job: Job) {
         } => {
             let _ = done.send(cell::execute_watched(s, &code, progress));
         }
+        // Nobody waits for these any more (a prompt gave up on its completions): not run.
+        Job::Complete { done, .. } if done.is_closed() => {}
+        Job::Inspect { done, .. } if done.is_closed() => {}
         Job::Complete { code, pos, done } => {
             let _ = done.send(s.completions(&code, pos));
         }

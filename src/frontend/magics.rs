@@ -353,15 +353,24 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         Some(Some(b)) => format!("Some({b})"),
         None => "None".into(),
     };
-    let Some(list) = s.devices() else {
-        return CellReport::error("the cell process is not answering; run a cell and try again");
+    // Only `--if-no-gpu` needs to know the machine's real GPUs: the cell process is asked.
+    let no_real_gpu = match only_without_gpu {
+        false => None,
+        true => match s.devices() {
+            Some(list) if list.real > 0 => {
+                return CellReport::info(format!(
+                    "this machine has {} real CUDA device(s): nothing simulated, the lessons run on them",
+                    list.real
+                ));
+            }
+            Some(list) => list.no_real_gpu,
+            None => {
+                return CellReport::error(
+                    "the cell process is not answering; run a cell and try again",
+                );
+            }
+        },
     };
-    let real = list.real;
-    if only_without_gpu && real > 0 {
-        return CellReport::info(format!(
-            "this machine has {real} real CUDA device(s): nothing simulated, the lessons run on them"
-        ));
-    }
     let call = match gpu {
         Some(name) => format!("simulate_as({n}, {name:?})"),
         None if emulate => format!("emulate({n}, {cap})"),
@@ -371,9 +380,9 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     if !r.ok() {
         return r;
     }
-    let why = match list.no_real_gpu {
-        Some(why) if only_without_gpu => format!(" (no real GPU here: {why})"),
-        _ => String::new(),
+    let why = match no_real_gpu {
+        Some(why) => format!(" (no real GPU here: {why})"),
+        None => String::new(),
     };
     let standing = gpu.and_then(crate::cost::find).map(|g| {
         format!(

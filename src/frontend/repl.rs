@@ -86,7 +86,12 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     let _ = std::fs::create_dir_all(super::setup::cache_dir());
     let _ = editor.save_history(&history);
     drop(editor);
-    evaluator.finish(super::interrupter::interrupt_grace() + Duration::from_secs(3));
+    // A session still starting cannot be finished: leave at once (the next start sweeps it).
+    let limit = match evaluator.is_ready() {
+        true => super::interrupter::interrupt_grace() + Duration::from_secs(3),
+        false => Duration::ZERO,
+    };
+    evaluator.finish(limit);
     code
 }
 

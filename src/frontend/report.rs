@@ -68,6 +68,9 @@ pub struct CellReport {
     /// Device memory around the cell, for the strip under it (none for most commands).
     pub memory: Option<MemoryChange>,
     pub duration: Duration,
+    /// The user interrupted the cell (however it then ended: stopped, panicked on the
+    /// interrupt's error, or its process killed after the grace).
+    pub interrupted: bool,
 }
 
 impl CellReport {

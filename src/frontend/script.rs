@@ -3,8 +3,8 @@
 //! (a command such as `:mem`) is a cell of its own. Exits 1 if any cell failed.
 
 use super::evaluator::Evaluator;
+use super::interrupter;
 use super::render::render;
-use super::report::ErrorKind;
 
 /// Splits a script into cells.
 pub fn cells(text: &str) -> Vec<String> {
@@ -32,11 +32,16 @@ pub fn cells(text: &str) -> Vec<String> {
     cells
 }
 
-/// Runs every cell in order (the rest after an exit or an interrupt is skipped); returns whether
-/// all that ran succeeded.
+/// Runs every cell in order; returns whether all that ran succeeded. An exit, or a Ctrl-C (during
+/// a cell, which it interrupts, or between cells), skips the rest, as it would a Python script.
 pub fn run(evaluator: &Evaluator, text: &str) -> bool {
+    let sigints = interrupter::sigints();
     let mut all_ok = true;
     for cell in cells(text) {
+        if interrupter::sigints() != sigints {
+            println!("(interrupted: the rest of the script was not run)");
+            return false;
+        }
         println!(">> {}", cell.replace('\n', "\n.. "));
         if super::magics::is_exit(&cell) {
             break;
@@ -46,11 +51,6 @@ pub fn run(evaluator: &Evaluator, text: &str) -> bool {
         let shown = render(&report, false);
         if !shown.is_empty() {
             println!("{shown}");
-        }
-        // Ctrl-C stops the script, as it would a Python one; the cell it stopped says so.
-        if matches!(report.error_text(), Some((ErrorKind::Interrupted, _))) {
-            println!("(interrupted: the rest of the script was not run)");
-            break;
         }
     }
     all_ok

@@ -167,11 +167,13 @@ impl Session {
         };
         let cache = setup::cache_dir();
         let preload = preload_code() + &s.cell_process_setup();
+        // Asked now: while it compiles, stderr is the progress display's pipe.
+        let tty = std::io::stderr().is_terminal();
         let (loaded, compiled) =
             super::progress::while_compiling(&cache, || load_engine(&mut s.ctx, &preload));
         loaded
             .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
-        if (1..usize::MAX).contains(&compiled) && std::io::stderr().is_terminal() {
+        if (1..usize::MAX).contains(&compiled) && tty {
             let plural = if compiled == 1 { "" } else { "s" };
             eprintln!("built the engine ({compiled} crate{plural}); later starts reuse it");
         }
@@ -348,6 +350,7 @@ impl Session {
         // the interrupter runs: the signal's count says it came.
         let requested =
             running.requested.swap(false, Ordering::AcqRel) || interrupter::sigints() != sigints;
+        report.interrupted = requested;
         let compile_stopped = running.compile_stopped.swap(false, Ordering::AcqRel)
             || (requested && result.as_ref().is_err_and(cargo_ended_without_an_error));
         // Wait until the cell's own streams are read to the end (its cards and failure are in).

@@ -156,13 +156,15 @@ impl Reply {
             }
             Reply::Done => {}
             Reply::Devices(d) => {
+                // Each text on one line: a line break in a driver's message would end it early.
+                let one_line = |t: &str| t.replace(['\r', '\n'], " ");
                 for line in &d.devices {
-                    let _ = writeln!(out, "listed {line}");
+                    let _ = writeln!(out, "listed {}", one_line(line));
                 }
                 let texts = [("versions", &d.versions), ("missing", &d.missing)];
                 for (key, text) in texts.into_iter().chain([("no_real_gpu", &d.no_real_gpu)]) {
                     if let Some(t) = text {
-                        let _ = writeln!(out, "{key} {t}");
+                        let _ = writeln!(out, "{key} {}", one_line(t));
                     }
                 }
                 let _ = writeln!(out, "real count={}", d.real);
@@ -352,6 +354,19 @@ mod tests {
         assert_eq!(
             Reply::parse(Request::Devices, &devices.encode()),
             Some(devices)
+        );
+        // A reason with a line break (a driver's message) stays one line, and is not read as
+        // the protocol's `error`.
+        let broken = Reply::Devices(DeviceList {
+            no_real_gpu: Some("libcuda.so:\nerror loading".into()),
+            ..DeviceList::default()
+        });
+        let Some(Reply::Devices(read)) = Reply::parse(Request::Devices, &broken.encode()) else {
+            panic!("the devices reply reads back");
+        };
+        assert_eq!(
+            read.no_real_gpu.as_deref(),
+            Some("libcuda.so: error loading")
         );
         assert_eq!(Reply::parse(stats, "device name=cpu"), None, "cut short");
     }
