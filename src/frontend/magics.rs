@@ -321,9 +321,20 @@ fn empty_cache(s: &mut Session, _: &str) -> CellReport {
     }
 }
 
-fn simulate(s: &mut Session, args: &str) -> CellReport {
+/// What `:simulate` was asked for.
+struct SimulateArgs<'a> {
+    n: usize,
+    /// `Some(bytes)` as the code the cell process runs (`None` for the default).
+    capacity: String,
+    /// The named GPU the devices stand for (`--as h100`).
+    gpu: Option<&'a str>,
+    /// `--if-no-gpu`: a notebook's first cell, which must run unchanged on a machine with a GPU.
+    only_without_gpu: bool,
+    emulate: bool,
+}
+
+fn parse_simulate(args: &str) -> Result<SimulateArgs<'_>, String> {
     let mut words: Vec<&str> = args.split_whitespace().collect();
-    // `--if-no-gpu`: a notebook's first cell, which must run unchanged on a machine with a GPU.
     let only_without_gpu = words.contains(&"--if-no-gpu");
     let emulate = words.contains(&"--emulate");
     words.retain(|w| *w != "--if-no-gpu" && *w != "--emulate");
@@ -334,18 +345,18 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         _ => (None, None, None),
     };
     let Some(n) = n else {
-        return CellReport::error(
-            "usage: :simulate cuda N [CAPACITY | --as GPU] [--if-no-gpu] [--emulate], e.g. `:simulate cuda 2`, `:simulate cuda 1 8GiB` or `:simulate cuda 2 --as h100` (0 turns simulation off; --as is for simulated devices, not emulated ones)",
+        return Err(
+            "usage: :simulate cuda N [CAPACITY | --as GPU] [--if-no-gpu] [--emulate], e.g. `:simulate cuda 2`, `:simulate cuda 1 8GiB` or `:simulate cuda 2 --as h100` (0 turns simulation off; --as is for simulated devices, not emulated ones)".into(),
         );
     };
     if let Some(name) = gpu
         && crate::cost::find(name).is_none()
     {
-        return CellReport::error(crate::cost::unknown(name));
+        return Err(crate::cost::unknown(name));
     }
-    let cap = match cap.map(crate::units::parse_bytes) {
+    let capacity = match cap.map(crate::units::parse_bytes) {
         Some(None) => {
-            return CellReport::error(format!(
+            return Err(format!(
                 "{:?} is not a size; write e.g. 8GiB or 512MiB",
                 cap.unwrap_or("")
             ));
@@ -353,8 +364,22 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         Some(Some(b)) => format!("Some({b})"),
         None => "None".into(),
     };
+    Ok(SimulateArgs {
+        n,
+        capacity,
+        gpu,
+        only_without_gpu,
+        emulate,
+    })
+}
+
+fn simulate(s: &mut Session, args: &str) -> CellReport {
+    let a = match parse_simulate(args) {
+        Ok(a) => a,
+        Err(refused) => return CellReport::error(refused),
+    };
     // Only `--if-no-gpu` needs to know the machine's real GPUs: the cell process is asked.
-    let no_real_gpu = match only_without_gpu {
+    let no_real_gpu = match a.only_without_gpu {
         false => None,
         true => match s.devices() {
             Some(list) if list.real > 0 => {
@@ -371,9 +396,10 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
             }
         },
     };
-    let call = match gpu {
+    let (n, cap) = (a.n, &a.capacity);
+    let call = match a.gpu {
         Some(name) => format!("simulate_as({n}, {name:?})"),
-        None if emulate => format!("emulate({n}, {cap})"),
+        None if a.emulate => format!("emulate({n}, {cap})"),
         None => format!("simulate({n}, {cap})"),
     };
     let r = s.run_code(&format!("cuda::{call}.map(|_| cuda::device_count())"));
@@ -384,15 +410,12 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
         Some(why) => format!(" (no real GPU here: {why})"),
         None => String::new(),
     };
-    let standing = gpu.and_then(crate::cost::find).map(|g| {
-        format!(
+    let what = match a.gpu.and_then(crate::cost::find) {
+        Some(g) => format!(
             "simulated CUDA device(s) standing for {} (memory less a context's; copies show what they would take there, predicted)",
             g.with_article()
-        )
-    });
-    let what = match standing {
-        Some(w) => w,
-        None if emulate => "emulated CUDA device(s), the real kernels run on the CPU".into(),
+        ),
+        None if a.emulate => "emulated CUDA device(s), the real kernels run on the CPU".into(),
         None => "simulated CUDA device(s)".into(),
     };
     CellReport::info(format!(
