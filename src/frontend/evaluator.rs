@@ -17,7 +17,7 @@ use super::interrupter::{self, Interrupter};
 use super::report::{CellReport, Output};
 use super::session::{Prepared, Session};
 use super::strip::MemoryChange;
-use crate::html::{Html, el};
+use crate::html::el;
 
 /// Work for the evaluator thread.
 pub enum Job {
@@ -321,8 +321,10 @@ fn inspect(s: &mut Session, code: &str, pos: usize) -> Option<Inspection> {
         return Some(Inspection {
             plain: format!("{word}: {ty}\n{plain}"),
             html: html.map(|card| {
-                let head = el("p").child(el("code").text(&format!("{word}: {ty}")));
-                Html::from(head).to_string() + &card
+                el("p")
+                    .child(el("code").text(&format!("{word}: {ty}")))
+                    .into_string()
+                    + &card
             }),
         });
     }

@@ -14,6 +14,9 @@ use super::session::Session;
 
 type Handler = fn(&mut Session, &str) -> CellReport;
 
+/// Said when a magic needs the cell process (after a crash, before it is started again).
+const NOT_ANSWERING: &str = "the cell process is not answering; run a cell and try again";
+
 /// One command: what it is called, how it is written, what it does (for `:help`), and the
 /// function that runs it.
 pub struct Magic {
@@ -253,7 +256,7 @@ fn html_table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String 
 fn devices(s: &mut Session, _: &str) -> CellReport {
     match s.devices() {
         Some(list) => CellReport::info(list.lines().join("\n")),
-        None => CellReport::error("the cell process is not answering; run a cell and try again"),
+        None => CellReport::error(NOT_ANSWERING),
     }
 }
 
@@ -390,9 +393,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
             }
             Some(list) => list.no_real_gpu,
             None => {
-                return CellReport::error(
-                    "the cell process is not answering; run a cell and try again",
-                );
+                return CellReport::error(NOT_ANSWERING);
             }
         },
     };
