@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use placelab::frontend::cell_output::Sink;
 use placelab::frontend::evaluator::Evaluator;
 use placelab::frontend::kernel::{self, install::Place};
@@ -13,10 +13,7 @@ use placelab::frontend::{devices_banner, prebuild, repl, script, session, setup}
 #[command(
     name = "placelab",
     version,
-    about = "Tensors on the CPU and CUDA devices, in a Rust REPL and a Jupyter kernel",
-    after_help = "Environment: PLACELAB_SIMULATE_CUDA=N[,CAPACITY|,GPU] gives N simulated CUDA devices \
-                  (e.g. 2,8GiB; 2,h100 stands them for H100s, with predicted costs); \
-                  PLACELAB_CACHE moves the compile cache (default ~/.cache/placelab)."
+    about = "Tensors on the CPU and CUDA devices, in a Rust REPL and a Jupyter kernel"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -28,12 +25,15 @@ enum Command {
     /// Start the REPL (the default)
     Repl,
     /// Run the cells of FILE (separated by `// %%` lines) and print what they show
-    RunScript { file: PathBuf },
+    RunScript {
+        /// The script to run (required): Rust cells, each starting after a `// %%` line
+        file: PathBuf,
+    },
     /// List the devices and exit
     Devices,
     /// Run as a Jupyter kernel (Jupyter starts this; see install-kernel)
     Kernel {
-        /// The connection file Jupyter wrote
+        /// The connection file Jupyter wrote (required; Jupyter passes it)
         #[arg(long, short = 'f')]
         connection_file: PathBuf,
     },
@@ -44,27 +44,29 @@ enum Command {
         /// The kernel's name (what notebooks' metadata refers to)
         #[arg(long, default_value = "placelab")]
         name: String,
-        /// The name Jupyter shows
+        /// The name Jupyter shows in its launcher and kernel menu
         #[arg(long, default_value = "Rust (placelab)")]
         display_name: String,
-        /// KEY=VALUE set for the kernel (e.g. PLACELAB_SIMULATE_CUDA=2); repeatable
-        #[arg(long, value_parser = parse_env)]
+        /// Set KEY=VALUE for the kernel (repeatable; none by default), e.g. PLACELAB_NO_CUDA=1
+        #[arg(long, value_name = "KEY=VALUE", value_parser = parse_env)]
         env: Vec<(String, String)>,
     },
-    /// Compile the engine once, into the directory every session links to (a class: one build
-    /// for all learners, with --shared)
+    /// Compile the engine once, into the directory every session links to
+    ///
+    /// For a class: one build for all learners, with --shared. Sessions find a DIR other than
+    /// the default through PLACELAB_ENGINE=DIR, e.g. `install-kernel --env PLACELAB_ENGINE=DIR`.
     Prebuild {
-        /// Where (default: $PLACELAB_ENGINE, else ~/.cache/placelab/engine). Kernels find it
-        /// through PLACELAB_ENGINE=DIR, e.g. `install-kernel --env PLACELAB_ENGINE=DIR`
+        /// Where to build it (default: $PLACELAB_ENGINE, else ~/.cache/placelab/engine)
         dir: Option<PathBuf>,
-        /// For other users: readable by all, writable by none; sessions never replace it
+        /// Make it for other users: readable by all, writable by none (default: yours alone)
         #[arg(long)]
         shared: bool,
     },
-    /// Remove an installed kernelspec
+    /// Remove an installed kernelspec, and the empty folders install-kernel made for it
     UninstallKernel {
         #[command(flatten)]
         place: PlaceArgs,
+        /// The name of the kernel to remove, as given to install-kernel
         #[arg(long, default_value = "placelab")]
         name: String,
     },
@@ -73,15 +75,70 @@ enum Command {
 #[derive(Args)]
 #[group(multiple = false)]
 struct PlaceArgs {
-    /// Your Jupyter data directory (the default)
+    /// Your Jupyter data directory: $JUPYTER_DATA_DIR, else the platform's (the default)
     #[arg(long)]
     user: bool,
-    /// The active Python environment (virtualenv or conda)
+    /// The active Python environment: $VIRTUAL_ENV, $CONDA_PREFIX, else python3's prefix
     #[arg(long)]
     sys_prefix: bool,
-    /// PREFIX/share/jupyter/kernels
+    /// PREFIX/share/jupyter/kernels; Jupyter looks there only when JUPYTER_PATH names it
     #[arg(long, value_name = "PREFIX")]
     prefix: Option<PathBuf>,
+}
+
+/// The `--help` footer: every environment variable a user may set, one a line.
+fn environment_help() -> String {
+    let gib = placelab::cuda::DEFAULT_SIMULATED_CAPACITY >> 30;
+    let vars = [
+        (
+            "PLACELAB_SIMULATE_CUDA=N[,CAPACITY|,GPU]",
+            "N simulated CUDA devices (host memory, CPU kernels)",
+        ),
+        (
+            "PLACELAB_EMULATE_CUDA=N[,CAPACITY]",
+            "N emulated ones: the real CUDA kernels run on the CPU",
+        ),
+        (
+            "PLACELAB_NO_CUDA=1",
+            "(any value) use no real GPU, never load the CUDA driver",
+        ),
+        (
+            "PLACELAB_CUDA_LIB_DIRS=DIR[:DIR…]",
+            "folders to load NVRTC and cuBLAS from (pip wheels)",
+        ),
+        (
+            "PLACELAB_CACHE=CACHE",
+            "builds, CUDA kernels, history; default ~/.cache/placelab",
+        ),
+        (
+            "PLACELAB_ENGINE=DIR",
+            "the engine build sessions link to (default CACHE/engine)",
+        ),
+        (
+            "PLACELAB_HISTORY=FILE",
+            "kernel history file (default CACHE/kernel-history.jsonl)",
+        ),
+        (
+            "PLACELAB_INTERRUPT_GRACE=SECONDS",
+            "seconds before an interrupted cell is killed (default 2)",
+        ),
+        (
+            "PLACELAB_NO_KERNEL_CACHE=1",
+            "(any value) recompile CUDA kernels; skip CACHE/kernels",
+        ),
+    ];
+    let mut lines = vec!["Environment:".to_string()];
+    lines.extend(
+        vars.iter()
+            .map(|(var, what)| format!("  {var:<40}  {what}")),
+    );
+    lines.push(format!(
+        "CAPACITY: a size such as 8GiB, 512MiB or a byte count (default {gib}GiB); N=0 turns them off.\n\
+         GPU: {}; the devices stand for it (its memory, and\n\
+         predicted costs beside the measured ones). With both set, the emulated devices are used.",
+        placelab::cost::names().join(", ")
+    ));
+    lines.join("\n")
 }
 
 impl PlaceArgs {
@@ -103,7 +160,8 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 fn main() {
     // First: this binary is also evcxr's cell runner and rustc wrapper.
     setup::hooks();
-    let cli = Cli::parse();
+    let cli = Cli::command().after_help(environment_help()).get_matches();
+    let cli = Cli::from_arg_matches(&cli).unwrap_or_else(|e| e.exit());
     let code = match cli.command.unwrap_or(Command::Repl) {
         Command::Repl => match session::prepare("repl") {
             Ok(p) => repl::run(devices_banner(true), p),
@@ -131,10 +189,10 @@ fn main() {
             env,
         } => match kernel::install::install(&place.place(), &name, &display_name, &env) {
             Ok(dir) => {
-                println!(
-                    "installed the {name:?} kernel in {}\nopen a notebook with `jupyter lab` and pick \"{display_name}\"",
-                    dir.display()
-                );
+                println!("installed the {name:?} kernel in {}", dir.display());
+                for line in kernel::install::how_jupyter_finds_it(&place.place(), &display_name) {
+                    println!("{line}");
+                }
                 0
             }
             Err(e) => fail(&e),
@@ -152,8 +210,18 @@ fn main() {
         },
         Command::UninstallKernel { place, name } => {
             match kernel::install::uninstall(&place.place(), &name) {
-                Ok(dir) => {
-                    println!("removed {}", dir.display());
+                Ok(removed) => {
+                    println!("removed the {name:?} kernel: {}", removed[0].display());
+                    if removed.len() > 1 {
+                        let folders: Vec<String> = removed[1..]
+                            .iter()
+                            .map(|d| d.display().to_string())
+                            .collect();
+                        println!(
+                            "and the empty folders install-kernel made: {}",
+                            folders.join(", ")
+                        );
+                    }
                     0
                 }
                 Err(e) => fail(&e),

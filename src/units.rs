@@ -65,6 +65,17 @@ pub fn parse_bytes(s: &str) -> Option<usize> {
     (bytes.is_finite() && bytes >= 1.0 && bytes < usize::MAX as f64).then_some(bytes as usize)
 }
 
+/// [`parse_bytes`], with the one message every setting that takes a size gives for what is not
+/// one (`PLACELAB_SIMULATE_CUDA=2,8GiB` and `:simulate cuda 2 8GiB` alike).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    parse_bytes(s).ok_or_else(|| {
+        format!(
+            "{:?} is not a size; write e.g. 8GiB, 512MiB or a byte count",
+            s.trim()
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +86,11 @@ mod tests {
         assert_eq!(parse_bytes("1.5G"), Some(3 << 29));
         assert_eq!(parse_bytes("512 MiB"), Some(512 << 20));
         assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_size("8GiB"), Ok(8 << 30));
+        assert_eq!(
+            parse_size(" lots").unwrap_err(),
+            "\"lots\" is not a size; write e.g. 8GiB, 512MiB or a byte count"
+        );
         assert_eq!(human_bytes(4_000_000), "3.81 MiB");
     }
 }

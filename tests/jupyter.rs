@@ -305,26 +305,32 @@ fn tutorial_notebooks_run_and_teach_their_facts() {
     pytest_on("test_notebooks.py", None);
 }
 
+/// `placelab ARGS --prefix PREFIX` with no JUPYTER_PATH: whether it succeeded, and what it said.
+fn placelab_at(prefix: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+        .args(args)
+        .arg("--prefix")
+        .arg(prefix)
+        .env_remove("JUPYTER_PATH")
+        .output()
+        .expect("placelab runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// `install-kernel` writes a kernelspec that starts this binary with message interrupts, under
-/// the default name or a given one; `uninstall-kernel` removes it. No kernel starts.
+/// the default name or a given one, and says how Jupyter finds a `--prefix`; `uninstall-kernel`
+/// removes it, and the folders install made, which leaves no trace of a prefix that was not
+/// there. No kernel starts.
 #[test]
 fn install_and_uninstall_kernelspec_through_the_command_line() {
     let prefix = target().join(format!("jupyter-prefix-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&prefix);
-    let placelab = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
-            .args(args)
-            .arg("--prefix")
-            .arg(&prefix)
-            .output()
-            .expect("placelab runs");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    };
+    let placelab = |args: &[&str]| placelab_at(&prefix, args);
     let kernels = prefix.join("share/jupyter/kernels");
     let exe = Path::new(env!("CARGO_BIN_EXE_placelab"))
         .canonicalize()
@@ -332,6 +338,23 @@ fn install_and_uninstall_kernelspec_through_the_command_line() {
 
     let (ok, text) = placelab(&["install-kernel"]);
     assert!(ok, "{text}");
+    // Jupyter looks in a prefix only when told: the message says how.
+    let told = format!(
+        "JUPYTER_PATH={} jupyter lab",
+        prefix.join("share/jupyter").display()
+    );
+    assert!(text.contains(&told), "no `{told}` in:\n{text}");
+    // Under target/debug, the kernelspec points at a build `cargo clean` deletes: it says so.
+    let parts: Vec<_> = exe.components().map(|c| c.as_os_str()).collect();
+    if parts
+        .windows(2)
+        .any(|w| w[0] == "target" && w[1] == "debug")
+    {
+        assert!(
+            text.contains("cargo clean") && text.contains("cargo install --path ."),
+            "{text}"
+        );
+    }
     let spec: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(kernels.join("placelab/kernel.json"))
             .expect("the default name is `placelab`"),
@@ -380,7 +403,82 @@ fn install_and_uninstall_kernelspec_through_the_command_line() {
     let (ok, text) = placelab(&["uninstall-kernel"]);
     assert!(ok, "{text}");
     assert!(!kernels.join("placelab").exists());
+    // The prefix was not there before: install made it, and uninstall removed it again.
+    assert!(!prefix.exists(), "{} is left: {text}", prefix.display());
+    assert!(text.contains(&prefix.display().to_string()), "{text}");
     let (ok, text) = placelab(&["uninstall-kernel"]);
     assert!(!ok, "uninstalling what is not installed fails: {text}");
     let _ = std::fs::remove_dir_all(&prefix);
+}
+
+/// Uninstalling removes only the folders install made, and only empty ones: an empty prefix
+/// that was there stays (empty), and so does a folder that held something, with what it held.
+#[test]
+fn uninstall_kernel_leaves_the_folders_that_were_there() {
+    let base = target().join(format!("jupyter-prefix-kept-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let empty = base.join("empty");
+    std::fs::create_dir_all(&empty).expect("a temporary folder");
+    let (ok, text) = placelab_at(&empty, &["install-kernel"]);
+    assert!(ok, "{text}");
+    let (ok, text) = placelab_at(&empty, &["uninstall-kernel"]);
+    assert!(ok, "{text}");
+    let left: Vec<_> = std::fs::read_dir(&empty)
+        .expect("the prefix that was there stays")
+        .collect();
+    assert!(left.is_empty(), "{left:?} left after: {text}");
+
+    let full = base.join("full");
+    std::fs::create_dir_all(full.join("share/jupyter")).expect("a temporary folder");
+    std::fs::write(full.join("share/jupyter/mine.txt"), "kept").expect("a file");
+    let (ok, text) = placelab_at(&full, &["install-kernel"]);
+    assert!(ok, "{text}");
+    let (ok, text) = placelab_at(&full, &["uninstall-kernel"]);
+    assert!(ok, "{text}");
+    assert!(
+        !full.join("share/jupyter/kernels").exists(),
+        "install made kernels/: {text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(full.join("share/jupyter/mine.txt")).ok(),
+        Some("kept".into()),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// `placelab --help` names every environment variable a user may set, each once, on a line of
+/// at most 100 columns.
+#[test]
+fn help_lists_every_environment_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+        .arg("--help")
+        .output()
+        .expect("placelab runs");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for var in [
+        "PLACELAB_SIMULATE_CUDA",
+        "PLACELAB_EMULATE_CUDA",
+        "PLACELAB_NO_CUDA",
+        "PLACELAB_CUDA_LIB_DIRS",
+        "PLACELAB_CACHE",
+        "PLACELAB_ENGINE",
+        "PLACELAB_HISTORY",
+        "PLACELAB_INTERRUPT_GRACE",
+        "PLACELAB_NO_KERNEL_CACHE",
+    ] {
+        let lines: Vec<&str> = help
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("{var}=")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{var} on one line of:\n{help}");
+        assert_eq!(help.matches(var).count(), 1, "{var} once in:\n{help}");
+    }
+    for line in help.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "a line over 100 columns: {line}"
+        );
+    }
 }

@@ -115,7 +115,10 @@ pub(crate) fn replace_simulation(
 
 /// Parses `N`, `N,CAPACITY` (`4`, `2,8GiB`, `1,512MiB`, `2,1000000000`) or, for simulated
 /// devices, `N,GPU` (`2,h100`).
-fn parse_simulation(v: &str, kind: StandIn) -> std::result::Result<Option<Simulation>, String> {
+pub(crate) fn parse_simulation(
+    v: &str,
+    kind: StandIn,
+) -> std::result::Result<Option<Simulation>, String> {
     let v = v.trim();
     if v.is_empty() {
         return Ok(None);
@@ -134,9 +137,7 @@ fn parse_simulation(v: &str, kind: StandIn) -> std::result::Result<Option<Simula
         Some(c) if kind == StandIn::Simulated && parse_bytes(c).is_none() => {
             return Simulation::standing_for(count, c).map(Some);
         }
-        Some(c) => parse_bytes(c).ok_or_else(|| {
-            format!("{c:?} is not a size; write e.g. 8GiB, 512MiB or a byte count")
-        })?,
+        Some(c) => crate::units::parse_size(c)?,
         None => DEFAULT_SIMULATED_CAPACITY,
     };
     Ok(Some(Simulation {

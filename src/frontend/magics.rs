@@ -59,8 +59,8 @@ pub const MAGICS: &[Magic] = &[
     },
     Magic {
         name: ":simulate",
-        usage: ":simulate cuda N [CAPACITY | --as GPU] [--if-no-gpu] [--emulate]",
-        help: "use N simulated CUDA devices (e.g. `:simulate cuda 2 8GiB`); with --as h100 (a100, t4, …), standing for that GPU: its memory, and beside each measured copy what it would take there (predicted); with --if-no-gpu, only where no real GPU exists; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
+        usage: ":simulate cuda N [CAPACITY | GPU] [--if-no-gpu] [--emulate]",
+        help: "use N simulated CUDA devices of CAPACITY each (default 16GiB; e.g. `:simulate cuda 2 8GiB`), as PLACELAB_SIMULATE_CUDA=N,CAPACITY; with a GPU's name instead (`:simulate cuda 2 h100`, or `--as h100`; a100, t4, …), standing for that GPU: its memory, and beside each measured copy what it would take there (predicted); with --if-no-gpu, only where no real GPU exists; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
         run: simulate,
     },
     Magic {
@@ -325,16 +325,20 @@ fn empty_cache(s: &mut Session, _: &str) -> CellReport {
 }
 
 /// What `:simulate` was asked for.
+#[derive(Debug, PartialEq)]
 struct SimulateArgs<'a> {
     n: usize,
     /// `Some(bytes)` as the code the cell process runs (`None` for the default).
     capacity: String,
-    /// The named GPU the devices stand for (`--as h100`).
+    /// The named GPU the devices stand for (`h100` or `--as h100`).
     gpu: Option<&'a str>,
     /// `--if-no-gpu`: a notebook's first cell, which must run unchanged on a machine with a GPU.
     only_without_gpu: bool,
     emulate: bool,
 }
+
+/// Said for a `:simulate` that cannot be read; the table's usage, with examples.
+const SIMULATE_USAGE: &str = "usage: :simulate cuda N [CAPACITY | GPU] [--if-no-gpu] [--emulate], e.g. `:simulate cuda 2`, `:simulate cuda 1 8GiB` or `:simulate cuda 2 h100` (0 turns simulation off; a GPU, also written `--as h100`, is for simulated devices, not emulated ones)";
 
 fn parse_simulate(args: &str) -> Result<SimulateArgs<'_>, String> {
     let mut words: Vec<&str> = args.split_whitespace().collect();
@@ -348,24 +352,32 @@ fn parse_simulate(args: &str) -> Result<SimulateArgs<'_>, String> {
         _ => (None, None, None),
     };
     let Some(n) = n else {
-        return Err(
-            "usage: :simulate cuda N [CAPACITY | --as GPU] [--if-no-gpu] [--emulate], e.g. `:simulate cuda 2`, `:simulate cuda 1 8GiB` or `:simulate cuda 2 --as h100` (0 turns simulation off; --as is for simulated devices, not emulated ones)".into(),
-        );
+        return Err(SIMULATE_USAGE.into());
     };
     if let Some(name) = gpu
         && crate::cost::find(name).is_none()
     {
         return Err(crate::cost::unknown(name));
     }
-    let capacity = match cap.map(crate::units::parse_bytes) {
-        Some(None) => {
-            return Err(format!(
-                "{:?} is not a size; write e.g. 8GiB or 512MiB",
-                cap.unwrap_or("")
-            ));
+    // A CAPACITY or a GPU's name, read as PLACELAB_SIMULATE_CUDA=N,WORD (PLACELAB_EMULATE_CUDA
+    // with --emulate) reads it: the same sizes, the same names, the same errors.
+    let (capacity, gpu) = match cap {
+        None => ("None".to_string(), gpu),
+        Some(word) => {
+            use crate::device::{StandIn, registry::parse_simulation};
+            let kind = match emulate {
+                true => StandIn::Emulated,
+                false => StandIn::Simulated,
+            };
+            // The count is given apart; 1 here only makes the setting one that is on.
+            match parse_simulation(&format!("1,{word}"), kind)? {
+                Some(sim) => match sim.stands_for {
+                    Some(g) => ("None".to_string(), Some(g.key)),
+                    None => (format!("Some({})", sim.capacity), None),
+                },
+                None => ("None".to_string(), None),
+            }
         }
-        Some(Some(b)) => format!("Some({b})"),
-        None => "None".into(),
     };
     Ok(SimulateArgs {
         n,
@@ -529,4 +541,80 @@ fn help(_: &mut Session, _: &str) -> CellReport {
         "Ctrl-C / Ctrl-D", "interrupt a running cell / leave"
     ));
     CellReport::info(lines.join("\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{StandIn, registry::parse_simulation};
+
+    #[test]
+    fn simulate_takes_a_capacity_or_a_gpu_as_the_environment_variable_does() {
+        let sim = parse_simulate("cuda 2 8GiB").unwrap();
+        assert_eq!(
+            (sim.n, sim.capacity.as_str(), sim.gpu),
+            (2, "Some(8589934592)", None)
+        );
+        let sim = parse_simulate("cuda 2").unwrap();
+        assert_eq!((sim.n, sim.capacity.as_str(), sim.gpu), (2, "None", None));
+        // A GPU's name where a size would go, as PLACELAB_SIMULATE_CUDA=2,h100: `--as h100`.
+        let named = parse_simulate("cuda 2 h100").unwrap();
+        assert_eq!(named, parse_simulate("cuda 2 --as h100").unwrap());
+        assert_eq!((named.n, named.capacity.as_str()), (2, "None"));
+        assert_eq!(named.gpu, Some("h100"));
+        // Aliases and case as the environment variable takes them.
+        assert_eq!(
+            parse_simulate("cuda 1 A100 --if-no-gpu").unwrap().gpu,
+            Some("a100")
+        );
+        assert!(
+            parse_simulate("cuda 1 A100 --if-no-gpu")
+                .unwrap()
+                .only_without_gpu
+        );
+        let emulated = parse_simulate("cuda 1 512MiB --emulate").unwrap();
+        assert!(emulated.emulate);
+        assert_eq!(emulated.capacity, format!("Some({})", 512 << 20));
+        assert!(
+            parse_simulate("cuda two")
+                .unwrap_err()
+                .starts_with("usage: :simulate cuda N")
+        );
+        assert!(parse_simulate("cuda 2 --as").is_err());
+    }
+
+    #[test]
+    fn simulate_refuses_what_the_environment_variable_refuses_in_the_same_words() {
+        // Emulated devices take sizes only.
+        let e = parse_simulate("cuda 1 lots --emulate").unwrap_err();
+        assert_eq!(
+            e,
+            "\"lots\" is not a size; write e.g. 8GiB, 512MiB or a byte count"
+        );
+        assert_eq!(e, crate::units::parse_size("lots").unwrap_err());
+        assert_eq!(
+            Err(e),
+            parse_simulation("1,lots", StandIn::Emulated).map(|_| ())
+        );
+        let e = parse_simulate("cuda 1 h100 --emulate").unwrap_err();
+        assert_eq!(
+            Err(e.clone()),
+            parse_simulation("1,h100", StandIn::Emulated).map(|_| ())
+        );
+        assert!(e.contains("is not a size"), "{e}");
+        // Simulated devices: neither a size nor a GPU in the table lists the GPUs.
+        let e = parse_simulate("cuda 2 lots").unwrap_err();
+        assert_eq!(
+            Err(e.clone()),
+            parse_simulation("2,lots", StandIn::Simulated).map(|_| ())
+        );
+        assert!(
+            e.contains("no GPU named \"lots\"") && e.contains("h100"),
+            "{e}"
+        );
+        assert_eq!(
+            parse_simulate("cuda 2 --as lots").unwrap_err(),
+            crate::cost::unknown("lots")
+        );
+    }
 }
