@@ -351,7 +351,7 @@ fn install_and_uninstall_kernelspec_through_the_command_line() {
         .any(|w| w[0] == "target" && w[1] == "debug")
     {
         assert!(
-            text.contains("cargo clean") && text.contains("cargo install --path ."),
+            text.contains("cargo clean") && text.contains("cargo install --locked --path ."),
             "{text}"
         );
     }

@@ -138,9 +138,11 @@ pub fn transfers(dir: &Path, log: &[TransferLine], axis: TransferAxis) -> Result
         xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)))
     };
     let host_gbps = crate::transfer::predicted::host_memcpy_gbps();
-    series.extend(predicted_series(log, axis, measured(&series), host_gbps));
+    // Whole decades, so that even one transfer gets labelled ticks on both axes; a predicted
+    // curve spans the whole axis.
+    let (xmin, xmax) = decades(measured(&series));
+    series.extend(predicted_series(log, axis, (xmin, xmax), host_gbps));
     let points = || series.values().flatten();
-    let (xmin, xmax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (ymin, ymax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
     let (name, caption) = match axis {
         TransferAxis::Time => ("transfers.svg", "Transfer time against size"),
@@ -155,11 +157,12 @@ pub fn transfers(dir: &Path, log: &[TransferLine], axis: TransferAxis) -> Result
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60);
-    let xs = (xmin / 2.0..xmax * 2.0).log_scale();
+    let xs = (xmin..xmax).log_scale();
     match axis {
         TransferAxis::Time => {
+            let (ymin, ymax) = decades((ymin, ymax));
             let mut chart = builder
-                .build_cartesian_2d(xs, (ymin / 2.0..ymax * 2.0).log_scale())
+                .build_cartesian_2d(xs, (ymin..ymax).log_scale())
                 .map_err(err)?;
             draw_series(&mut chart, series, "µs")?;
         }
@@ -173,6 +176,31 @@ pub fn transfers(dir: &Path, log: &[TransferLine], axis: TransferAxis) -> Result
     root.present().map_err(err)?;
     drop(root);
     Ok(path)
+}
+
+/// The powers of ten just outside `(lo, hi)`: at least one decade, so a log axis has two
+/// labelled ticks however close its values are.
+fn decades((lo, hi): (f64, f64)) -> (f64, f64) {
+    let lo = 10f64.powf(lo.max(f64::MIN_POSITIVE).log10().floor());
+    let hi = 10f64.powf(hi.max(f64::MIN_POSITIVE).log10().ceil());
+    (lo, if hi > lo { hi } else { lo * 10.0 })
+}
+
+/// A tick's value as people write it: `1 MB`, `10 kB`, `0.5`, `1000` (no `1000000.0`).
+fn tick(v: f64, bytes: bool) -> String {
+    let plain = |x: f64| {
+        let t = format!("{x:.2}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    match bytes {
+        true => match v {
+            v if v >= 1e9 => format!("{} GB", plain(v / 1e9)),
+            v if v >= 1e6 => format!("{} MB", plain(v / 1e6)),
+            v if v >= 1e3 => format!("{} kB", plain(v / 1e3)),
+            v => format!("{} B", plain(v)),
+        },
+        false => plain(v),
+    }
 }
 
 /// Lines with a dot at each measured size, a mesh and the legend.
@@ -189,6 +217,8 @@ where
         .configure_mesh()
         .x_desc("bytes")
         .y_desc(y_desc)
+        .x_label_formatter(&|v| tick(*v, true))
+        .y_label_formatter(&|v| tick(*v, false))
         .draw()
         .map_err(err)?;
     for (i, (route, points)) in series.into_iter().enumerate() {
@@ -316,6 +346,36 @@ mod tests {
         assert!(
             svg.contains("H100 SXM predicted, pinned"),
             "the legend names the curve"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A session's first `.to()` alone still gets an axis a reader can read: whole decades with
+    /// their ticks labelled as sizes and times are written, and the named GPU's predicted curves
+    /// drawn across it (they used to span the one measured size: no curve at all).
+    #[test]
+    fn one_transfer_gets_labelled_decades_and_whole_predicted_curves() {
+        assert_eq!(decades((4e6, 4e6)), (1e6, 1e7));
+        assert_eq!(decades((1e6, 1e6)), (1e6, 1e7));
+        assert_eq!(decades((390.0, 1560.0)), (100.0, 1e4));
+        assert_eq!(tick(1e6, true), "1 MB");
+        assert_eq!(tick(2.5e4, true), "25 kB");
+        assert_eq!(tick(1000.0, false), "1000");
+        assert_eq!(tick(0.5, false), "0.5");
+        let log = [line(4_000_000, 780_000, false)];
+        let dir = std::env::temp_dir().join(format!("placelab-plot-one-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg =
+            std::fs::read_to_string(transfers(&dir, &log, TransferAxis::Time).unwrap()).unwrap();
+        let texts: Vec<&str> = svg.split(['<', '>']).map(str::trim).collect();
+        for label in ["1 MB", "10 MB", "100", "1000"] {
+            assert!(texts.contains(&label), "no tick {label:?} in the plot");
+        }
+        let predicted = predicted_series(&log, TransferAxis::Time, decades((4e6, 4e6)), 10.0);
+        let pinned = &predicted["H100 SXM predicted, pinned"];
+        assert_eq!(
+            (pinned.first().unwrap().0, pinned.last().unwrap().0),
+            (1e6, 1e7)
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

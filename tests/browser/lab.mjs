@@ -1,4 +1,4 @@
-// The browser test: JupyterLab in headless Chromium runs one notebook cell on the placelab
+// The browser test: JupyterLab in headless Chromium runs two notebook cells on the placelab
 // kernel and the rendered page is checked. See README.md here; tests/jupyter/browser.rs runs it.
 //
 //   node tests/browser/lab.mjs [--kernel-prefix P] [--kernel-name N] [--stock-kernel]
@@ -6,21 +6,25 @@
 // 1. starts `jupyter lab` (from target/browser-venv) on 127.0.0.1 at a free port with a random
 //    token, its notebook folder target/browser-notebooks/ and its config, data, runtime,
 //    settings and workspace folders fresh under target/browser-lab/;
-// 2. writes placelab.ipynb there, whose kernelspec is the placelab kernel and whose one cell
-//    moves a 1000x1000 tensor to a simulated cuda:0;
-// 3. opens it in Debian's Chromium through playwright-core, clicks into the cell and presses
-//    Shift+Enter, as a person would;
+// 2. writes placelab.ipynb there, whose kernelspec is the placelab kernel, whose first cell
+//    moves a 1000x1000 tensor to a simulated cuda:0 and whose second is `:plot transfers`;
+// 3. opens it in Debian's Chromium through playwright-core, clicks into the first cell and
+//    presses Shift+Enter, as a person would;
 // 4. waits for the tensor card (.placelab-tensor) and the memory strip (.placelab-memory) and
 //    asserts on what they show: the card's device and shape, the strip's cuda:0 row;
-// 5. keeps target/browser-artefacts/{notebook.png, output.png, output.html, jupyter.log}
-//    (failure.png instead when it fails) and shuts the server and its kernels down.
+// 5. runs the second cell the same way, waits for its plot (image/svg+xml) and asserts on the
+//    SVG's caption, axis labels and the cpu → cuda:0 series;
+// 6. keeps target/browser-artefacts/{notebook.png, output.png, output.html, plot.png,
+//    readme.png, jupyter.log} (failure.png instead when it fails; readme.png, the README's
+//    picture, only when every check passed) and shuts the server and its kernels down.
 // Exits 0 when every check passed, 1 with the reason otherwise.
 //
 // --kernel-prefix P   the prefix given to `placelab install-kernel --prefix P`: the server
 //                     looks for kernels in P/share/jupyter (JUPYTER_PATH).
 // --kernel-name N     the kernelspec's name (default placelab).
-// --stock-kernel      the venv's python3 kernel and a Python cell that displays HTML with the
-//                     same classes and text: checks the browser mechanics without placelab.
+// --stock-kernel      the venv's python3 kernel and Python cells that display HTML with the
+//                     same classes and text, and an SVG with the plot's texts: checks the
+//                     browser mechanics without placelab.
 // Environment: PLACELAB_BROWSER_CELL_TIMEOUT_S (default 900: a cold PLACELAB_CACHE compiles
 // the engine in the first cell), PLACELAB_CHROMIUM (default /usr/bin/chromium),
 // PLACELAB_CACHE (default target/placelab-session-cache, the cache tests/jupyter.rs and
@@ -86,6 +90,9 @@ const RUST_CELL = [
   'let y = x.to(&Device::Cuda(0))?;',
   'y',
 ].join('\n');
+// placelab's magic: the session's transfers, time against size, drawn by plotters as an SVG
+// (src/frontend/plot.rs), sent as image/svg+xml.
+const RUST_PLOT_CELL = ':plot transfers';
 // The stock-kernel cell imitates the kernel's two outputs closely enough for the checks (the
 // card is the cell's value, an execute_result; Python sends it after the strip).
 const PYTHON_CELL = [
@@ -95,15 +102,34 @@ const PYTHON_CELL = [
   'HTML(\'<div class="placelab-tensor"><span>cuda:0 · simulated</span> <b>f32[1000, 1000]</b> 3.81 MiB'
     + ' <div>last .to(): cpu → cuda:0, 1.0 ms</div></div>\')',
 ].join('\n');
+// The plot's stand-in: an SVG with the texts the checks look for, as plotters would draw them.
+const PYTHON_PLOT_CELL = [
+  'from IPython.display import SVG',
+  'SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="720" height="440" viewBox="0 0 720 440">'
+    + '<rect width="720" height="440" fill="white"/>'
+    + '<text x="250" y="30" font-size="20">Transfer time against size</text>'
+    + '<text x="350" y="430">bytes</text><text x="10" y="220">µs</text>'
+    + '<text x="420" y="80">cpu → cuda:0 (pageable, simulated)</text></svg>\')',
+].join('\n');
+
+// What the plot's SVG must say (src/frontend/plot.rs, TransferAxis::Time): its caption, the
+// axis labels and a series for the first cell's copy (its legend: `cpu → cuda:0 (pageable, …)`).
+const PLOT_TEXTS = ['Transfer time against size', 'bytes', 'µs'];
+const PLOT_SERIES = 'cpu → cuda:0';
+// With PLACELAB_SIMULATE_CUDA=1,h100 the card gives the H100's predicted time beside the
+// measured one, and the plot its predicted curves (a real kernel only, not --stock-kernel).
+const PREDICTED = 'on an H100 SXM (predicted';
+const PLOT_PREDICTED = 'H100 SXM predicted, pinned';
 
 function notebookJson() {
-  const source = args.stock ? PYTHON_CELL : RUST_CELL;
+  const sources = args.stock ? [PYTHON_CELL, PYTHON_PLOT_CELL] : [RUST_CELL, RUST_PLOT_CELL];
   const kernelspec = args.stock
     ? { name: 'python3', display_name: 'Python 3 (ipykernel)', language: 'python' }
     : { name: args.kernelName, display_name: 'Rust (placelab)', language: 'rust' };
-  const lines = source.split('\n').map((l, i, all) => (i < all.length - 1 ? l + '\n' : l));
+  const lines = (source) => source.split('\n').map((l, i, all) => (i < all.length - 1 ? l + '\n' : l));
+  const cell = (id, source) => ({ cell_type: 'code', execution_count: null, id, metadata: {}, outputs: [], source: lines(source) });
   return {
-    cells: [{ cell_type: 'code', execution_count: null, id: 'move-to-gpu', metadata: {}, outputs: [], source: lines }],
+    cells: [cell('move-to-gpu', sources[0]), cell('plot-transfers', sources[1])],
     metadata: { kernelspec, language_info: { name: kernelspec.language } },
     nbformat: 4,
     nbformat_minor: 5,
@@ -144,7 +170,8 @@ async function startServer() {
   const env = {
     ...process.env,
     // The server's environment is the kernels' environment.
-    PLACELAB_SIMULATE_CUDA: '1',
+    // Standing for an H100: the card and the plot show its predicted costs beside the measured.
+    PLACELAB_SIMULATE_CUDA: '1,h100',
     PLACELAB_CACHE: process.env.PLACELAB_CACHE || path.join(target, 'placelab-session-cache'),
     JUPYTER_CONFIG_DIR: path.join(labDir, 'config'),
     JUPYTER_DATA_DIR: path.join(labDir, 'data'),
@@ -272,20 +299,75 @@ async function runNotebook(server, page) {
   const output = cell.locator('.jp-OutputArea');
   const card = output.locator('.placelab-tensor');
   const strip = output.locator('.placelab-memory');
+  await waitForOutputs(server, page, cell, [
+    { loc: card, name: 'a .placelab-tensor card' },
+    { loc: strip, name: 'a .placelab-memory strip' },
+  ], pressed, cellTimeoutMs, args.stock ? '' : '; on a cold PLACELAB_CACHE the engine compiles first');
+  await card.first().waitFor({ state: 'visible', timeout: 10_000 });
+  await strip.first().waitFor({ state: 'visible', timeout: 10_000 });
+  log('card and memory strip rendered');
+  // Let fonts and layout settle before the picture.
+  await page.waitForTimeout(500);
+  return { notebook, cell, output, card: card.first(), strip: strip.first() };
+}
+
+// The second cell, `:plot transfers`, run the same way once the first has finished; its output
+// is the plot, image/svg+xml. JupyterLab 4 draws that as an <img> whose src is the SVG as a
+// data: URI (rendermime's renderSVG), so the image is looked for as either an <img> or an
+// inline <svg>.
+async function runPlotCell(server, page, { notebook, cell: first }) {
+  const firstPrompt = first.locator('.jp-InputArea-prompt');
+  const until = Date.now() + 120_000;
+  while (!/^\[\d+\]:$/.test((await firstPrompt.innerText().catch(() => '')).trim())) {
+    if (Date.now() > until) fail(`the first cell's prompt did not say it finished within 120 s of its card (it is ${(await firstPrompt.innerText().catch(() => '?')).trim()})`);
+    await sleep(250);
+  }
+  const cell = notebook.locator('.jp-CodeCell').nth(1);
+  await cell.locator('.cm-content').waitFor({ state: 'visible', timeout: 30_000 });
+  log('running the second cell, :plot transfers (click into it, Shift+Enter)');
+  await cell.locator('.cm-content').click();
+  await page.keyboard.press('Shift+Enter');
+  const pressed = Date.now();
+
+  const output = cell.locator('.jp-OutputArea');
+  const rendered = output.locator('.jp-OutputArea-output[data-mime-type="image/svg+xml"]');
+  const image = rendered.locator('svg, img[src^="data:image/svg+xml"]');
+  // The engine is warm by now and the magic compiles nothing: minutes at most.
+  await waitForOutputs(server, page, cell, [{ loc: image, name: 'an image/svg+xml plot' }],
+    pressed, Math.min(cellTimeoutMs, 300_000), '');
+  await image.first().waitFor({ state: 'visible', timeout: 10_000 });
+  // An <img> decodes its data: URI asynchronously.
+  await image.first().evaluate((el) => el.tagName !== 'IMG' || el.complete
+    || new Promise((resolve) => { el.addEventListener('load', resolve); el.addEventListener('error', resolve); }));
+  log('plot rendered');
+  await page.waitForTimeout(500);
+  return { cell, output, rendered: rendered.first(), image: image.first() };
+}
+
+// Waits until every one of `wanted` ({ loc, name }) is in `cell`'s output, failing when the
+// cell finishes without them, JupyterLab shows a dialog, the server ends, the cell never
+// starts or `timeoutMs` passes.
+async function waitForOutputs(server, page, cell, wanted, pressed, timeoutMs, coldNote) {
+  const output = cell.locator('.jp-OutputArea');
   const prompt = cell.locator('.jp-InputArea-prompt');
-  const deadline = Date.now() + cellTimeoutMs;
+  const deadline = Date.now() + timeoutMs;
+  const missing = async () => {
+    const out = [];
+    for (const w of wanted) if (!(await w.loc.count())) out.push(w.name);
+    return out;
+  };
   let lastNote = Date.now();
   for (;;) {
-    const [cards, strips] = [await card.count(), await strip.count()];
+    const absent = await missing();
     const promptText = (await prompt.innerText().catch(() => '')).trim();
     const finished = /^\[\d+\]:$/.test(promptText);
-    if (cards && strips) break;
+    if (!absent.length) return;
     if (finished) {
       // The kernel said the cell is done: give the last output a moment to arrive.
       await sleep(2000);
-      if ((await card.count()) && (await strip.count())) break;
-      fail(`the cell finished (${promptText}) without ${cards ? '' : 'a .placelab-tensor card'}`
-        + `${!cards && !strips ? ' and ' : ''}${strips ? '' : 'a .placelab-memory strip'}; its output:\n`
+      const still = await missing();
+      if (!still.length) return;
+      fail(`the cell finished (${promptText}) without ${still.join(' and ')}; its output:\n`
         + indent(await output.innerText().catch(() => '(none)')));
     }
     if (server.exited) fail(`jupyter lab ended (${server.exited}) while the cell ran:\n${tail(server.logPath)}`);
@@ -298,22 +380,16 @@ async function runNotebook(server, page) {
       fail(`the cell did not start within 30 s of Shift+Enter (its prompt is ${promptText || 'empty'})`);
     }
     if (Date.now() > deadline) {
-      fail(`no .placelab-tensor card and .placelab-memory strip within ${cellTimeoutMs / 1000} s `
+      fail(`no ${absent.join(' and ')} within ${timeoutMs / 1000} s `
         + `(prompt ${promptText || '?'}); output so far:\n${indent(await output.innerText().catch(() => '(none)'))}`
         + `\n  jupyter.log:\n${tail(server.logPath)}`);
     }
     if (Date.now() - lastNote > 30_000) {
       lastNote = Date.now();
-      log(`waiting for the cell's output (prompt ${promptText || '?'}${args.stock ? '' : '; on a cold PLACELAB_CACHE the engine compiles first'})`);
+      log(`waiting for the cell's output (prompt ${promptText || '?'}${coldNote})`);
     }
     await sleep(500);
   }
-  await card.first().waitFor({ state: 'visible', timeout: 10_000 });
-  await strip.first().waitFor({ state: 'visible', timeout: 10_000 });
-  log('card and memory strip rendered');
-  // Let fonts and layout settle before the picture.
-  await page.waitForTimeout(500);
-  return { output, card: card.first(), strip: strip.first() };
 }
 
 function indent(s) {
@@ -336,7 +412,9 @@ async function check({ output, card, strip }) {
   }
   log(`card:  ${cardText}`);
   log(`strip: ${stripText}`);
-  for (const want of ['cuda:0', 'simulated', 'f32[1000, 1000]', '3.81 MiB', 'cpu → cuda:0']) {
+  const cardWants = ['cuda:0', 'simulated', 'f32[1000, 1000]', '3.81 MiB', 'cpu → cuda:0'];
+  if (!args.stock) cardWants.push(PREDICTED);
+  for (const want of cardWants) {
     if (!cardText.includes(want)) problems.push(`the card does not show "${want}"`);
   }
   // The card is the cell's value (an execute_result, shown with the [n]: prompt); the strip
@@ -368,6 +446,100 @@ async function check({ output, card, strip }) {
   }
   if (!stripText.includes('cpu')) problems.push('the strip has no cpu row');
   return problems;
+}
+
+// The plot: an image/svg+xml output whose SVG has the caption, the axis labels and the first
+// cell's cpu → cuda:0 series, and which the browser drew (an <img> that loaded, a sensible size).
+async function checkPlot({ output, image }) {
+  const problems = [];
+  const kinds = await output.evaluate((area) => [...area.querySelectorAll(':scope .jp-OutputArea-child')].map((c) => {
+    const o = c.querySelector('.jp-OutputArea-output');
+    return `${c.classList.contains('jp-OutputArea-executeResult') ? 'execute_result' : 'output'}(${o?.dataset.mimeType})`;
+  }));
+  log(`plot cell's outputs in order: ${kinds.join(', ')}`);
+  const seen = await image.evaluate((el) => {
+    const box = el.getBoundingClientRect();
+    let source = null;
+    if (el.tagName === 'IMG') {
+      const comma = el.src.indexOf(',');
+      const head = el.src.slice(0, comma);
+      const body = el.src.slice(comma + 1);
+      source = head.endsWith(';base64') ? atob(body) : decodeURIComponent(body);
+    } else {
+      source = el.outerHTML;
+    }
+    const doc = new DOMParser().parseFromString(source, 'image/svg+xml');
+    return {
+      tag: el.tagName.toLowerCase(),
+      parsed: doc.documentElement.nodeName,
+      texts: [...doc.querySelectorAll('text')].map((t) => t.textContent.replace(/\s+/g, ' ').trim()).filter(Boolean),
+      natural: el.tagName === 'IMG' ? [el.naturalWidth, el.naturalHeight] : null,
+      box: [Math.round(box.width), Math.round(box.height)],
+    };
+  });
+  log(`plot: <${seen.tag}> ${seen.box.join('x')} on the page${seen.natural ? ` (the SVG: ${seen.natural.join('x')})` : ''}, `
+    + `${seen.texts.length} texts: ${seen.texts.filter((t) => !/^[\d.e+-]+$/i.test(t)).join(' | ')}`);
+  if (seen.parsed !== 'svg') problems.push(`the plot's image is not an SVG (its document is <${seen.parsed}>)`);
+  for (const want of PLOT_TEXTS) {
+    if (!seen.texts.includes(want)) problems.push(`the plot has no text "${want}" (its texts: ${JSON.stringify(seen.texts)})`);
+  }
+  if (!seen.texts.some((t) => t.includes(PLOT_SERIES))) {
+    problems.push(`the plot's legend has no ${PLOT_SERIES} series (its texts: ${JSON.stringify(seen.texts)})`);
+  }
+  if (!args.stock && !seen.texts.some((t) => t.includes(PLOT_PREDICTED))) {
+    problems.push(`the plot has no "${PLOT_PREDICTED}" curve (its texts: ${JSON.stringify(seen.texts)})`);
+  }
+  if (seen.natural && !(seen.natural[0] > 0 && seen.natural[1] > 0)) problems.push('the plot\'s <img> did not load');
+  if (seen.box[0] < 300 || seen.box[1] < 150) problems.push(`the plot is drawn ${seen.box.join('x')} px on the page`);
+  return problems;
+}
+
+// The README's picture (notebooks/screenshot.png is a copy of it): the two cells, the first's
+// code, card and strip and the second's plot, cropped to the cells, README_SHOT.width CSS px
+// wide (the notebook panel's width) at README_SHOT.scale device pixels per CSS px.
+const README_SHOT = { width: 960, scale: 1.5, maxBytes: 200_000 };
+
+async function readmeShot(page, notebook, cells, next) {
+  const file = path.join(artefacts, 'readme.png');
+  // Command mode: no text cursor in the picture. (The file browser is already folded away.)
+  await page.keyboard.press('Escape');
+  const vp = page.viewportSize();
+  const chrome = vp.width - (await notebook.boundingBox()).width;
+  const width = README_SHOT.width + chrome;
+  let height = 1600;
+  const cdp = await page.context().newCDPSession(page);
+  for (;;) {
+    await page.setViewportSize({ width, height });
+    await cdp.send('Emulation.setDeviceMetricsOverride', { width, height, deviceScaleFactor: README_SHOT.scale, mobile: false });
+    // The notebook scrolled to its top (the cells are its first two).
+    await notebook.evaluate((el) => { (el.querySelector('.jp-WindowedPanel-outer') || el).scrollTop = 0; });
+    await page.waitForTimeout(700);
+    const nb = await notebook.boundingBox();
+    const first = await cells[0].boundingBox();
+    const last = await cells[cells.length - 1].boundingBox();
+    // Shift+Enter on the last cell added an empty one below it, the active cell, whose blue
+    // border reaches a few px above its box: it stays out of the picture.
+    const below = (await next.count()) ? (await next.boundingBox()).y : Infinity;
+    const top = Math.max(nb.y + 1, first.y - 8);
+    const bottom = Math.min(below - 6, last.y + last.height + 8);
+    // Less the panel's 1 px border on the right.
+    const [left, right] = [Math.ceil(nb.x), Math.floor(nb.x + nb.width) - 1];
+    const clip = { x: left, y: Math.round(top), width: right - left, height: Math.round(bottom - top) };
+    if (clip.y + clip.height > nb.y + nb.height) {
+      // The cells do not fit the notebook panel: a taller page.
+      if (height >= 4000) fail(`the two cells do not fit a ${width}x${height} page for the README's picture`);
+      height += 800;
+      continue;
+    }
+    const { data } = await cdp.send('Page.captureScreenshot', { format: 'png', clip: { ...clip, scale: 1 }, captureBeyondViewport: false });
+    fs.writeFileSync(file, Buffer.from(data, 'base64'));
+    log(`README picture: ${clip.width}x${clip.height} CSS px at ${README_SHOT.scale}x, ${fs.statSync(file).size} bytes`);
+    break;
+  }
+  await cdp.detach();
+  const bytes = fs.statSync(file).size;
+  if (bytes > README_SHOT.maxBytes) fail(`the README's picture ${path.relative(repo, file)} is ${bytes} bytes, over ${README_SHOT.maxBytes}`);
+  return file;
 }
 
 function normalize(s) {
@@ -406,16 +578,22 @@ async function main() {
     log(`Chromium ${browser.version()}`);
 
     const found = await runNotebook(server, page);
-    await page.screenshot({ path: path.join(artefacts, 'notebook.png') });
     await found.output.screenshot({ path: path.join(artefacts, 'output.png') });
     fs.writeFileSync(path.join(artefacts, 'output.html'), await found.output.innerHTML());
-    log(`screenshot: ${path.relative(repo, path.join(artefacts, 'notebook.png'))}`);
     const problems = await check(found);
+    const plot = await runPlotCell(server, page, found);
+    await page.screenshot({ path: path.join(artefacts, 'notebook.png') });
+    await plot.output.screenshot({ path: path.join(artefacts, 'plot.png') });
+    log(`screenshot: ${path.relative(repo, path.join(artefacts, 'notebook.png'))}`);
+    problems.push(...await checkPlot(plot));
     if (consoleErrors.length) {
       fs.writeFileSync(path.join(artefacts, 'console-errors.txt'), consoleErrors.join('\n') + '\n');
     }
     if (problems.length) fail(`the rendered page is wrong:\n${problems.map((p) => `  - ${p}`).join('\n')}`);
-    log('PASS: the notebook shows the tensor card on cuda:0 (simulated), f32[1000, 1000], and the memory strip\'s cuda:0 row');
+    const readme = await readmeShot(page, found.notebook, [found.cell, plot.cell],
+      found.notebook.locator('.jp-Cell').nth(2));
+    log(`README picture: ${path.relative(repo, readme)} (cp ${path.relative(repo, readme)} notebooks/screenshot.png refreshes the README's copy)`);
+    log('PASS: the notebook shows the tensor card on cuda:0 (simulated), f32[1000, 1000], the memory strip\'s cuda:0 row, and the :plot transfers SVG');
     return 0;
   } catch (e) {
     console.error(`\nlab.mjs: FAIL: ${e instanceof TestFailure ? e.message : e.stack || e}`);

@@ -1,10 +1,12 @@
 //! JupyterLab in headless Chromium on the placelab kernel: a notebook cell moves a tensor to
 //! a simulated cuda:0 and the rendered page shows the card (device, shape) and the memory
-//! strip's cuda:0 row. Ignored unless asked for (it installs JupyterLab and Chromium and takes
-//! minutes on a cold compile cache): `cargo test --test jupyter -- --ignored browser`, which
-//! cargo reports as run, never as passed when it did not run.
+//! strip's cuda:0 row; a second cell, `:plot transfers`, shows the transfers' SVG plot.
+//! Ignored unless asked for (it installs JupyterLab and Chromium and takes minutes on a cold
+//! compile cache): `cargo test --test jupyter -- --ignored browser`, which cargo reports as
+//! run, never as passed when it did not run.
 //! The work is done by tests/browser/setup.sh and tests/browser/lab.mjs; see
-//! tests/browser/README.md. The screenshot is kept at target/browser-artefacts/notebook.png.
+//! tests/browser/README.md. The screenshot is kept at target/browser-artefacts/notebook.png,
+//! and the README's picture (copied by hand to notebooks/screenshot.png) at readme.png there.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,6 +47,9 @@ fn is_png(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.len() > 1000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
 }
 
+/// The README's picture is committed (notebooks/screenshot.png): it stays under this size.
+const README_PICTURE_MAX_BYTES: u64 = 200_000;
+
 #[test]
 #[ignore = "installs JupyterLab and Chromium (minutes): cargo test --test jupyter -- --ignored browser"]
 fn jupyterlab_in_chromium_shows_the_card_and_memory_strip() {
@@ -84,6 +89,8 @@ fn jupyterlab_in_chromium_shows_the_card_and_memory_strip() {
 
     let shot = target.join("browser-artefacts/notebook.png");
     let _ = std::fs::remove_file(&shot);
+    let readme = target.join("browser-artefacts/readme.png");
+    let _ = std::fs::remove_file(&readme);
     // Server, notebook, Chromium, the cell and the checks; it prints each step and, on a
     // failure, the reason and target/browser-artefacts/failure.png.
     run(
@@ -99,4 +106,20 @@ fn jupyterlab_in_chromium_shows_the_card_and_memory_strip() {
         shot.display()
     );
     println!("browser test: screenshot at {}", shot.display());
+    assert!(
+        is_png(&readme),
+        "browser test: lab.mjs passed but left no README picture at {}",
+        readme.display()
+    );
+    let bytes = std::fs::metadata(&readme).map_or(0, |m| m.len());
+    assert!(
+        bytes <= README_PICTURE_MAX_BYTES,
+        "browser test: the README picture {} is {bytes} bytes, over {README_PICTURE_MAX_BYTES}",
+        readme.display()
+    );
+    println!(
+        "browser test: README picture at {} ({bytes} bytes; \
+         cp target/browser-artefacts/readme.png notebooks/screenshot.png to refresh the README's)",
+        readme.display()
+    );
 }

@@ -213,7 +213,7 @@ pub fn how_jupyter_finds_it(place: &Place, display_name: &str) -> Vec<String> {
     {
         lines.push(format!(
             "note: it runs {}, a cargo build that `cargo clean` would delete;\n\
-             for a path that stays: `cargo install --path .`, then `placelab install-kernel`",
+             for a path that stays: `cargo install --locked --path .`, then `placelab install-kernel`",
             exe.display()
         ));
     }

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""The docs say what the code does. Fails, naming the line and the fix, when:
+
+- a magic in `src/frontend/magics.rs` (its usage line) or a word that leaves the session is
+  not in README.md;
+- a `PLACELAB_*` variable the code, tests or tools read is not in one of README.md's tables,
+  or is in more than one row; or one the program reads is not in `placelab --help`;
+- a README command line (`placelab …`, `cargo run --release -- …`, `cargo test --test X`,
+  a script) is refused by the `--help` it names, or names a test, bench or script that does
+  not exist, or a `cargo install` ignores Cargo.lock (no `--locked`);
+- a figure for a measured quantity (a time or a size in README's prose) is not linked to the
+  section of benches/RESULTS.md that holds it, the section does not hold its numbers, or the
+  same figure is given twice; NOT_MEASURED lists the figures that are settings or constants;
+- an error quoted under "Troubleshooting" is not what the code prints;
+- benches/RESULTS.md cites a path outside the repository, or README.md says TODO.
+
+    python3 .ci/docs-check.py [--bin target/debug/placelab] [--self-test]
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+RESULTS = ROOT / "benches" / "RESULTS.md"
+
+# `PLACELAB_*` strings that are markers in the cell process's output, not variables.
+MARKERS = {
+    "PLACELAB_CARD_BEGIN", "PLACELAB_CARD_PLAIN", "PLACELAB_CARD_HTML", "PLACELAB_CARD_END",
+    "PLACELAB_CELL_FAILED", "PLACELAB_CELL_FAILED_END", "PLACELAB_CLEAR_OUTPUT", "PLACELAB_SYNC",
+}
+# Variables placelab sets for its own child processes: in README's prose, not in `--help`.
+INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED", "PLACELAB_OWN_PROCESS"}
+
+# Times and sizes in README's prose that are not measurements, with why.
+NOT_MEASURED = {
+    "2 s": "the default interrupt grace (src/frontend/interrupter.rs)",
+    "512 MiB": "the CUDA context a simulated GPU's capacity leaves out (cuda.rs CONTEXT_RESERVE)",
+    "4 KiB": "the smallest size notebook 03 copies",
+    "256 MiB": "the largest size notebook 03 copies",
+    "30 minutes": "the classroom's idle-kernel timeout (jupyterhub_config.py)",
+    "32 MiB": "PyTorch's cuBLAS workspace on Hopper, by PyTorch's rule (gpu/runtime.rs)",
+    "1 GB": "values.yaml's memory guarantee, a setting",
+    "2 GB": "values.yaml's memory limit, a setting",
+    "10 µs": "the cost model's assumed copy latency (cost/model.rs)",
+    "4 µs": "the cost model's assumed launch latency (cost/model.rs)",
+    "40 GB": "part of a GPU's name (A100 40GB)",
+    "900 s": "the browser test's default wait for its cell, a setting",
+}
+
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+UNIT = r"(?:µs|us|ms|s|min|minutes|seconds|hours|h|B|KiB|MiB|GiB|TiB|kB|KB|MB|GB|TB)"
+FIGURE = re.compile(rf"(?<![\w.])({NUMBER}(?:\s*[–-]\s*{NUMBER})?)\s?({UNIT})(?![\w/])")
+# Amounts in words ("about two minutes", "a few seconds") are figures too.
+WORDS = re.compile(r"\b((?:one|two|three|four|five|six|seven|eight|nine|ten|a few|several)) "
+                   r"(seconds|minutes|hours)\b", re.I)
+
+failures = []
+
+
+def fail(where, what, fix):
+    failures.append(f"{where}: {what}\n    fix: {fix}")
+
+
+def read(p):
+    return p.read_text(encoding="utf-8")
+
+
+def source_files(*dirs, exts=(".rs", ".py", ".sh", ".mjs", ".toml", ".yaml")):
+    """The files under `dirs` with those suffixes, and .ci's scripts; never this file."""
+    for d in dirs:
+        p = ROOT / d
+        for f in [p] if p.is_file() else sorted(p.rglob("*")):
+            if not f.is_file() or f == Path(__file__).resolve():
+                continue
+            if "target" in f.parts or "node_modules" in f.parts:
+                continue
+            if f.suffix in exts or (f.suffix == "" and f.parent.name == ".ci"):
+                yield f
+
+
+def fenced_blocks(text, commands_only=False):
+    """(start line, lines) of each ``` block; with `commands_only`, not those marked ```text
+    (what a command prints) or ```rust."""
+    blocks, inside, start, lines, info = [], False, 0, [], ""
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            if inside and not (commands_only and info in ("text", "rust")):
+                blocks.append((start, lines))
+            inside, start, lines = not inside, n + 1, []
+            info = line.strip()[3:].strip()
+        elif inside:
+            lines.append(line)
+    return blocks
+
+
+def prose_lines(text):
+    """(line number, text) outside ``` blocks."""
+    inside = False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            inside = not inside
+            continue
+        if not inside:
+            yield n, line
+
+
+def sections(text):
+    """heading slug → that section's text, as GitHub makes anchors."""
+    out, slug, body = {}, None, []
+    for line in text.splitlines():
+        m = re.match(r"^#{1,6}\s+(.*)", line)
+        if m:
+            if slug is not None:
+                out[slug] = "\n".join(body)
+            slug, body = github_slug(m.group(1)), []
+        else:
+            body.append(line)
+    if slug is not None:
+        out[slug] = "\n".join(body)
+    return out
+
+
+def github_slug(heading):
+    s = heading.strip().lower()
+    s = re.sub(r"[^\w\- ]", "", s)
+    return s.replace(" ", "-")
+
+
+# ---- magics -------------------------------------------------------------------------------
+
+def check_magics(readme):
+    text = read(ROOT / "src/frontend/magics.rs")
+    flat = readme.replace("\\|", "|")
+    for usage in re.findall(r'usage:\s*"([^"]+)"', text):
+        if usage not in flat:
+            fail("README.md", f"the magic `{usage}` (src/frontend/magics.rs) is not in the README",
+                 "add it, exactly as its usage line reads, to the commands table under 'The REPL'")
+    m = re.search(r"fn is_exit.*?matches!\((.*?)\)\s*\}", text, re.S)
+    words = re.findall(r'"([^"]+)"', m.group(1)) if m else []
+    if not words:
+        fail("src/frontend/magics.rs", "cannot read the words `is_exit` accepts", "update .ci/docs-check.py")
+    for w in {w.removesuffix("()") for w in words}:
+        if f"`{w}`" not in readme:
+            fail("README.md", f"`{w}` leaves the session (magics::is_exit) but the README does not say so",
+                 "list it beside Ctrl-D under 'The REPL'")
+
+
+# ---- environment variables ----------------------------------------------------------------
+
+def variables_in(*dirs, pattern=r"PLACELAB_[A-Z0-9_]*[A-Z0-9]"):
+    found = {}
+    for f in source_files(*dirs):
+        for v in re.findall(pattern, read(f)):
+            found.setdefault(v, f.relative_to(ROOT))
+    return {v: f for v, f in found.items() if v not in MARKERS}
+
+
+def check_variables(readme, help_text):
+    rows = [(n, l) for n, l in enumerate(readme.splitlines(), 1) if l.startswith("|")]
+    everywhere = variables_in("src", "build.rs", "tests", "benches", "kernelspec", ".ci")
+    for var, first in sorted(everywhere.items()):
+        if var in INTERNAL:
+            if var not in readme:
+                fail("README.md", f"{var} ({first}) is not mentioned",
+                     "name it with the variables placelab sets for its own processes, under 'Settings'")
+            continue
+        in_rows = [n for n, l in rows if re.search(rf"`{var}`", l.split("|")[1] if l.count("|") > 2 else "")]
+        if not in_rows:
+            fail("README.md", f"{var} is read by {first} but is in no table of the README",
+                 "add a row for it under 'Settings' saying what it does and its default")
+        elif len(in_rows) > 1:
+            fail("README.md", f"{var} has rows at lines {in_rows}", "keep one row per variable")
+    if help_text is None:
+        return
+    # What the program reads: a name that is a whole string literal (`var("PLACELAB_X")`).
+    for var, first in sorted(variables_in("src", pattern=r'"(PLACELAB_[A-Z0-9_]*[A-Z0-9])"').items()):
+        if var not in INTERNAL and var not in help_text:
+            fail("placelab --help", f"{var} (read by {first}) is not in the help's footer",
+                 "add it to `after_help` in src/main.rs")
+    for var in sorted(set(re.findall(r"PLACELAB_[A-Z0-9_]*[A-Z0-9]", help_text))):
+        if var not in everywhere:
+            fail("placelab --help", f"{var} is in the help but no code reads it", "remove it from src/main.rs")
+
+
+# ---- command lines ------------------------------------------------------------------------
+
+PLACELAB = re.compile(r"^(?:placelab|\./target/(?:debug|release)/placelab|target/(?:debug|release)/placelab|cargo run --release --)\s+(.*)$")
+
+
+def command_lines(readme):
+    """(line, command) for each command in a shell block or an inline code span."""
+    for start, lines in fenced_blocks(readme, commands_only=True):
+        for i, line in enumerate(lines):
+            if line.startswith((">>", "──", "freed", "//")):
+                continue
+            yield start + i, line.split("  #")[0].strip()
+    for n, line in prose_lines(readme):
+        for span in re.findall(r"`([^`]+)`", line):
+            if re.match(r"(placelab |cargo (test|bench|run|install) |tests/|benches/|\.ci/)", span):
+                yield n, span
+
+
+def check_commands(readme, binary):
+    for n, cmd in command_lines(readme):
+        where = f"README.md:{n}"
+        for part in re.split(r"\s*&&\s*", cmd):
+            part = re.sub(r"^(?:[A-Z_]+=\S+\s+)+", "", part)  # VAR=value before a command
+            m = PLACELAB.match(part)
+            if m and binary:
+                args = m.group(1).split()
+                r = subprocess.run([str(binary), *args, "--help"], capture_output=True, text=True)
+                if r.returncode != 0:
+                    fail(where, f"`{part}` is refused: {(r.stderr or r.stdout).strip().splitlines()[0:2]}",
+                         "write the command as `placelab --help` says")
+                continue
+            if part.startswith("cargo install") and "--locked" not in part.split():
+                # Without it cargo resolves the newest versions, and evcxr's rust-analyzer
+                # crates then fail to compile: Cargo.lock is what builds.
+                fail(where, f"`{part}` ignores Cargo.lock", "write `cargo install --locked --path .`")
+                continue
+            m = re.match(r"cargo (test|bench)\b(.*)", part)
+            if m:
+                check_cargo_target(where, m.group(1), m.group(2).split())
+                continue
+            m = re.match(r"(?:node\s+)?((?:tests|benches|\.ci)/[\w./-]+)", part)
+            if m:
+                path = ROOT / m.group(1)
+                if not path.exists():
+                    fail(where, f"`{m.group(1)}` does not exist", "fix the path")
+                elif path.suffix in (".sh", "") and not os.access(path, os.X_OK):
+                    fail(where, f"`{m.group(1)}` is not executable", f"chmod +x {m.group(1)}")
+
+
+def check_cargo_target(where, kind, args):
+    flag = f"--{kind}"
+    if flag not in args:
+        return
+    i = args.index(flag)
+    name = args[i + 1]
+    folder = "tests" if kind == "test" else "benches"
+    files = [ROOT / folder / f"{name}.rs"]
+    if not files[0].exists():
+        fail(where, f"`cargo {kind} {flag} {name}`: there is no {folder}/{name}.rs", "fix the name")
+        return
+    rest = [a for a in args[i + 2:] if a != "--" and not a.startswith("-")]
+    sub = ROOT / folder / name
+    text = read(files[0]) + "".join(read(f) for f in (sub.rglob("*") if sub.is_dir() else []) if f.is_file())
+    for word in rest:
+        if word not in text:
+            fail(where, f"`cargo {kind} {flag} {name} {word}`: no test in {folder}/{name} matches {word!r}",
+                 "name a test that exists")
+
+
+# ---- measured figures ---------------------------------------------------------------------
+
+LINK = re.compile(r"\[([^\]]+)\]\(benches/RESULTS\.md(#[\w-]+)?\)")
+
+
+def check_figures(readme, results):
+    anchors = sections(results)
+    seen = {}
+    for n, line in prose_lines(readme):
+        for text, anchor in LINK.findall(line):
+            if not FIGURE.search(text):
+                continue
+            where = f"README.md:{n}"
+            if not anchor or anchor[1:] not in anchors:
+                fail(where, f"[{text}] links to benches/RESULTS.md{anchor}, which has no such section",
+                     "link to the heading of the section that holds the measurement")
+                continue
+            body = anchors[anchor[1:]]
+            for number in re.findall(NUMBER, text):
+                if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", body):
+                    fail(where, f"{number} (in [{text}]) is not in RESULTS.md's '{anchor[1:]}'",
+                         "give the figure as that section measured it, or record the new measurement there")
+            key = text.strip()
+            if key in seen:
+                fail(where, f"the figure {key} is given again (first at line {seen[key]})",
+                     "give a measured figure once and refer to it elsewhere")
+            seen.setdefault(key, n)
+        rest = LINK.sub("", re.sub(r"`[^`]*`", "", line))
+        for m in [*FIGURE.finditer(rest), *WORDS.finditer(rest)]:
+            fig = f"{m.group(1)} {m.group(2)}"
+            if fig not in NOT_MEASURED:
+                fail(f"README.md:{n}", f"'{fig}' reads as a measured figure but has no source",
+                     "link it to its section of benches/RESULTS.md ([figure](benches/RESULTS.md#section)), "
+                     "or, if it is a setting or a constant, add it to NOT_MEASURED in .ci/docs-check.py")
+    if "../" in results:
+        for n, line in enumerate(results.splitlines(), 1):
+            if "../" in line:
+                fail(f"benches/RESULTS.md:{n}", "cites a path outside the repository",
+                     "cite the public source itself")
+    for n, line in enumerate(readme.splitlines(), 1):
+        if "TODO" in line:
+            fail(f"README.md:{n}", "says TODO", "write what is true")
+
+
+# ---- quoted errors ------------------------------------------------------------------------
+
+def rust_strings():
+    """Every .rs file under src/, with string continuations (`\\` + newline + indent) joined."""
+    return "".join(re.sub(r"\\\n\s*", "", read(f)) for f in source_files("src", exts=(".rs",)))
+
+
+def check_quoted_errors(readme, binary):
+    section = sections(readme).get("troubleshooting", "")
+    code = rust_strings()
+    devices = None
+    if binary:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PLACELAB_")}
+        devices = subprocess.run([str(binary), "devices"], capture_output=True, text=True, env=env).stdout
+    for _, lines in fenced_blocks(section):
+        for line in filter(None, (l.strip() for l in lines)):
+            if line.startswith("placelab ") and "devices:" in line:
+                if devices is None or "no CUDA:" not in devices:
+                    continue  # a machine with a GPU prints its devices instead
+                norm = lambda s: re.sub(r"placelab [\d.]+|cpu \(\d+ threads\)", "", s).strip()
+                if norm(line) != norm(devices.strip().splitlines()[0]):
+                    fail("README.md (Troubleshooting)", f"quotes `{line}`",
+                         f"`placelab devices` prints `{devices.strip()}`: quote that")
+            elif line not in code:
+                fail("README.md (Troubleshooting)", f"quotes `{line}`, which nothing in src/ prints",
+                     "quote the message as the code writes it")
+
+
+def run_checks(readme, results, binary):
+    failures.clear()
+    help_text = subprocess.run([str(binary), "--help"], capture_output=True, text=True).stdout
+    check_magics(readme)
+    check_variables(readme, help_text)
+    check_commands(readme, binary)
+    check_figures(readme, results)
+    check_quoted_errors(readme, binary)
+    return list(failures)
+
+
+# Each mistake the check exists to catch, made once in README.md's text: each must fail.
+MISTAKES = [
+    ("a variable's row renamed", "| `PLACELAB_HISTORY` |", "| `PLACELAB_HISTRY` |"),
+    ("a measured figure changed", "[11.36 s](benches", "[9.5 s](benches"),
+    ("a figure without its source", "## Requirements\n", "## Requirements\n\nIt starts in 3 min.\n"),
+    ("a figure given twice", "[676 MiB]", "[676 MiB](benches/RESULTS.md#a-class-on-one-machine) or [676 MiB]"),
+    ("a flag --help refuses", "placelab install-kernel --user", "placelab install-kernel --usr"),
+    ("a test that does not exist", "cargo test --test jupyter tutorial_notebooks", "cargo test --test jupyter tutorial_notebookz"),
+    ("a quoted error the code does not print", "NVRTC (libnvrtc.so.13) is not installed;", "NVRTC is not installed;"),
+    ("a magic left out", "| `:transfers` |", "| `:transfer` |"),
+    ("a word that leaves left out", "`:q`, ", ""),
+    ("a figure in words", "## Requirements\n", "## Requirements\n\nIt builds in about two minutes.\n"),
+    ("cargo install without Cargo.lock", "cargo install --locked --path .", "cargo install --path ."),
+    ("a link to no section", "(benches/RESULTS.md#profiling-cost)", "(benches/RESULTS.md#profiling)"),
+]
+
+
+def self_test(readme, results, binary):
+    """Makes each of MISTAKES in the README's text and checks that the check then fails."""
+    clean = set(run_checks(readme, results, binary))
+    missed = []
+    for name, before, after in MISTAKES:
+        if before not in readme:
+            missed.append(f"{name}: the README no longer has {before!r}; update MISTAKES")
+            continue
+        if not set(run_checks(readme.replace(before, after, 1), results, binary)) - clean:
+            missed.append(f"{name}: not caught")
+    for m in missed:
+        print(f"docs-check --self-test: {m}", file=sys.stderr)
+    if not missed:
+        print(f"docs-check --self-test: all {len(MISTAKES)} mistakes caught")
+    return 1 if missed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=str(ROOT / "target/debug/placelab"),
+                    help="the placelab binary whose --help the commands are checked against")
+    ap.add_argument("--self-test", action="store_true",
+                    help="make each mistake the check should catch and see that it fails")
+    args = ap.parse_args()
+    binary = Path(args.bin)
+    if not binary.exists():
+        print(f"docs-check: {binary} is missing: build it (`cargo build`) first", file=sys.stderr)
+        return 2
+    readme, results = read(README), read(RESULTS)
+    if args.self_test:
+        return self_test(readme, results, binary)
+    found = run_checks(readme, results, binary)
+    if found:
+        print(f"docs-check: {len(found)} problem(s)\n" + "\n".join(found), file=sys.stderr)
+        return 1
+    print("docs-check: README.md, --help and benches/RESULTS.md agree with the code")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
