@@ -2,22 +2,38 @@
 """The docs say what the code does. Fails, naming the line and the fix, when:
 
 - a magic in `src/frontend/magics.rs` (its usage line) or a word that leaves the session is
-  not in README.md;
+  not in README.md, or a README table row starts with a `:word` that is neither;
 - a `PLACELAB_*` variable the code, tests or tools read is not in one of README.md's tables,
-  or is in more than one row; or one the program reads is not in `placelab --help`;
-- a README command line (`placelab …`, `cargo run --release -- …`, `cargo test --test X`,
-  a script) is refused by the `--help` it names, or names a test, bench or script that does
-  not exist, or a `cargo install` ignores Cargo.lock (no `--locked`);
+  or is in more than one row (INTERNAL, the few placelab sets for its own child processes, need
+  only be named); or one the program reads is not in `placelab --help`;
+- a README command (`placelab …`, `cargo run --release -- …` with `--help` appended and run;
+  `cargo test --test X WORD`; `cargo bench --bench X`; a script under tests/, benches/, .ci/)
+  names a subcommand, flag or value the binary's --help refuses, a test, bench or script that
+  does not exist, a filter WORD that is in no test's name (a `#[test]` fn of tests/X.rs or, as
+  `module::fn`, tests/X/*.rs; a pytest `test_…`/`Test…` in tests/X/*.py), a `--flag` that is not
+  in the script's text, or is a `cargo install` that ignores Cargo.lock (no `--locked`);
 - a figure for a measured quantity (a time or a size in README's prose) is not linked to the
-  section of benches/RESULTS.md that holds it, the section does not hold its numbers, or the
-  same figure is given twice; NOT_MEASURED lists the figures that are settings or constants;
-- an error quoted under "Troubleshooting" is not what the code prints;
+  section of benches/RESULTS.md that holds it, a number with a unit in the link is not in the
+  section with that unit (`676 MiB`, `**676 MiB**`, `131 / 678 MiB`, `11.7–14.3 MiB`), a number
+  without one is not in it at all, or the same figure is given twice;
+- an error quoted in a ``` block under "Troubleshooting" is not what the code prints;
 - benches/RESULTS.md cites a path outside the repository, or README.md says TODO.
+
+What it does NOT check:
+
+- flags together: `--help` is appended to each placelab command, so clap checks the names of
+  subcommands and flags and the values it parses, but not flags that conflict or are required;
+- the tables' descriptions and defaults: a variable's row is required, not compared with the code;
+- the figures in NOT_MEASURED (settings and constants): exempt everywhere, linked or not;
+- an error quoted anywhere but a ``` block under "Troubleshooting";
+- a bench's filter words, beyond being in its source (benches parse their own arguments).
 
     python3 .ci/docs-check.py [--bin target/debug/placelab] [--self-test]
 """
 
 import argparse
+import bisect
+import itertools
 import os
 import re
 import subprocess
@@ -34,7 +50,8 @@ MARKERS = {
     "PLACELAB_CELL_FAILED", "PLACELAB_CELL_FAILED_END", "PLACELAB_CLEAR_OUTPUT", "PLACELAB_SYNC",
 }
 # Variables placelab sets for its own child processes: in README's prose, not in `--help`.
-INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED", "PLACELAB_OWN_PROCESS"}
+# (What the tests set for theirs, PLACELAB_OWN_PROCESS among them, has a row in a table.)
+INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED"}
 
 # Times and sizes in README's prose that are not measurements, with why.
 NOT_MEASURED = {
@@ -133,21 +150,34 @@ def github_slug(heading):
 
 # ---- magics -------------------------------------------------------------------------------
 
+def exit_words(magics_rs):
+    """The words `magics::is_exit` accepts, `()` left off."""
+    m = re.search(r"fn is_exit.*?matches!\((.*?)\)\s*\}", magics_rs, re.S)
+    return {w.removesuffix("()") for w in re.findall(r'"([^"]+)"', m.group(1))} if m else set()
+
+
 def check_magics(readme):
+    """Catches a magic or an exit word the README leaves out, and a table row for a `:word`
+    that is no command (a magic renamed or removed in the code, or a typo in the README)."""
     text = read(ROOT / "src/frontend/magics.rs")
     flat = readme.replace("\\|", "|")
     for usage in re.findall(r'usage:\s*"([^"]+)"', text):
         if usage not in flat:
             fail("README.md", f"the magic `{usage}` (src/frontend/magics.rs) is not in the README",
                  "add it, exactly as its usage line reads, to the commands table under 'The REPL'")
-    m = re.search(r"fn is_exit.*?matches!\((.*?)\)\s*\}", text, re.S)
-    words = re.findall(r'"([^"]+)"', m.group(1)) if m else []
+    words = exit_words(text)
     if not words:
         fail("src/frontend/magics.rs", "cannot read the words `is_exit` accepts", "update .ci/docs-check.py")
-    for w in {w.removesuffix("()") for w in words}:
+    for w in sorted(words):
         if f"`{w}`" not in readme:
             fail("README.md", f"`{w}` leaves the session (magics::is_exit) but the README does not say so",
                  "list it beside Ctrl-D under 'The REPL'")
+    commands = set(re.findall(r'name:\s*"(:[^"]+)"', text)) | words
+    for n, line in enumerate(readme.splitlines(), 1):
+        m = re.match(r"\|\s*`(:\w+)", line)
+        if m and m.group(1) not in commands:
+            fail(f"README.md:{n}", f"the README lists `{m.group(1)}`, which is no command",
+                 "name a magic of src/frontend/magics.rs (its `name:`) or an exit word, or remove the row")
 
 
 # ---- environment variables ----------------------------------------------------------------
@@ -161,6 +191,8 @@ def variables_in(*dirs, pattern=r"PLACELAB_[A-Z0-9_]*[A-Z0-9]"):
 
 
 def check_variables(readme, help_text):
+    """Catches a `PLACELAB_*` variable with no row (or two) in README's tables, one the program
+    reads that `--help` leaves out, and one `--help` names that nothing reads."""
     rows = [(n, l) for n, l in enumerate(readme.splitlines(), 1) if l.startswith("|")]
     everywhere = variables_in("src", "build.rs", "tests", "benches", "kernelspec", ".ci")
     for var, first in sorted(everywhere.items()):
@@ -192,6 +224,21 @@ def check_variables(readme, help_text):
 PLACELAB = re.compile(r"^(?:placelab|\./target/(?:debug|release)/placelab|target/(?:debug|release)/placelab|cargo run --release --)\s+(.*)$")
 
 
+def code_spans(readme):
+    """(line, text) of each `code` span outside ``` blocks, one that goes on to the next line
+    of its paragraph included (its line break read as a space)."""
+    paragraph = []
+    for n, line in [*prose_lines(readme), (0, "")]:
+        if line.strip():
+            paragraph.append((n, line))
+            continue
+        text = " ".join(l for _, l in paragraph)
+        ends = list(itertools.accumulate(len(l) + 1 for _, l in paragraph))
+        for m in re.finditer(r"`([^`]+)`", text):
+            yield paragraph[bisect.bisect_right(ends, m.start())][0], " ".join(m.group(1).split())
+        paragraph = []
+
+
 def command_lines(readme):
     """(line, command) for each command in a shell block or an inline code span."""
     for start, lines in fenced_blocks(readme, commands_only=True):
@@ -199,13 +246,13 @@ def command_lines(readme):
             if line.startswith((">>", "──", "freed", "//")):
                 continue
             yield start + i, line.split("  #")[0].strip()
-    for n, line in prose_lines(readme):
-        for span in re.findall(r"`([^`]+)`", line):
-            if re.match(r"(placelab |cargo (test|bench|run|install) |tests/|benches/|\.ci/)", span):
-                yield n, span
+    for n, span in code_spans(readme):
+        if re.match(r"(?:[A-Z_]+=\S+\s+)*(placelab |cargo (test|bench|run|install) |tests/|benches/|\.ci/)", span):
+            yield n, span
 
 
 def check_commands(readme, binary):
+    """Catches a README command that would not run as written (see the module's docstring)."""
     for n, cmd in command_lines(readme):
         where = f"README.md:{n}"
         for part in re.split(r"\s*&&\s*", cmd):
@@ -227,41 +274,111 @@ def check_commands(readme, binary):
             if m:
                 check_cargo_target(where, m.group(1), m.group(2).split())
                 continue
-            m = re.match(r"(?:node\s+)?((?:tests|benches|\.ci)/[\w./-]+)", part)
+            m = re.match(r"(?:node\s+)?((?:tests|benches|\.ci)/[\w./*-]+)(.*)", part)
             if m:
-                path = ROOT / m.group(1)
-                if not path.exists():
-                    fail(where, f"`{m.group(1)}` does not exist", "fix the path")
-                elif path.suffix in (".sh", "") and not os.access(path, os.X_OK):
-                    fail(where, f"`{m.group(1)}` is not executable", f"chmod +x {m.group(1)}")
+                check_script(where, m.group(1), m.group(2))
+
+
+def check_script(where, script, args):
+    """Catches a script path that does not exist or cannot run, and a `--flag` passed to it
+    that its text (usage line, argument parsing) never mentions."""
+    path = ROOT / script
+    if "*" in script:  # a pattern (`tests/cuda_gpu*.rs`): something must match it
+        if not any(ROOT.glob(script)):
+            fail(where, f"`{script}` matches no file", "fix the pattern")
+        return
+    if not path.exists():
+        fail(where, f"`{script}` does not exist", "fix the path")
+        return
+    if path.suffix in (".sh", "") and not os.access(path, os.X_OK):
+        fail(where, f"`{script}` is not executable", f"chmod +x {script}")
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for flag in re.findall(r"(?<!\S)(--\w[\w-]*)", args):
+        if flag not in text:
+            fail(where, f"`{script} {flag}`: the script takes no {flag} (it is nowhere in its text)",
+                 f"pass a flag that {script}'s usage lists, or add {flag} to the script")
+
+
+# A `#[test]` fn, with the attributes and doc comments between them.
+RUST_TEST = re.compile(r"#\[test\]\s*(?:(?:#\[|///)[^\n]*\s*)*(?:pub\s+)?(?:async\s+)?fn\s+(\w+)")
+# A pytest test: `def test_…` or `class Test…`.
+PY_TEST = re.compile(r"^\s*(?:def|class)\s+(test_\w+|Test\w+)", re.M)
+
+
+def test_names(name):
+    """The names a filter of `cargo test --test NAME` is matched against: the `#[test]` fns of
+    tests/NAME.rs, those of tests/NAME/M.rs as `M::fn`, and the pytest tests of tests/NAME/*.py
+    (tests that run pytest files, named as `-k` would)."""
+    folder = ROOT / "tests" / name
+    names = RUST_TEST.findall(read(ROOT / "tests" / f"{name}.rs"))
+    for f in sorted(folder.glob("*.rs")):
+        names += [f"{f.stem}::{fn}" for fn in RUST_TEST.findall(read(f))]
+    for f in sorted(folder.glob("*.py")):
+        names += PY_TEST.findall(read(f))
+    return names
 
 
 def check_cargo_target(where, kind, args):
+    """Catches `cargo test --test X` / `cargo bench --bench X` naming no file, and a filter word
+    after it that picks nothing, so the command would run zero tests: for a test, the word is in
+    no test's name (test_names); for a bench, which parses its own arguments, not in its source."""
     flag = f"--{kind}"
-    if flag not in args:
+    if flag not in args[:-1]:
         return
     i = args.index(flag)
     name = args[i + 1]
     folder = "tests" if kind == "test" else "benches"
-    files = [ROOT / folder / f"{name}.rs"]
-    if not files[0].exists():
+    if not (ROOT / folder / f"{name}.rs").exists():
         fail(where, f"`cargo {kind} {flag} {name}`: there is no {folder}/{name}.rs", "fix the name")
         return
-    rest = [a for a in args[i + 2:] if a != "--" and not a.startswith("-")]
-    sub = ROOT / folder / name
-    text = read(files[0]) + "".join(read(f) for f in (sub.rglob("*") if sub.is_dir() else []) if f.is_file())
-    for word in rest:
-        if word not in text:
-            fail(where, f"`cargo {kind} {flag} {name} {word}`: no test in {folder}/{name} matches {word!r}",
-                 "name a test that exists")
+    words = [a for a in args[i + 2:] if a != "--" and not a.startswith("-")]
+    if kind == "test":
+        names, what = test_names(name), "no test's name"
+        fix = f"name a test that exists: part of a `#[test]` fn's name, or of a pytest test's in tests/{name}/*.py"
+    else:
+        names, what = [read(ROOT / folder / f"{name}.rs")], "nothing"
+        fix = f"pass what benches/{name}.rs's argument parsing takes"
+    for word in words:
+        if not any(word in n for n in names):
+            fail(where, f"`cargo {kind} {flag} {name} {word}` runs nothing: {what} in {folder}/{name} "
+                 f"has {word!r} in it", fix)
 
 
 # ---- measured figures ---------------------------------------------------------------------
 
 LINK = re.compile(r"\[([^\]]+)\]\(benches/RESULTS\.md(#[\w-]+)?\)")
+# Numbers with a unit: `676 MiB`, `**676** MiB`, and each of a pair or range that ends in one
+# (`131 / 678 MiB`, `11.7–14.3 MiB`).
+MEASURE_UNIT = r"(?:µs|ms|min|MiB|GiB|KiB|MB|GB|kB|B|s|%)"
+MEASURES = re.compile(rf"(?<![\w.,])({NUMBER}(?:\s*[/–-]\s*{NUMBER})*)"
+                      rf"(?:\*\*)?\s?(?:\*\*)?({MEASURE_UNIT})(?!\w)")
+
+
+def with_units(text):
+    """{(number, unit)} for each number `text` gives with a unit (MEASURES)."""
+    return {(n, m.group(2)) for m in MEASURES.finditer(text) for n in re.findall(NUMBER, m.group(1))}
+
+
+def check_figure_in_section(where, text, anchor, body):
+    """Catches a linked figure its section does not hold: a number with a unit in the link must
+    be in the section with that same unit (so `676 GB` for 676 MiB fails); a number without its
+    own unit (`0.354` of `0.354 → 0.395 ms`) must be in the section at all."""
+    measured = with_units(body)
+    given = with_units(text)
+    for number, unit in sorted(given - measured):
+        fail(where, f"{number} {unit} (in [{text}]) is not in RESULTS.md's '{anchor}' with that unit",
+             "give the figure and its unit as that section measured it, or record the new measurement there")
+    for number in set(re.findall(NUMBER, text)) - {n for n, _ in given}:
+        if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", body):
+            fail(where, f"{number} (in [{text}]) is not in RESULTS.md's '{anchor}'",
+                 "give the figure as that section measured it, or record the new measurement there")
 
 
 def check_figures(readme, results):
+    """Catches a measured figure with no source, a link to no section, a linked figure its
+    section does not hold (check_figure_in_section), a figure given twice, and a TODO."""
     anchors = sections(results)
     seen = {}
     for n, line in prose_lines(readme):
@@ -273,11 +390,7 @@ def check_figures(readme, results):
                 fail(where, f"[{text}] links to benches/RESULTS.md{anchor}, which has no such section",
                      "link to the heading of the section that holds the measurement")
                 continue
-            body = anchors[anchor[1:]]
-            for number in re.findall(NUMBER, text):
-                if not re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", body):
-                    fail(where, f"{number} (in [{text}]) is not in RESULTS.md's '{anchor[1:]}'",
-                         "give the figure as that section measured it, or record the new measurement there")
+            check_figure_in_section(where, text, anchor[1:], anchors[anchor[1:]])
             key = text.strip()
             if key in seen:
                 fail(where, f"the figure {key} is given again (first at line {seen[key]})",
@@ -308,6 +421,8 @@ def rust_strings():
 
 
 def check_quoted_errors(readme, binary):
+    """Catches an error quoted in a ``` block under "Troubleshooting" that nothing in src/
+    prints (or, for `placelab devices`, that the binary does not print)."""
     section = sections(readme).get("troubleshooting", "")
     code = rust_strings()
     devices = None
@@ -339,33 +454,48 @@ def run_checks(readme, results, binary):
     return list(failures)
 
 
-# Each mistake the check exists to catch, made once in README.md's text: each must fail.
+# Each mistake the check exists to catch, made once in README.md's text: (what, the text, what
+# it becomes, a part of the failure it must bring). Caught only when a new failure says that part.
 MISTAKES = [
-    ("a variable's row renamed", "| `PLACELAB_HISTORY` |", "| `PLACELAB_HISTRY` |"),
-    ("a measured figure changed", "[11.36 s](benches", "[9.5 s](benches"),
-    ("a figure without its source", "## Requirements\n", "## Requirements\n\nIt starts in 3 min.\n"),
-    ("a figure given twice", "[676 MiB]", "[676 MiB](benches/RESULTS.md#a-class-on-one-machine) or [676 MiB]"),
-    ("a flag --help refuses", "placelab install-kernel --user", "placelab install-kernel --usr"),
-    ("a test that does not exist", "cargo test --test jupyter tutorial_notebooks", "cargo test --test jupyter tutorial_notebookz"),
-    ("a quoted error the code does not print", "NVRTC (libnvrtc.so.13) is not installed;", "NVRTC is not installed;"),
-    ("a magic left out", "| `:transfers` |", "| `:transfer` |"),
-    ("a word that leaves left out", "`:q`, ", ""),
-    ("a figure in words", "## Requirements\n", "## Requirements\n\nIt builds in about two minutes.\n"),
-    ("cargo install without Cargo.lock", "cargo install --locked --path .", "cargo install --path ."),
-    ("a link to no section", "(benches/RESULTS.md#profiling-cost)", "(benches/RESULTS.md#profiling)"),
+    ("a variable's row renamed", "| `PLACELAB_HISTORY` |", "| `PLACELAB_HISTRY` |", "PLACELAB_HISTORY"),
+    ("a measured figure changed", "[676 MiB]", "[9.5 MiB]", "9.5"),
+    ("a figure without its source", "## Requirements\n", "## Requirements\n\nIt starts in 3 min.\n", "3 min"),
+    ("a figure given twice", "[676 MiB]", "[676 MiB](benches/RESULTS.md#a-class-on-one-machine) or [676 MiB]",
+     "given again"),
+    ("a figure with the wrong unit", "[676 MiB]", "[676 GB]", "676 GB"),
+    ("a flag --help refuses", "placelab install-kernel --user", "placelab install-kernel --usr", "--usr"),
+    ("a test that does not exist", "cargo test --test jupyter tutorial_notebooks",
+     "cargo test --test jupyter tutorial_notebookz", "tutorial_notebookz"),
+    ("a filter in the test's text that names no test", "cargo test --test jupyter tutorial_notebooks",
+     "cargo test --test jupyter venv", "venv"),
+    ("a flag the script does not take", "tests/classroom/run.sh --learners N",
+     "tests/classroom/run.sh --pupils N", "--pupils"),
+    ("a quoted error the code does not print", "NVRTC (libnvrtc.so.13) is not installed;",
+     "NVRTC is not installed;", "NVRTC is not installed"),
+    ("a magic left out", "| `:transfers` |", "| `:transfer` |", ":transfers"),
+    ("a table row for no command", "| `:transfers` |", "| `:gpu` |", "`:gpu`"),
+    ("a word that leaves left out", "`:q`, ", "", "`:q`"),
+    ("a figure in words", "## Requirements\n", "## Requirements\n\nIt builds in about two minutes.\n",
+     "two minutes"),
+    ("cargo install without Cargo.lock", "cargo install --locked --path .", "cargo install --path .", "--locked"),
+    ("a link to no section", "(benches/RESULTS.md#profiling-cost)", "(benches/RESULTS.md#profiling)",
+     "no such section"),
 ]
 
 
 def self_test(readme, results, binary):
-    """Makes each of MISTAKES in the README's text and checks that the check then fails."""
+    """Makes each of MISTAKES in the README's text and checks that a new failure then says
+    what the mistake is (not merely that something else broke)."""
     clean = set(run_checks(readme, results, binary))
     missed = []
-    for name, before, after in MISTAKES:
+    for name, before, after, says in MISTAKES:
         if before not in readme:
             missed.append(f"{name}: the README no longer has {before!r}; update MISTAKES")
             continue
-        if not set(run_checks(readme.replace(before, after, 1), results, binary)) - clean:
-            missed.append(f"{name}: not caught")
+        new = set(run_checks(readme.replace(before, after, 1), results, binary)) - clean
+        if not any(says in f for f in new):
+            got = "".join(f"\n    {f.splitlines()[0]}" for f in sorted(new)) or " nothing"
+            missed.append(f"{name}: no new failure says {says!r}; new failures:{got}")
     for m in missed:
         print(f"docs-check --self-test: {m}", file=sys.stderr)
     if not missed:

@@ -75,6 +75,9 @@ pub enum Error {
         arch: String,
         log: String,
     },
+    /// A CUDA library placelab loads at run time is not installed; `what` says which and how to
+    /// get it.
+    LibraryMissing { what: String },
     /// The CUDA driver, NVRTC or cuBLAS failed a call the engine made.
     Cuda {
         op: &'static str,
@@ -191,12 +194,13 @@ impl fmt::Display for Error {
             ),
             Error::KernelCompile { kernel, arch, log } => write!(
                 f,
-                "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\n                 The kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names.                  Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
+                "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\nThe kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names. Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
                 log.trim_end()
             ),
+            Error::LibraryMissing { what } => write!(f, "{what}"),
             Error::Cuda { op, device, msg } => write!(
                 f,
-                "CUDA error in {op} on {device}: {msg}. The tensors of this device may be unusable;                  if this repeats, restart placelab and check the GPU with `nvidia-smi`."
+                "CUDA error in {op} on {device}: {msg}. The tensors of this device may be unusable; if this repeats, restart placelab and check the GPU with `nvidia-smi`."
             ),
             Error::Interrupted => write!(
                 f,

@@ -56,7 +56,7 @@ enum Command {
     /// For a class: one build for all learners, with --shared. Sessions find a DIR other than
     /// the default through PLACELAB_ENGINE=DIR, e.g. `install-kernel --env PLACELAB_ENGINE=DIR`.
     Prebuild {
-        /// Where to build it (default: $PLACELAB_ENGINE, else ~/.cache/placelab/engine)
+        /// Where to build it (default: $PLACELAB_ENGINE, else CACHE/engine; see Environment)
         dir: Option<PathBuf>,
         /// Make it for other users: readable by all, writable by none (default: yours alone)
         #[arg(long)]

@@ -49,10 +49,17 @@ pub fn is_shared(engine: &Path) -> bool {
 }
 
 /// Makes the fresh compile directory `work` use the engine's build: its `Cargo.lock`, and a
-/// mirror of its `target` with the big artefacts linked. `Ok(false)` when there is no engine.
+/// mirror of its `target` with the big artefacts linked. `Ok(false)` when there is no engine:
+/// then `work` gets placelab's own `Cargo.lock`, so the engine is built from the versions
+/// placelab was built and tested with (cargo would otherwise resolve the newest ones).
 pub fn link(engine: &Path, work: &Path) -> io::Result<bool> {
     let build = build_of(engine);
     if !is_built(engine) {
+        let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
+        if lock.is_file() {
+            fs::create_dir_all(work)?;
+            fs::copy(&lock, work.join("Cargo.lock"))?;
+        }
         return Ok(false);
     }
     fs::create_dir_all(work)?;
@@ -395,6 +402,22 @@ mod tests {
         );
         assert!(!published.join("deps/libctx-9.so").exists());
         assert!(!published.join("incremental").exists());
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    /// The first session on a machine builds the engine from the versions in placelab's own
+    /// `Cargo.lock`, as `cargo build --locked` does, not from whatever is newest on crates.io.
+    #[test]
+    fn with_no_engine_a_session_starts_from_placelabs_lock_file() {
+        let base = std::env::temp_dir().join(format!("placelab-no-engine-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let (engine, work) = (base.join("engine"), base.join("session/work"));
+        assert!(!link(&engine, &work).unwrap());
+        let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
+        assert_eq!(
+            fs::read(work.join("Cargo.lock")).unwrap(),
+            fs::read(ours).unwrap()
+        );
         let _ = fs::remove_dir_all(&base);
     }
 }

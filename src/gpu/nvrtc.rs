@@ -96,11 +96,8 @@ pub fn cubin_cached_in(
     dir: Option<&std::path::Path>,
 ) -> Result<Vec<u8>> {
     let arch = format!("sm_{major}{minor}");
-    let nvrtc = version().map_err(|why| Error::KernelCompile {
-        kernel: source.name.into(),
-        arch: arch.clone(),
-        log: why,
-    })?;
+    // Not installed is not a compile error: say what to install, not which line to fix.
+    let nvrtc = version().map_err(|what| Error::LibraryMissing { what })?;
     let program = source.program();
     let path = dir.map(|d| d.join(cache_file(source.name, &program, &arch, nvrtc)));
     if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
@@ -213,4 +210,22 @@ fn cache_file(name: &str, program: &str, arch: &str, (ma, mi): (i32, i32)) -> St
     let stem = name.trim_end_matches(".cu");
     let hash = stable_hash(program.as_bytes());
     format!("{stem}-{arch}-nvrtc{ma}.{mi}-{hash:016x}.cubin")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where NVRTC is not installed (this test process loads none unless the machine has it), a
+    /// kernel's first use says what to install, not "fix the line NVRTC names".
+    #[test]
+    fn without_nvrtc_a_kernel_asks_for_the_library() {
+        let Err(why) = version() else {
+            return; // NVRTC is installed here: nothing to check.
+        };
+        let e = cubin_cached_in(&ELEMENTWISE, (9, 0), None).unwrap_err();
+        assert!(matches!(e, Error::LibraryMissing { .. }), "{e:?}");
+        assert_eq!(e.to_string(), why);
+        assert!(why.contains("PLACELAB_CUDA_LIB_DIRS"), "{why}");
+    }
 }
