@@ -17,7 +17,8 @@
   section with that unit (`676 MiB`, `**676 MiB**`, `131 / 678 MiB`, `11.7–14.3 MiB`), a number
   without one is not in it at all, or the same figure is given twice;
 - an error quoted in a ``` block under "Troubleshooting" is not what the code prints;
-- benches/RESULTS.md cites a path outside the repository, or README.md says TODO.
+- benches/RESULTS.md cites a path outside the repository, or README.md says TODO;
+- a picture the README shows is missing, or over PICTURE_MAX_BYTES (it is committed).
 
 What it does NOT check:
 
@@ -420,6 +421,25 @@ def rust_strings():
     return "".join(re.sub(r"\\\n\s*", "", read(f)) for f in source_files("src", exts=(".rs",)))
 
 
+# The README's pictures are committed with it: small enough for a repository and a page.
+PICTURE_MAX_BYTES = 200_000
+
+
+def check_pictures(readme):
+    """Each `![…](path)` in the README exists and is at most PICTURE_MAX_BYTES."""
+    for n, line in prose_lines(readme):
+        for path in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", line):
+            if re.match(r"https?://", path):
+                continue
+            file = ROOT / path
+            if not file.is_file():
+                fail(f"README.md:{n}", f"the picture {path} does not exist",
+                     "take it with the browser test (tests/browser/README.md) or fix the path")
+            elif file.stat().st_size > PICTURE_MAX_BYTES:
+                fail(f"README.md:{n}", f"the picture {path} is {file.stat().st_size} bytes",
+                     f"keep it under {PICTURE_MAX_BYTES} bytes (fewer colours or pixels)")
+
+
 def check_quoted_errors(readme, binary):
     """Catches an error quoted in a ``` block under "Troubleshooting" that nothing in src/
     prints (or, for `placelab devices`, that the binary does not print)."""
@@ -451,6 +471,7 @@ def run_checks(readme, results, binary):
     check_commands(readme, binary)
     check_figures(readme, results)
     check_quoted_errors(readme, binary)
+    check_pictures(readme)
     return list(failures)
 
 
@@ -478,6 +499,8 @@ MISTAKES = [
     ("a figure in words", "## Requirements\n", "## Requirements\n\nIt builds in about two minutes.\n",
      "two minutes"),
     ("cargo install without Cargo.lock", "cargo install --locked --path .", "cargo install --path .", "--locked"),
+    ("a picture that is not there", "](notebooks/screenshot.png)", "](notebooks/screenshot-x.png)",
+     "does not exist"),
     ("a link to no section", "(benches/RESULTS.md#profiling-cost)", "(benches/RESULTS.md#profiling)",
      "no such section"),
 ]
