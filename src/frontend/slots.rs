@@ -15,6 +15,9 @@ pub struct Claimed {
     pub predecessor_died: Option<String>,
 }
 
+/// How many sessions of one user (one `PLACELAB_CACHE`) can run at once.
+const SLOTS: usize = 64;
+
 /// Claims a compile directory no other live session uses. It is new: on the way, the directories
 /// of sessions that ended or died (their slot is no longer locked) are removed. It links to the
 /// shared engine's build when there is one (`engine::link`). `owner` names the session (a
@@ -22,7 +25,7 @@ pub struct Claimed {
 pub fn claim(root: &Path, engine: &Path, owner: &str) -> std::io::Result<Claimed> {
     let mut claimed: Option<Claimed> = None;
     let mut predecessor_died = None;
-    for slot in 0..64 {
+    for slot in 0..SLOTS {
         let dir = root.join(format!("session-{slot}"));
         if claimed.is_some() && !dir.exists() {
             break;
@@ -62,8 +65,13 @@ pub fn claim(root: &Path, engine: &Path, owner: &str) -> std::io::Result<Claimed
             });
         }
     }
-    let mut claimed = claimed
-        .ok_or_else(|| std::io::Error::other("all 64 placelab session directories are in use"))?;
+    let mut claimed = claimed.ok_or_else(|| {
+        std::io::Error::other(format!(
+            "all {SLOTS} placelab session directories are in use (in {}): end a session (a REPL, a \
+             script or a notebook's kernel), or start this one with its own PLACELAB_CACHE",
+            root.display()
+        ))
+    })?;
     claimed.predecessor_died = predecessor_died;
     Ok(claimed)
 }
@@ -144,4 +152,31 @@ fn cgroup_memory_limit() -> Option<usize> {
         .trim()
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sixty-four live sessions hold every directory; the next is refused with what to do, and
+    /// gets one as soon as a session ends.
+    #[test]
+    fn a_sixty_fifth_session_is_told_what_to_do() {
+        let root = std::env::temp_dir().join(format!("placelab-slots-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let engine = root.join("no-engine");
+        let mut live: Vec<Claimed> = (0..SLOTS)
+            .map(|i| claim(&root, &engine, &format!("s{i}")).unwrap())
+            .collect();
+        let refused = claim(&root, &engine, "one more").err().unwrap().to_string();
+        assert!(
+            refused.starts_with("all 64 placelab session directories are in use")
+                && refused.contains("PLACELAB_CACHE"),
+            "{refused}"
+        );
+        drop(live.pop());
+        assert!(claim(&root, &engine, "one more").is_ok());
+        drop(live);
+        let _ = fs::remove_dir_all(&root);
+    }
 }
