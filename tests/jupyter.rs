@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,12 @@ use std::time::{Duration, Instant};
 mod browser;
 #[path = "jupyter/classroom.rs"]
 mod classroom;
+#[path = "support/user_env.rs"]
+mod user_env;
 #[path = "support/venv.rs"]
 mod venv;
+
+use user_env::user_command;
 
 const KERNEL_NAME: &str = "placelab";
 /// pytest's whole run is bounded; past this it is interrupted (its fixtures stop the kernels).
@@ -94,7 +98,7 @@ fn warm_session_cache() {
         std::fs::write(&script, "let warm = 1 + 1;\n// %%\nwarm\n")
             .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+        let out = user_command(env!("CARGO_BIN_EXE_placelab"))
             .arg("run-script")
             .arg(&script)
             .env("PLACELAB_CACHE", session_cache())
@@ -127,7 +131,7 @@ fn installed_kernelspec() -> PathBuf {
     static SPEC: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     SPEC.get_or_init(|| {
         let prefix = target().join("jupyter-prefix");
-        let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+        let out = user_command(env!("CARGO_BIN_EXE_placelab"))
             .args(["install-kernel", "--prefix"])
             .arg(&prefix)
             .args(["--name", KERNEL_NAME])
@@ -188,7 +192,7 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
     let history = work.join(format!("{}-history.jsonl", file.trim_end_matches(".py")));
     let _ = std::fs::remove_file(&history);
     let started = Instant::now();
-    let mut command = Command::new(&python);
+    let mut command = user_command(&python);
     match simulate {
         Some(n) => command.env("PLACELAB_SIMULATE_CUDA", n),
         None => command.env_remove("PLACELAB_SIMULATE_CUDA"),
@@ -307,7 +311,7 @@ fn tutorial_notebooks_run_and_teach_their_facts() {
 
 /// `placelab ARGS --prefix PREFIX` with no JUPYTER_PATH: whether it succeeded, and what it said.
 fn placelab_at(prefix: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+    let out = user_command(env!("CARGO_BIN_EXE_placelab"))
         .args(args)
         .arg("--prefix")
         .arg(prefix)
@@ -451,7 +455,7 @@ fn uninstall_kernel_leaves_the_folders_that_were_there() {
 /// at most 100 columns.
 #[test]
 fn help_lists_every_environment_variable() {
-    let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+    let out = user_command(env!("CARGO_BIN_EXE_placelab"))
         .arg("--help")
         .output()
         .expect("placelab runs");

@@ -7,12 +7,16 @@
 
 use std::process::Command;
 
+#[path = "support/user_env.rs"]
+mod user_env;
+use user_env::user_command;
+
 const CACHE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
 
 fn run_script(name: &str) -> (String, bool) {
     let cache = CACHE;
     let script = format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new(env!("CARGO_BIN_EXE_placelab"))
+    let out = user_command(env!("CARGO_BIN_EXE_placelab"))
         .args(["run-script", &script])
         .env("PLACELAB_CACHE", cache)
         .env("PLACELAB_SIMULATE_CUDA", "1")
@@ -141,7 +145,7 @@ fn learners_share_one_prebuilt_engine() {
     assert!(copied.unwrap().success());
 
     let placelab = |cache: &str| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_placelab"));
+        let mut c = user_command(env!("CARGO_BIN_EXE_placelab"));
         c.env("PLACELAB_CACHE", class.join(cache))
             .env("PLACELAB_ENGINE", &engine)
             .env("PLACELAB_SIMULATE_CUDA", "1");

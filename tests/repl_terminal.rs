@@ -5,7 +5,9 @@
 //! what was lost), a magic, Tab completion, and Ctrl-D to leave. Python's `pty` module drives
 //! it (python3 is on every machine this project builds on).
 
-use std::process::Command;
+#[path = "support/user_env.rs"]
+mod user_env;
+use user_env::user_command;
 
 const DRIVER: &str = r##"
 import os, pty, sys, time, select
@@ -131,7 +133,7 @@ print("\nEXIT %d" % os.waitstatus_to_exitcode(status))
 #[test]
 fn a_person_at_the_terminal() {
     let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
-    let out = Command::new("python3")
+    let out = user_command("python3")
         .args(["-c", DRIVER, env!("CARGO_BIN_EXE_placelab"), cache])
         .output()
         .expect("python3 runs");

@@ -30,8 +30,8 @@ pub fn execute(s: &mut Session, cell: &str) -> CellReport {
         None => s.run_code(&forgive(cell)),
     };
     report.duration = start.elapsed();
-    if let Some(notice) = s.take_predecessor_notice() {
-        report.outputs.insert(0, Output::Info(notice));
+    for (i, notice) in s.take_start_notices().into_iter().enumerate() {
+        report.outputs.insert(i, Output::Info(notice));
     }
     report
 }

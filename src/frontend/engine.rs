@@ -18,6 +18,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use super::engine_check::{self, is_cells_own};
+
 /// The engine directory, when not `<cache>/engine`.
 pub const ENV: &str = "PLACELAB_ENGINE";
 /// Present in an engine an admin prebuilt for others (`prebuild --shared`): sessions read it and
@@ -48,26 +50,113 @@ pub fn is_shared(engine: &Path) -> bool {
     engine.join(SHARED_MARK).exists()
 }
 
-/// Makes the fresh compile directory `work` use the engine's build: its `Cargo.lock`, and a
-/// mirror of its `target` with the big artefacts linked. `Ok(false)` when there is no engine:
-/// then `work` gets placelab's own `Cargo.lock`, so the engine is built from the versions
-/// placelab was built and tested with (cargo would otherwise resolve the newest ones).
-pub fn link(engine: &Path, work: &Path) -> io::Result<bool> {
+/// How a session's compile directory starts.
+pub enum Linked {
+    /// It links to the engine's build.
+    Yes,
+    /// There is no engine yet: the session builds it.
+    NoEngine,
+    /// The engine's build cannot be used (why, in words): the session builds its own, and the
+    /// engine, unless shared, is discarded so that the session's build replaces it.
+    Unusable(String),
+}
+
+/// Makes the fresh compile directory `work` use the engine's build, once `engine_check` finds it
+/// whole and made for this toolchain and these sources: its `Cargo.lock`, and a mirror of its
+/// `target` with the big artefacts linked. Without a usable engine, `work` gets placelab's own
+/// `Cargo.lock`, so the engine is built from the versions placelab was built and tested with
+/// (cargo would otherwise resolve the newest ones).
+pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
     let build = build_of(engine);
-    if !is_built(engine) {
+    if !is_shared(engine) {
+        finish_interrupted_publishes(engine);
+    }
+    let linked = if !is_built(engine) {
+        Linked::NoEngine
+    } else {
+        match engine_check::verify(&build, &expected()) {
+            Ok(()) => Linked::Yes,
+            Err(why) => {
+                if !is_shared(engine) {
+                    discard(engine);
+                }
+                Linked::Unusable(why)
+            }
+        }
+    };
+    fs::create_dir_all(work)?;
+    if !matches!(linked, Linked::Yes) {
         let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
         if lock.is_file() {
-            fs::create_dir_all(work)?;
             fs::copy(&lock, work.join("Cargo.lock"))?;
         }
-        return Ok(false);
+        return Ok(linked);
     }
-    fs::create_dir_all(work)?;
     copy_keeping_mtime(&build.join("Cargo.lock"), &work.join("Cargo.lock"))?;
     mirror(&build.join("target"), &work.join("target"), &|from, to| {
         std::os::unix::fs::symlink(from, to)
     })?;
-    Ok(true)
+    Ok(Linked::Yes)
+}
+
+/// Cleans up after publishes and discards whose session was killed half-way: their temporary
+/// builds (`work.new-PID`, `work.old-PID`, `work.unusable-PID`, PID no longer running) go, and
+/// an engine whose old build was renamed away just before the new one would have taken its place
+/// (`work` missing) gets the old one back, if its manifest still matches its files.
+fn finish_interrupted_publishes(engine: &Path) {
+    let Ok(entries) = fs::read_dir(engine) else {
+        return;
+    };
+    let mut left: Vec<(PathBuf, bool)> = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((kind, pid)) = name.split_once('-') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let running = unsafe { libc::kill(pid, 0) } == 0;
+        if !running && matches!(kind, "work.new" | "work.old" | "work.unusable") {
+            left.push((entry.path(), kind == "work.old"));
+        }
+    }
+    let current = build_of(engine);
+    for (dir, old) in left {
+        let whole = engine_check::verify(&dir, &expected()).is_ok();
+        if old && whole && !current.exists() && fs::rename(&dir, &current).is_ok() {
+            continue;
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// What an engine build must have been made with: this toolchain, these sources.
+fn expected() -> engine_check::Expected {
+    engine_check::Expected::now(toolchain_version())
+}
+
+/// Removes the engine's build (never a shared one's: the caller checks), in one rename so that
+/// a session starting meanwhile sees it whole or not at all. Sessions linked to it keep their
+/// open files; their links break, and their next build is their own.
+pub fn discard(engine: &Path) {
+    let build = build_of(engine);
+    let gone = engine.join(format!("work.unusable-{}", std::process::id()));
+    if fs::rename(&build, &gone).is_ok() {
+        let _ = fs::remove_dir_all(&gone);
+    }
+}
+
+/// A session's compile directory made afresh (its links to the engine gone), for a session
+/// that found the engine unusable only when it compiled: it then builds everything itself.
+pub fn unlink(work: &Path) -> io::Result<()> {
+    let _ = fs::remove_dir_all(work.join("target"));
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
+    if lock.is_file() {
+        fs::copy(&lock, work.join("Cargo.lock"))?;
+    }
+    Ok(())
 }
 
 /// Makes the engine the build in `work` (a session that just compiled the engine): the next
@@ -99,7 +188,9 @@ pub fn publish(work: &Path, engine: &Path) -> io::Result<()> {
             // removal below would otherwise take.
             let from = fs::canonicalize(from)?;
             fs::hard_link(&from, to).or_else(|_| copy_keeping_mtime(&from, to))
-        })
+        })?;
+        // Last: a publish killed before this leaves no manifest, and no session links to it.
+        engine_check::write(&new, &expected())
     })();
     if let Err(e) = made {
         let _ = fs::remove_dir_all(&new);
@@ -249,14 +340,6 @@ fn mirror(from: &Path, to: &Path, link: &dyn Fn(&Path, &Path) -> io::Result<()>)
     Ok(())
 }
 
-/// What a session compiled for its cells, never part of the engine.
-fn is_cells_own(name: &str) -> bool {
-    name == "incremental"
-        || name.starts_with("ctx-")
-        || name.starts_with("libctx")
-        || name.starts_with("libcode_")
-}
-
 /// Copies a directory tree as it is, leaving out what `skip` names (paths relative to `from`).
 fn copy_tree(from: &Path, to: &Path, skip: &dyn Fn(&Path) -> bool) -> io::Result<()> {
     fn walk(root: &Path, rel: &Path, to: &Path, skip: &dyn Fn(&Path) -> bool) -> io::Result<()> {
@@ -337,17 +420,21 @@ mod tests {
         let base = std::env::temp_dir().join(format!("placelab-engine-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         let (engine, work) = (base.join("engine"), base.join("session/work"));
-        tree(
-            &build_of(&engine),
-            &[
-                ("Cargo.lock", 10),
-                ("target/x/debug/deps/libplacelab-1.so", 200_000),
-                ("target/x/debug/deps/placelab-1.d", 100),
-                ("target/x/debug/.fingerprint/placelab-1/lib-placelab", 16),
-                ("target/x/debug/build/placelab-2/out/kernels.o", 200_000),
-            ],
-        );
-        assert!(link(&engine, &work).unwrap());
+        let built = || {
+            tree(
+                &build_of(&engine),
+                &[
+                    ("Cargo.lock", 10),
+                    ("target/x/debug/deps/libplacelab-1.so", 200_000),
+                    ("target/x/debug/deps/placelab-1.d", 100),
+                    ("target/x/debug/.fingerprint/placelab-1/lib-placelab", 16),
+                    ("target/x/debug/build/placelab-2/out/kernels.o", 200_000),
+                ],
+            )
+        };
+        built();
+        engine_check::write(&build_of(&engine), &expected()).unwrap();
+        assert!(matches!(link(&engine, &work).unwrap(), Linked::Yes));
         let t = work.join("target/x/debug");
         let so = t.join("deps/libplacelab-1.so");
         assert!(fs::symlink_metadata(&so).unwrap().file_type().is_symlink());
@@ -405,6 +492,29 @@ mod tests {
         let _ = fs::remove_dir_all(&base);
     }
 
+    /// An engine build no publish finished (no manifest) is not linked to: the session builds
+    /// its own, from placelab's `Cargo.lock`, and the unusable build is discarded.
+    #[test]
+    fn a_build_without_its_manifest_is_discarded_not_linked() {
+        let base = std::env::temp_dir().join(format!("placelab-unfinished-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let (engine, work) = (base.join("engine"), base.join("session/work"));
+        tree(
+            &build_of(&engine),
+            &[
+                ("Cargo.lock", 10),
+                ("target/x/debug/deps/libplacelab-1.so", 70_000),
+            ],
+        );
+        let Linked::Unusable(why) = link(&engine, &work).unwrap() else {
+            panic!("an engine without a manifest was linked");
+        };
+        assert!(why.contains("no manifest"), "{why}");
+        assert!(!is_built(&engine), "the unusable build is discarded");
+        assert!(work.join("Cargo.lock").is_file() && !work.join("target").exists());
+        let _ = fs::remove_dir_all(&base);
+    }
+
     /// The first session on a machine builds the engine from the versions in placelab's own
     /// `Cargo.lock`, as `cargo build --locked` does, not from whatever is newest on crates.io.
     #[test]
@@ -412,7 +522,7 @@ mod tests {
         let base = std::env::temp_dir().join(format!("placelab-no-engine-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         let (engine, work) = (base.join("engine"), base.join("session/work"));
-        assert!(!link(&engine, &work).unwrap());
+        assert!(matches!(link(&engine, &work).unwrap(), Linked::NoEngine));
         let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
         assert_eq!(
             fs::read(work.join("Cargo.lock")).unwrap(),

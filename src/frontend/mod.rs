@@ -6,6 +6,7 @@ pub mod cell_check;
 pub mod cell_output;
 pub mod compile_error;
 pub mod engine;
+mod engine_check;
 pub mod evaluator;
 pub mod history;
 pub mod interrupter;

@@ -24,9 +24,9 @@ pub struct Prepared {
     pub probe: PathBuf,
     /// The shared engine build the compile directory links to, or will publish to.
     engine: PathBuf,
-    /// What happened to this session's predecessor when it died (Jupyter restarted the kernel),
-    /// said with the first cell.
-    predecessor_died: Option<String>,
+    /// Said with the first cell: what happened to this session's predecessor when it died
+    /// (Jupyter restarted the kernel), and why the engine's build is being made again.
+    notices: Vec<String>,
     _lock: std::fs::File,
 }
 
@@ -51,13 +51,19 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
         )
     })?;
     setup::remove_stale_probes(&root);
+    setup::forget_cargos_environment();
     let engine = engine::dir();
     let slots::Claimed {
         work: workdir,
         lock,
         predecessor_died,
+        engine_unusable,
     } = slots::claim(&root.join("sessions"), &engine, owner)
         .map_err(|e| format!("cannot claim a compile directory: {e}"))?;
+    let rebuilding = engine_unusable.map(|why| engine_rebuild_notice(&engine, &why));
+    if let Some(notice) = &rebuilding {
+        eprintln!("placelab: {notice}");
+    }
     std::fs::create_dir_all(&workdir).map_err(|e| e.to_string())?;
     let probe = root.join(format!("probe-{}.sock", std::process::id()));
     // SAFETY: called from `main` before any other thread exists.
@@ -75,9 +81,25 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
         workdir,
         probe,
         engine,
-        predecessor_died,
+        notices: predecessor_died.into_iter().chain(rebuilding).collect(),
         _lock: lock,
     })
+}
+
+/// One line for a session that found the engine's build unusable (`why`) and builds its own.
+fn engine_rebuild_notice(engine: &std::path::Path, why: &str) -> String {
+    let dir = engine.display();
+    if engine::is_shared(engine) {
+        format!(
+            "the shared engine build in {dir} cannot be used: {why}. This session builds its own \
+             (a few minutes); run `placelab prebuild --shared {dir}` to rebuild the shared one."
+        )
+    } else {
+        format!(
+            "the engine build in {dir} cannot be used: {why}. This session builds it again (a few \
+             minutes), and later sessions reuse that build."
+        )
+    }
 }
 
 pub struct Session {
@@ -114,7 +136,7 @@ fn value_format_code(format: &str) -> String {
 /// takes minutes) reaches cargo and the cell process, which share the terminal's process group,
 /// and ends them: the crates cargo finished are kept, and the build goes on from there, as often
 /// as it is stopped.
-fn load_engine(ctx: &mut CommandContext, preload: &str) -> Result<(), EvcxrError> {
+fn execute_preload(ctx: &mut CommandContext, preload: &str) -> Result<(), EvcxrError> {
     let before = interrupter::sigints();
     let mut attempts = 0;
     loop {
@@ -138,6 +160,12 @@ fn load_engine(ctx: &mut CommandContext, preload: &str) -> Result<(), EvcxrError
     }
 }
 
+/// rustc's error when a crate's dependencies are not the builds it was compiled against: proc
+/// macros from one build beside the crates compiled with another's.
+fn crates_do_not_fit(e: &EvcxrError) -> bool {
+    e.to_string().contains("can't find crate for `")
+}
+
 /// evcxr's error when cargo failed with no compiler error to show: cargo was ended (a Ctrl-C at
 /// the terminal reaches it directly, as it shares the terminal's process group), not refused.
 fn cargo_ended_without_an_error(e: &EvcxrError) -> bool {
@@ -148,13 +176,54 @@ impl Session {
     /// Starts evcxr and compiles the engine into it (minutes the first time on a machine,
     /// seconds after), streaming the cell process's output to `sink`.
     pub fn start(prepared: Prepared, sink: Sink) -> Result<Session, String> {
+        // Asked now: while it compiles, stderr is the progress display's pipe.
+        let tty = std::io::stderr().is_terminal();
+        let mut s = Session::with_evaluator(prepared, sink.clone())?;
+        let (mut loaded, mut compiled) = s.load_engine();
+        if let Err(e) = &loaded
+            && crates_do_not_fit(e)
+        {
+            // The engine's crates were built apart (issue 38): a manifest cannot see every such
+            // mix, so a compile that meets one starts the build over, with nothing linked.
+            let notice = engine_rebuild_notice(
+                &s.prepared.engine,
+                "its crates come from different builds (rustc: \"can't find crate\")",
+            );
+            eprintln!("placelab: {notice}");
+            let mut prepared = s.into_prepared();
+            if !engine::is_shared(&prepared.engine) {
+                engine::discard(&prepared.engine);
+            }
+            engine::unlink(&prepared.workdir)
+                .map_err(|e| format!("cannot make the compile directory afresh: {e}"))?;
+            prepared.notices.push(notice);
+            s = Session::with_evaluator(prepared, sink)?;
+            (loaded, compiled) = s.load_engine();
+        }
+        loaded.map_err(|e| {
+            format!(
+                "could not load the placelab engine into the evaluator: {e}\nIf this happens at \
+                 every start, remove the engine build and start again (it is built anew): rm -rf {}",
+                s.prepared.engine.display()
+            )
+        })?;
+        if (1..usize::MAX).contains(&compiled) && tty {
+            let plural = if compiled == 1 { "" } else { "s" };
+            eprintln!("built the engine ({compiled} crate{plural}); later starts reuse it");
+        }
+        s.keep_engine_build(compiled);
+        Ok(s)
+    }
+
+    /// A session over a new evaluator (evcxr's context and its cell process), nothing loaded.
+    fn with_evaluator(prepared: Prepared, sink: Sink) -> Result<Session, String> {
         let (ctx, outputs) = CommandContext::new()
             .map_err(|e| format!("could not start the Rust evaluator: {e}"))?;
         let cell_output = CellOutput::read(outputs, sink);
         let probe = ProbeClient {
             path: prepared.probe.clone(),
         };
-        let mut s = Session {
+        Ok(Session {
             ctx,
             probe,
             last_seq: 0,
@@ -164,21 +233,19 @@ impl Session {
             interrupter: Interrupter::default(),
             prepared,
             value_format: None,
-        };
+        })
+    }
+
+    /// Compiles and loads the engine into the evaluator; with the number of crates compiled.
+    fn load_engine(&mut self) -> (Result<(), EvcxrError>, usize) {
         let cache = setup::cache_dir();
-        let preload = preload_code() + &s.cell_process_setup();
-        // Asked now: while it compiles, stderr is the progress display's pipe.
-        let tty = std::io::stderr().is_terminal();
-        let (loaded, compiled) =
-            super::progress::while_compiling(&cache, || load_engine(&mut s.ctx, &preload));
-        loaded
-            .map_err(|e| format!("could not load the placelab engine into the evaluator: {e}"))?;
-        if (1..usize::MAX).contains(&compiled) && tty {
-            let plural = if compiled == 1 { "" } else { "s" };
-            eprintln!("built the engine ({compiled} crate{plural}); later starts reuse it");
-        }
-        s.keep_engine_build(compiled);
-        Ok(s)
+        let preload = preload_code() + &self.cell_process_setup();
+        super::progress::while_compiling(&cache, || execute_preload(&mut self.ctx, &preload))
+    }
+
+    /// The session's directory and paths, its evaluator ended (its cell process stops).
+    fn into_prepared(self) -> Prepared {
+        self.prepared
     }
 
     /// After a start that compiled engine crates (there was no engine build, or it was out of
@@ -269,10 +336,10 @@ impl Session {
         self.probe.snapshot(self.last_seq).unwrap_or_default()
     }
 
-    /// The notice about this session's predecessor (it died, and Jupyter restarted the kernel),
-    /// once: the first cell shows it.
-    pub(super) fn take_predecessor_notice(&mut self) -> Option<String> {
-        self.prepared.predecessor_died.take()
+    /// The notices of the session's start (its predecessor died and Jupyter restarted the
+    /// kernel; the engine had to be built again), once: the first cell shows them.
+    pub(super) fn take_start_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.prepared.notices)
     }
 
     /// Completions for `code` at byte offset `pos`: the replaced range and the candidates.

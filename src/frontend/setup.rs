@@ -62,6 +62,60 @@ fn wrap_rustc() {
 
 pub use crate::cache_dir;
 
+/// Removes from this process's environment what cargo adds when it starts a program
+/// (`cargo run`, `cargo test`): its `CARGO_*` variables about the package it ran, `OUT_DIR`,
+/// `RUSTUP_TOOLCHAIN`, and the folders it put in front of `LD_LIBRARY_PATH` (the target
+/// directory's, the toolchain's libraries). The evaluator's cargo and every cell inherit the
+/// environment, so a session started by cargo would build the engine in another environment than
+/// one started from a shell, Jupyter or JupyterHub; every start now sees the same one. Settings
+/// a user gives cargo (`CARGO_HOME`, `CARGO_NET_OFFLINE`, `CARGO_HTTP_*`, …) stay. Call before
+/// any thread starts.
+pub fn forget_cargos_environment() {
+    let ours = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let cargos = name == "OUT_DIR"
+            || name == "RUSTUP_TOOLCHAIN"
+            || name == "CARGO"
+            || [
+                "CARGO_PKG_",
+                "CARGO_MANIFEST_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "CARGO_CFG_",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p));
+        // SAFETY: the caller runs this before any other thread exists.
+        if cargos {
+            unsafe { std::env::remove_var(name) };
+        } else if name == "LD_LIBRARY_PATH" {
+            let kept: Vec<PathBuf> = std::env::split_paths(&value)
+                .filter(|dir| !is_cargos_library_folder(dir, ours.as_deref()))
+                .collect();
+            if kept.is_empty() {
+                unsafe { std::env::remove_var(name) };
+            } else if let Ok(joined) = std::env::join_paths(kept) {
+                unsafe { std::env::set_var(name, joined) };
+            }
+        }
+    }
+}
+
+/// A folder cargo puts on `LD_LIBRARY_PATH`: a toolchain's libraries (`…/lib` beside
+/// `…/lib/rustlib`), or this binary's target directory (`target/release`, its `deps`).
+fn is_cargos_library_folder(dir: &Path, ours: Option<&Path>) -> bool {
+    let toolchain = dir.to_string_lossy().contains("/lib/rustlib/")
+        || (dir.ends_with("lib") && dir.join("rustlib").is_dir());
+    let target = ours.is_some_and(|bin| dir == bin || dir == bin.join("deps"));
+    toolchain || target
+}
+
 /// Removes the side-channel sockets of sessions whose process is gone.
 pub fn remove_stale_probes(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {

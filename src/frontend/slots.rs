@@ -13,6 +13,8 @@ pub struct Claimed {
     pub work: PathBuf,
     pub lock: File,
     pub predecessor_died: Option<String>,
+    /// Why the engine's build could not be linked to, when it was there but unusable.
+    pub engine_unusable: Option<String>,
 }
 
 /// How many sessions of one user (one `PLACELAB_CACHE`) can run at once.
@@ -55,13 +57,19 @@ pub fn claim(root: &Path, engine: &Path, owner: &str) -> std::io::Result<Claimed
         if claimed.is_none() {
             Record::now(owner).write(&dir);
             // A failed link leaves a session that builds the engine itself, as on a first start.
-            if super::engine::link(engine, &work).is_err() {
-                let _ = fs::remove_dir_all(&work);
-            }
+            let engine_unusable = match super::engine::link(engine, &work) {
+                Err(_) => {
+                    let _ = fs::remove_dir_all(&work);
+                    None
+                }
+                Ok(super::engine::Linked::Unusable(why)) => Some(why),
+                Ok(_) => None,
+            };
             claimed = Some(Claimed {
                 work,
                 lock,
                 predecessor_died: None,
+                engine_unusable,
             });
         }
     }

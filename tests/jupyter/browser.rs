@@ -75,7 +75,7 @@ fn jupyterlab_in_chromium_shows_the_card_and_memory_strip() {
     let _ = std::fs::remove_dir_all(&prefix);
     run(
         "install-kernel",
-        Command::new(env!("CARGO_BIN_EXE_placelab"))
+        crate::user_command(env!("CARGO_BIN_EXE_placelab"))
             .arg("install-kernel")
             .arg("--prefix")
             .arg(&prefix),
@@ -95,7 +95,7 @@ fn jupyterlab_in_chromium_shows_the_card_and_memory_strip() {
     // failure, the reason and target/browser-artefacts/failure.png.
     run(
         "JupyterLab in Chromium (tests/browser/lab.mjs)",
-        Command::new("node")
+        crate::user_command("node")
             .arg(repo().join("tests/browser/lab.mjs"))
             .arg("--kernel-prefix")
             .arg(&prefix),

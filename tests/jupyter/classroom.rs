@@ -30,7 +30,7 @@ fn a_class_logs_in_through_jupyterhub_and_shares_one_engine() {
         assert!(copied.is_ok_and(|s| s.success()), "cannot copy the engine");
     }
     let learners = std::env::var("PLACELAB_CLASS_SIZE").unwrap_or_else(|_| "2".into());
-    let out = Command::new(root().join("tests/classroom/run.sh"))
+    let out = crate::user_command(root().join("tests/classroom/run.sh"))
         .args(["--learners", &learners])
         .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
         .output()

@@ -1,0 +1,207 @@
+//! A second start works, whatever started the first (issue 38). The first session runs with
+//! the environment cargo gives a program it starts (`cargo run --release`, the README's first
+//! command, gives it the same: `CARGO_*`, `LD_LIBRARY_PATH` with the toolchain's libraries,
+//! `RUSTUP_TOOLCHAIN`); every later one starts as a user's shell or Jupyter starts it, without
+//! any of that: the REPL, `run-script` and a kernel, in that order, on one fresh
+//! `PLACELAB_CACHE`. Then the same after the engine's file times move (older and newer than the
+//! sources), after a publish killed half-way, and with proc macros from another build swapped
+//! into the engine (the fault of issue 38, which made every start fail with "can't find crate").
+
+#[path = "support/user_env.rs"]
+mod user_env;
+#[path = "support/venv.rs"]
+mod venv;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use user_env::user_command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_placelab");
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cache() -> PathBuf {
+    repo().join("target/placelab-second-start")
+}
+
+fn engine() -> PathBuf {
+    cache().join("engine/work")
+}
+
+fn said(out: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\n{}\n--- stderr ---\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// `run-script` of a one-cell script; its output, asserted to have answered.
+fn run_script(mut command: Command) -> String {
+    let script = repo().join("tests/scripts/one_cell.plrs");
+    let out = command
+        .args(["run-script"])
+        .arg(&script)
+        .env("PLACELAB_CACHE", cache())
+        .output()
+        .expect("placelab starts");
+    let text = said(&out);
+    assert!(out.status.success(), "run-script failed:\n{text}");
+    assert!(text.contains("[1., 1., 1.]"), "no answer:\n{text}");
+    assert!(!text.contains("can't find crate"), "{text}");
+    text
+}
+
+/// The REPL with `1 + 1` typed ahead on its input: it answers 2 and exits 0.
+fn repl() -> String {
+    let mut child = user_command(BIN)
+        .env("PLACELAB_CACHE", cache())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the REPL starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"1 + 1\n:exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = said(&out);
+    assert!(out.status.success(), "the REPL failed:\n{text}");
+    assert!(text.lines().any(|l| l.trim() == "2"), "no answer:\n{text}");
+    text
+}
+
+/// A kernel started by jupyter_client, from a kernelspec installed the way the README says,
+/// in a user's environment: its first cell answers.
+fn kernel() {
+    let python = venv::pinned_venv(
+        &repo().join("target/jupyter-venv"),
+        &std::fs::read_to_string(repo().join("tests/jupyter/requirements.txt")).unwrap(),
+        &[
+            "-r".as_ref(),
+            repo().join("tests/jupyter/requirements.txt").as_os_str(),
+        ],
+    )
+    .expect("the Jupyter venv");
+    let prefix = cache().join("jupyter");
+    let out = user_command(BIN)
+        .args([
+            "install-kernel",
+            "--name",
+            "placelab-second-start",
+            "--prefix",
+        ])
+        .arg(&prefix)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    let client = r#"
+import sys
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name="placelab-second-start", startup_timeout=600)
+seen = []
+def hook(msg):
+    c = msg["content"]
+    seen.append(str(c.get("data", {}).get("text/plain", "")) + c.get("text", "") + c.get("evalue", ""))
+try:
+    reply = kc.execute_interactive("1 + 1", timeout=600, output_hook=hook)
+    print("status:", reply["content"]["status"])
+    print("\n".join(seen))
+finally:
+    km.shutdown_kernel(now=True)
+"#;
+    let out = user_command(python)
+        .args(["-c", client])
+        .env("PLACELAB_CACHE", cache())
+        .env("JUPYTER_PATH", prefix.join("share/jupyter"))
+        .env("JUPYTER_RUNTIME_DIR", cache().join("jupyter-runtime"))
+        .output()
+        .unwrap();
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("status: ok"), "{text}");
+    assert!(text.lines().any(|l| l.trim() == "2"), "{text}");
+}
+
+/// Sets every file's modification time under `dir` (`touch -d WHEN`).
+fn touch_all(dir: &Path, when: &str) {
+    let ok = Command::new("find")
+        .arg(dir)
+        .args(["-type", "f", "-exec", "touch", "-d", when, "{}", "+"])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+#[test]
+fn every_start_after_the_first_works() {
+    let _ = std::fs::remove_dir_all(cache());
+    std::fs::create_dir_all(cache()).unwrap();
+
+    // The first session, in cargo's environment (this test's own, as cargo test gives it).
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "cargo's environment"
+    );
+    run_script(Command::new(BIN));
+    assert!(
+        engine().join("MANIFEST").is_file(),
+        "the first session published the engine"
+    );
+
+    // Then as a user starts it: the REPL, run-script, a kernel.
+    repl();
+    run_script(user_command(BIN));
+    kernel();
+
+    // The engine's files older than the sources: placelab is compiled again (in the session,
+    // which publishes it); then newer than everything: nothing is.
+    touch_all(&engine(), "2001-01-01");
+    run_script(user_command(BIN));
+    touch_all(&engine(), "+1 hour");
+    let text = run_script(user_command(BIN));
+    assert!(!text.contains("cannot be used"), "{text}");
+
+    // A publish killed between its two renames: the old build renamed away, the new one not yet
+    // in place. The next start puts the old one back.
+    let killed = cache().join("engine/work.old-999999999");
+    std::fs::rename(engine(), &killed).unwrap();
+    std::fs::create_dir_all(cache().join("engine/work.new-999999998/target")).unwrap();
+    run_script(user_command(BIN));
+    assert!(engine().join("MANIFEST").is_file() && !killed.exists());
+    assert!(!cache().join("engine/work.new-999999998").exists());
+
+    // Proc macros from another build (the fault of issue 38), by hand: same names, other
+    // bytes. The session says so in one line and builds the engine again; the next start
+    // links to that.
+    let deps = engine().join("target/debug/deps");
+    for entry in std::fs::read_dir(&deps).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".so") && name.contains("derive") {
+            let mut bytes = std::fs::read(entry.path()).unwrap();
+            bytes.extend_from_slice(b"another build");
+            std::fs::remove_file(entry.path()).unwrap();
+            std::fs::write(entry.path(), bytes).unwrap();
+        }
+    }
+    let text = run_script(user_command(BIN));
+    let notice = "cannot be used: debug/deps/lib";
+    assert_eq!(
+        text.matches(notice).count(),
+        2,
+        "said once at the start, once with the first cell:\n{text}"
+    );
+    assert!(text.contains("This session builds it again"), "{text}");
+    let text = run_script(user_command(BIN));
+    assert!(!text.contains("cannot be used"), "{text}");
+    let _ = std::fs::remove_dir_all(cache());
+}
