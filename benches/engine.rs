@@ -11,7 +11,32 @@ use placelab::prelude::*;
 
 type Setup = Box<dyn Fn() -> Box<dyn FnMut()>>;
 
-fn workloads() -> Vec<(&'static str, Setup)> {
+/// What one repetition of a workload must do at least: floating-point operations for products
+/// and training steps, bytes read and written once for the memory-bound rest. Its rate against
+/// this machine's ceiling (`--ceilings`) is what `benches/guard.py` holds to a floor.
+#[derive(Clone, Copy)]
+enum Work {
+    Flop(f64),
+    Bytes(f64),
+}
+
+impl Work {
+    fn json(self) -> String {
+        match self {
+            Work::Flop(n) => format!("\"flop\": {n}"),
+            Work::Bytes(n) => format!("\"bytes\": {n}"),
+        }
+    }
+}
+
+/// The 784-128-10 MLP step's floating-point operations at `batch`: the forward products, each
+/// layer's weight gradient, and the second layer's input gradient (the first layer's input needs
+/// none).
+fn mlp_flop(batch: usize) -> Work {
+    Work::Flop((2 * batch * (784 * 128 * 2 + 128 * 10 * 3)) as f64)
+}
+
+fn workloads() -> Vec<(&'static str, Work, Setup)> {
     let cpu = Device::Cpu;
     let ten_m = move |f: fn(&Tensor) -> Result<Tensor>| -> Setup {
         Box::new(move || {
@@ -29,10 +54,15 @@ fn workloads() -> Vec<(&'static str, Setup)> {
         })
     };
     vec![
-        ("matmul_1000", matmul(1000)),
-        ("matmul_2048", matmul(2048)),
+        ("matmul_1000", Work::Flop(2e9), matmul(1000)),
+        (
+            "matmul_2048",
+            Work::Flop(2.0 * 2048f64.powi(3)),
+            matmul(2048),
+        ),
         (
             "add_10m",
+            Work::Bytes(120e6),
             Box::new(move || {
                 let (a, b) = (
                     Tensor::randn([10_000_000], cpu).unwrap(),
@@ -41,11 +71,12 @@ fn workloads() -> Vec<(&'static str, Setup)> {
                 Box::new(move || drop(black_box((&a + &b).unwrap())))
             }),
         ),
-        ("relu_10m", ten_m(|a| a.relu())),
-        ("exp_10m", ten_m(|a| a.exp())),
-        ("sum_10m", ten_m(|a| a.sum_all())),
+        ("relu_10m", Work::Bytes(80e6), ten_m(|a| a.relu())),
+        ("exp_10m", Work::Bytes(80e6), ten_m(|a| a.exp())),
+        ("sum_10m", Work::Bytes(40e6), ten_m(|a| a.sum_all())),
         (
             "softmax_1000x1000",
+            Work::Bytes(8e6),
             Box::new(move || {
                 let a = Tensor::randn([1000, 1000], cpu).unwrap();
                 Box::new(move || drop(black_box(a.softmax(1).unwrap())))
@@ -53,12 +84,14 @@ fn workloads() -> Vec<(&'static str, Setup)> {
         ),
         (
             "randn_1000x1000",
+            Work::Bytes(4e6),
             Box::new(move || {
                 Box::new(move || drop(black_box(Tensor::randn([1000, 1000], cpu).unwrap())))
             }),
         ),
         (
             "clone_400mb",
+            Work::Bytes(800e6),
             Box::new(move || {
                 let a = Tensor::randn([100_000_000], cpu).unwrap();
                 Box::new(move || drop(black_box(a.copy().unwrap())))
@@ -66,15 +99,20 @@ fn workloads() -> Vec<(&'static str, Setup)> {
         ),
         (
             "transpose_contig_2048",
+            Work::Bytes(2048.0 * 2048.0 * 8.0),
             Box::new(move || {
                 let a = Tensor::randn([2048, 2048], cpu).unwrap();
                 Box::new(move || drop(black_box(a.t().unwrap().contiguous().unwrap())))
             }),
         ),
-        ("to_f16_10m", ten_m(|a| a.to_dtype(DType::F16))),
-        ("mlp_step_64", mlp_step(64, false)),
-        ("mlp_step_64_profiled", mlp_step(64, true)),
-        ("mlp_step_1024", mlp_step(1024, false)),
+        (
+            "to_f16_10m",
+            Work::Bytes(60e6),
+            ten_m(|a| a.to_dtype(DType::F16)),
+        ),
+        ("mlp_step_64", mlp_flop(64), mlp_step(64, false)),
+        ("mlp_step_64_profiled", mlp_flop(64), mlp_step(64, true)),
+        ("mlp_step_1024", mlp_flop(1024), mlp_step(1024, false)),
     ]
 }
 
@@ -213,7 +251,7 @@ fn main() {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').map(String::from).collect());
-    for (name, setup) in workloads() {
+    for (name, work, setup) in workloads() {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
             continue;
         }
@@ -232,10 +270,11 @@ fn main() {
         times.sort();
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         println!(
-            "{{\"name\": \"{name}\", \"median_ms\": {:.4}, \"min_ms\": {:.4}, \"reps\": {}, \"peer\": \"placelab {}\"}}",
+            "{{\"name\": \"{name}\", \"median_ms\": {:.4}, \"min_ms\": {:.4}, \"reps\": {}, {}, \"peer\": \"placelab {}\"}}",
             ms(times[times.len() / 2]),
             ms(times[0]),
             times.len(),
+            work.json(),
             env!("CARGO_PKG_VERSION")
         );
     }

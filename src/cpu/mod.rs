@@ -153,6 +153,17 @@ pub fn map1<A: Copy + Sync, O: Send>(
     out: &mut [O],
     f: impl Fn(A) -> O + Sync,
 ) {
+    map1_at(vector_width(), a, la, out, f)
+}
+
+/// `map1` with its rows in the copy compiled for `width`-bit vectors.
+fn map1_at<A: Copy + Sync, O: Send>(
+    width: u32,
+    a: &[A],
+    la: &Layout,
+    out: &mut [O],
+    f: impl Fn(A) -> O + Sync,
+) {
     if out.is_empty() {
         return;
     }
@@ -160,7 +171,13 @@ pub fn map1<A: Copy + Sync, O: Send>(
         let a = &a[la.offset..la.offset + out.len()];
         chunked(out, 1, |start, o| {
             let n = o.len();
-            zip_map(&a[start..start + n], &a[start..start + n], o, &|x, _| f(x));
+            zip_map_at(
+                width,
+                &a[start..start + n],
+                &a[start..start + n],
+                o,
+                &|x, _| f(x),
+            );
         });
         return;
     }
@@ -174,7 +191,13 @@ pub fn map1<A: Copy + Sync, O: Send>(
         s.for_rows(r0..r0 + o.len() / inner, |r, [oa]| {
             let row = &mut o[(r - r0) * inner..][..inner];
             if sa == 1 {
-                zip_map(&a[oa..oa + inner], &a[oa..oa + inner], row, &|x, _| f(x));
+                zip_map_at(
+                    width,
+                    &a[oa..oa + inner],
+                    &a[oa..oa + inner],
+                    row,
+                    &|x, _| f(x),
+                );
             } else {
                 for (i, o) in row.iter_mut().enumerate() {
                     *o = f(a[oa + i * sa]);
@@ -338,6 +361,27 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// Copies `src` (layout `ls`) into the elements of `dst` that layout `ld` names (same shape).
 /// `ld` must not map two positions to one element.
 pub fn copy_strided<T: Copy + Send + Sync>(src: &[T], ls: &Layout, dst: &mut [T], ld: &Layout) {
+    copy_strided_at(vector_width(), src, ls, dst, ld)
+}
+
+/// `copy_strided` with its rows in the copy compiled for `width`-bit vectors.
+pub(crate) fn copy_strided_at<T: Copy + Send + Sync>(
+    width: u32,
+    src: &[T],
+    ls: &Layout,
+    dst: &mut [T],
+    ld: &Layout,
+) {
+    if ld.is_contiguous() {
+        // Into a gap-free destination (`contiguous()`, `copy()`): `map1`'s paths, vectorised
+        // rows and the tiled transpose. The identity moves each value as it is, so NaN payloads
+        // and signalling NaNs survive bit for bit (no conversion quiets them).
+        let n = ld.numel();
+        if n > 0 {
+            map1_at(width, src, ls, &mut dst[ld.offset..ld.offset + n], |x| x);
+        }
+        return;
+    }
     let s = Strided::new([ld, ls]);
     let (inner, [sd, ss]) = (s.inner, s.inner_strides);
     let rows = s.rows();
@@ -463,6 +507,80 @@ mod tests {
         let strided: Vec<B> = strided.into_iter().map(&bits).collect();
         let contiguous: Vec<B> = contiguous.into_iter().map(&bits).collect();
         same_bits(&strided, &contiguous, |i| format!("input {:?}", s[i]));
+    }
+
+    /// Same-dtype copies of views into contiguous memory move bits, on every vector width this
+    /// CPU has: NaN payloads, signalling NaNs and negative zero survive the vectorised rows, the
+    /// tiled transpose (its 8×8 blocks and its edges) and the element-by-element walk.
+    #[test]
+    fn copies_of_views_keep_every_bit_on_every_width() {
+        let special = [
+            0x7f80_0001u32,
+            0x7fc1_2345,
+            0x8000_0000,
+            0xffc0_0001,
+            0x7fbf_ffff,
+        ];
+        let (rows, cols) = (70, 45);
+        let bits: Vec<u32> = (0..rows * cols)
+            .map(|i| {
+                special
+                    .get(i % 7)
+                    .copied()
+                    .unwrap_or((i as u32).wrapping_mul(2654435761))
+            })
+            .collect();
+        let src: Vec<f32> = bits.iter().map(|&b| f32::from_bits(b)).collect();
+        let at = |l: &Layout, idx: &[usize]| {
+            l.offset
+                + idx
+                    .iter()
+                    .zip(&l.strides)
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>()
+        };
+        let views = [
+            // The transpose of a rows × cols matrix: cols × rows, stride 1 down its columns.
+            Layout {
+                shape: vec![cols, rows],
+                strides: vec![1, cols],
+                offset: 0,
+            },
+            // A contiguous run at an offset, and every other element of each row.
+            Layout {
+                shape: vec![rows * cols - 3],
+                strides: vec![1],
+                offset: 3,
+            },
+            Layout {
+                shape: vec![rows, cols / 2],
+                strides: vec![cols, 2],
+                offset: 1,
+            },
+        ];
+        super::simd::for_each_width(|width| {
+            for view in &views {
+                let (d0, d1) = (view.shape[0], view.shape.get(1).copied().unwrap_or(1));
+                let mut out = vec![0f32; d0 * d1 + 2];
+                let dst = Layout {
+                    offset: 2,
+                    ..Layout::contiguous(view.shape.clone())
+                };
+                super::copy_strided_at(width, &src, view, &mut out, &dst);
+                for i in 0..d0 {
+                    for j in 0..d1 {
+                        let idx: Vec<usize> = if view.shape.len() == 2 {
+                            vec![i, j]
+                        } else {
+                            vec![i]
+                        };
+                        let want = bits[at(view, &idx)];
+                        let got = out[2 + i * d1 + j].to_bits();
+                        assert_eq!(got, want, "{width}-bit copy of {view:?} at {idx:?}");
+                    }
+                }
+            }
+        });
     }
 
     #[test]
