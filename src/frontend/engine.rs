@@ -420,19 +420,16 @@ mod tests {
         let base = std::env::temp_dir().join(format!("placelab-engine-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         let (engine, work) = (base.join("engine"), base.join("session/work"));
-        let built = || {
-            tree(
-                &build_of(&engine),
-                &[
-                    ("Cargo.lock", 10),
-                    ("target/x/debug/deps/libplacelab-1.so", 200_000),
-                    ("target/x/debug/deps/placelab-1.d", 100),
-                    ("target/x/debug/.fingerprint/placelab-1/lib-placelab", 16),
-                    ("target/x/debug/build/placelab-2/out/kernels.o", 200_000),
-                ],
-            )
-        };
-        built();
+        tree(
+            &build_of(&engine),
+            &[
+                ("Cargo.lock", 10),
+                ("target/x/debug/deps/libplacelab-1.so", 200_000),
+                ("target/x/debug/deps/placelab-1.d", 100),
+                ("target/x/debug/.fingerprint/placelab-1/lib-placelab", 16),
+                ("target/x/debug/build/placelab-2/out/kernels.o", 200_000),
+            ],
+        );
         engine_check::write(&build_of(&engine), &expected()).unwrap();
         assert!(matches!(link(&engine, &work).unwrap(), Linked::Yes));
         let t = work.join("target/x/debug");

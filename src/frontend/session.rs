@@ -201,10 +201,17 @@ impl Session {
             (loaded, compiled) = s.load_engine();
         }
         loaded.map_err(|e| {
+            let engine = s.prepared.engine.display();
+            let fix = if engine::is_shared(&s.prepared.engine) {
+                format!("ask whoever prebuilt it to run `placelab prebuild --shared {engine}`")
+            } else {
+                format!(
+                    "remove the engine build and start again (it is built anew): rm -rf {engine}"
+                )
+            };
             format!(
                 "could not load the placelab engine into the evaluator: {e}\nIf this happens at \
-                 every start, remove the engine build and start again (it is built anew): rm -rf {}",
-                s.prepared.engine.display()
+                 every start, {fix}"
             )
         })?;
         if (1..usize::MAX).contains(&compiled) && tty {
