@@ -68,13 +68,15 @@ pub enum Linked {
 /// (cargo would otherwise resolve the newest ones).
 pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
     let build = build_of(engine);
+    // One `rustc -vV` for every check below.
+    let expected = expected();
     if !is_shared(engine) {
-        finish_interrupted_publishes(engine);
+        finish_interrupted_publishes(engine, &expected);
     }
     let linked = if !is_built(engine) {
         Linked::NoEngine
     } else {
-        match engine_check::verify(&build, &expected()) {
+        match engine_check::verify(&build, &expected) {
             Ok(()) => Linked::Yes,
             Err(why) => {
                 if !is_shared(engine) {
@@ -103,7 +105,7 @@ pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
 /// builds (`work.new-PID`, `work.old-PID`, `work.unusable-PID`, PID no longer running) go, and
 /// an engine whose old build was renamed away just before the new one would have taken its place
 /// (`work` missing) gets the old one back, if its manifest still matches its files.
-fn finish_interrupted_publishes(engine: &Path) {
+fn finish_interrupted_publishes(engine: &Path, expected: &engine_check::Expected) {
     let Ok(entries) = fs::read_dir(engine) else {
         return;
     };
@@ -124,7 +126,7 @@ fn finish_interrupted_publishes(engine: &Path) {
     }
     let current = build_of(engine);
     for (dir, old) in left {
-        let whole = engine_check::verify(&dir, &expected()).is_ok();
+        let whole = engine_check::verify(&dir, expected).is_ok();
         if old && whole && !current.exists() && fs::rename(&dir, &current).is_ok() {
             continue;
         }
