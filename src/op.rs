@@ -85,3 +85,45 @@ impl UnaryOp {
         matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
     }
 }
+
+/// An optimizer's update of a parameter in place from its gradient, with the state it keeps
+/// (`kernels/optim.cu` and `cpu::optim` run it, every element in the order of the out-of-place
+/// ops `optim.rs` documents).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Update {
+    /// `torch.optim.SGD`; its state is the momentum buffer, when `momentum != 0`.
+    Sgd {
+        lr: f64,
+        momentum: f64,
+        dampening: f64,
+        weight_decay: f64,
+        nesterov: bool,
+    },
+    /// `torch.optim.Adam` (AdamW when `decoupled`); its state is the two moments. `c1`, `c2`:
+    /// this step's bias corrections, `1 − β₁ᵗ` and `1 − β₂ᵗ`.
+    Adam {
+        lr: f64,
+        betas: (f64, f64),
+        eps: f64,
+        weight_decay: f64,
+        decoupled: bool,
+        corrections: (f64, f64),
+    },
+}
+
+impl Update {
+    /// How many state tensors the update keeps per parameter.
+    pub fn state_count(&self) -> usize {
+        match self {
+            Update::Sgd { momentum, .. } => usize::from(*momentum != 0.0),
+            Update::Adam { .. } => 2,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Update::Sgd { .. } => "sgd_step_",
+            Update::Adam { .. } => "adam_step_",
+        }
+    }
+}

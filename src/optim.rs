@@ -1,8 +1,22 @@
 //! Optimizers with PyTorch's update rules. Their state (momentum, moments) is created beside
-//! each parameter, on its device; steps update the parameters in place under `no_grad`.
+//! each parameter, on its device, at the first step. A step updates the parameters and the state
+//! in place, all of one device and dtype at once, as PyTorch's `foreach` implementation: on a GPU
+//! one launch per 24 tensors, and no parameter-sized temporary anywhere.
+//!
+//! Each element is computed as these out-of-place ops would compute it (rounding each result to
+//! the parameter's dtype, f32 for f16/bf16), the formulas of `kernels/optim.cu`:
+//! SGD: `d = g + wd·p`; `b = d` (first step) or `momentum·b + (1 − dampening)·d`; `d = b` (or
+//! `d + momentum·b`, Nesterov); `p = p + (−lr)·d`.
+//! Adam: `g = g + wd·p` (or `w = p·(1 − lr·wd)`, AdamW); `m = β₁·m + (1 − β₁)·g`;
+//! `v = β₂·v + (g·g)·(1 − β₂)`; `p = w − ((m / c₁) / (√(v / c₂) + eps))·lr`.
 
-use crate::autograd::no_grad;
+use std::collections::BTreeMap;
+
+use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::op::Update;
+use crate::storage::UpdateSlot;
 use crate::tensor::Tensor;
 
 pub trait Optimizer {
@@ -63,7 +77,8 @@ pub struct Sgd {
     pub dampening: f64,
     pub weight_decay: f64,
     pub nesterov: bool,
-    buffers: Vec<Option<Tensor>>,
+    /// Each parameter's momentum buffer (the second slot is unused).
+    buffers: Vec<[Option<Tensor>; 2]>,
 }
 
 impl Sgd {
@@ -77,7 +92,7 @@ impl Sgd {
             dampening: 0.0,
             weight_decay: 0.0,
             nesterov: false,
-            buffers: vec![None; n],
+            buffers: vec![[None, None]; n],
         })
     }
 
@@ -112,28 +127,15 @@ impl Optimizer for Sgd {
                 "Nesterov momentum needs momentum > 0 and dampening 0",
             ));
         }
-        no_grad(|| {
-            for (p, buf) in self.params.iter().zip(&mut self.buffers) {
-                let Some(mut g) = p.grad() else { continue };
-                if self.weight_decay != 0.0 {
-                    g = g.add(&p.mul(self.weight_decay)?)?;
-                }
-                if self.momentum != 0.0 {
-                    let b = match buf.take() {
-                        None => g.copy()?,
-                        Some(b) => b.mul(self.momentum)?.add(&g.mul(1.0 - self.dampening)?)?,
-                    };
-                    g = if self.nesterov {
-                        g.add(&b.mul(self.momentum)?)?
-                    } else {
-                        b.clone()
-                    };
-                    *buf = Some(b);
-                }
-                p.add_scaled_(&g, -self.lr)?;
-            }
-            Ok(())
-        })
+        let update = Update::Sgd {
+            lr: self.lr,
+            momentum: self.momentum,
+            dampening: self.dampening,
+            weight_decay: self.weight_decay,
+            nesterov: self.nesterov,
+        };
+        let states = self.buffers.iter_mut().map(|[b, unused]| [b, unused]);
+        update_in_place(&update, &self.params, states)
     }
 
     fn params(&self) -> &[Tensor] {
@@ -141,7 +143,7 @@ impl Optimizer for Sgd {
     }
 
     fn state(&self) -> Vec<Tensor> {
-        self.buffers.iter().flatten().cloned().collect()
+        self.buffers.iter().flatten().flatten().cloned().collect()
     }
 
     fn lr(&self) -> f64 {
@@ -162,7 +164,7 @@ pub struct Adam {
     pub weight_decay: f64,
     decoupled: bool,
     step: u64,
-    moments: Vec<Option<(Tensor, Tensor)>>,
+    moments: Vec<[Option<Tensor>; 2]>,
 }
 
 impl Adam {
@@ -178,7 +180,7 @@ impl Adam {
             weight_decay: 0.0,
             decoupled: false,
             step: 0,
-            moments: vec![None; n],
+            moments: vec![[None, None]; n],
         })
     }
 
@@ -215,30 +217,16 @@ impl Optimizer for Adam {
         let (b1, b2) = self.betas;
         let t = self.step as i32;
         let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
-        no_grad(|| {
-            for (p, state) in self.params.iter().zip(&mut self.moments) {
-                let Some(mut g) = p.grad() else { continue };
-                let mut w = p.clone();
-                if self.weight_decay != 0.0 {
-                    if self.decoupled {
-                        w = w.mul(1.0 - self.lr * self.weight_decay)?;
-                    } else {
-                        g = g.add(&p.mul(self.weight_decay)?)?;
-                    }
-                }
-                let (m, v) = match state.take() {
-                    Some(s) => s,
-                    None => (g.zeros_like()?, g.zeros_like()?),
-                };
-                let m = m.mul(b1)?.add(&g.mul(1.0 - b1)?)?;
-                let v = v.mul(b2)?.add(&g.mul(&g)?.mul(1.0 - b2)?)?;
-                let denom = v.div(c2)?.sqrt()?.add(self.eps)?;
-                let update = m.div(c1)?.div(&denom)?.mul(self.lr)?;
-                p.assign_(&w.sub(&update)?)?;
-                *state = Some((m, v));
-            }
-            Ok(())
-        })
+        let update = Update::Adam {
+            lr: self.lr,
+            betas: self.betas,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            decoupled: self.decoupled,
+            corrections: (c1, c2),
+        };
+        let states = self.moments.iter_mut().map(|[m, v]| [m, v]);
+        update_in_place(&update, &self.params, states)
     }
 
     fn params(&self) -> &[Tensor] {
@@ -246,11 +234,7 @@ impl Optimizer for Adam {
     }
 
     fn state(&self) -> Vec<Tensor> {
-        self.moments
-            .iter()
-            .flatten()
-            .flat_map(|(m, v)| [m.clone(), v.clone()])
-            .collect()
+        self.moments.iter().flatten().flatten().cloned().collect()
     }
 
     fn lr(&self) -> f64 {
@@ -260,4 +244,93 @@ impl Optimizer for Adam {
     fn set_lr(&mut self, lr: f64) {
         self.lr = lr;
     }
+}
+
+/// Updates every parameter that has a gradient, in place, with `update`: its state (one slot per
+/// `update.state_count()`) made beside it at its first update. Parameters are grouped by device
+/// and dtype, each group one call to the backend.
+fn update_in_place<'a>(
+    update: &Update,
+    params: &[Tensor],
+    states: impl Iterator<Item = [&'a mut Option<Tensor>; 2]>,
+) -> Result<()> {
+    let mut groups: BTreeMap<(Device, DType), Vec<(Tensor, Tensor, [Option<Tensor>; 2], bool)>> =
+        BTreeMap::new();
+    for (p, state) in params.iter().zip(states) {
+        let Some(g) = p.grad() else { continue };
+        check_update(p, &g)?;
+        let first = state[0].is_none() && update.state_count() > 0;
+        let mut kept: [Option<Tensor>; 2] = [None, None];
+        for (slot, keep) in state.into_iter().zip(&mut kept).take(update.state_count()) {
+            if slot.is_none() {
+                *slot = Some(Tensor::uninitialized_like(p)?);
+            }
+            *keep = slot.clone();
+        }
+        let g = if g.is_contiguous() {
+            g
+        } else {
+            crate::autograd::no_grad(|| g.contiguous())?
+        };
+        (groups.entry((p.device(), p.dtype())).or_default()).push((p.clone(), g, kept, first));
+    }
+    for members in groups.values() {
+        let slots: Vec<UpdateSlot> = (members.iter())
+            .map(|(p, g, state, first)| UpdateSlot {
+                param: (p.storage(), p.layout()),
+                grad: (g.storage(), g.layout()),
+                state: [
+                    state[0].as_ref().map(|t| t.storage()),
+                    state[1].as_ref().map(|t| t.storage()),
+                ],
+                first: *first,
+            })
+            .collect();
+        // SAFETY: the engine runs nothing else on these storages during a user's call; a
+        // gradient is its own storage (`check_update`), and the state is the optimizer's own.
+        unsafe { crate::storage::Storage::update_in_place(update, &slots)? };
+    }
+    Ok(())
+}
+
+/// A parameter the optimizers update in place: a contiguous float leaf whose gradient has its
+/// shape, dtype and device and its own memory.
+fn check_update(p: &Tensor, g: &Tensor) -> Result<()> {
+    let op = "Optimizer::step";
+    if !p.dtype().is_float() || !p.is_contiguous() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "a parameter must be a contiguous float tensor, got a {}{} one of shape {:?}; optimize the tensor itself, not a view of it",
+                if p.is_contiguous() {
+                    ""
+                } else {
+                    "non-contiguous "
+                },
+                p.dtype(),
+                p.shape()
+            ),
+        ));
+    }
+    if g.shape() != p.shape() || g.dtype() != p.dtype() || g.device() != p.device() {
+        return Err(Error::invalid(
+            op,
+            format!(
+                "a parameter's gradient must match it: the parameter is {:?} {} on {}, its gradient {:?} {} on {}",
+                p.shape(),
+                p.dtype(),
+                p.device(),
+                g.shape(),
+                g.dtype(),
+                g.device()
+            ),
+        ));
+    }
+    if g.shares_storage_with(p) {
+        return Err(Error::invalid(
+            op,
+            "a parameter's gradient shares its memory; give it a gradient of its own",
+        ));
+    }
+    Ok(())
 }

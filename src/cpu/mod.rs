@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod fork;
 pub mod half_cast;
 pub mod matmul;
+pub mod optim;
 pub mod random;
 pub mod reduce;
 pub(crate) mod simd;
@@ -347,7 +348,7 @@ pub fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Send>(
 }
 
 /// A raw pointer that may cross threads; each task writes disjoint elements through it.
-struct SendPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
 // Not derived: a derive would ask `T: Copy`, and the pointer is copyable whatever it points to.
 impl<T> Clone for SendPtr<T> {
     fn clone(&self) -> Self {

@@ -2,6 +2,7 @@
 //! (`KernelArg`), and one argument by value (`Arg`), as the launchers pack them and the driver
 //! seam passes them on.
 
+use super::optim::TensorList;
 use super::strided::Strided;
 
 /// A kernel parameter as PTX declares it.
@@ -50,13 +51,25 @@ impl KernelArg for Strided {
     }
 }
 
+impl KernelArg for TensorList {
+    const PARAM: Param = Param::Struct {
+        align: std::mem::align_of::<TensorList>(),
+        bytes: std::mem::size_of::<TensorList>(),
+    };
+    fn arg(self) -> Arg {
+        Arg::List(Box::new(self))
+    }
+}
+
 /// One kernel argument, by value.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Arg {
     U64(u64),
     I32(i32),
     F32(f32),
     Strided(Strided),
+    /// Boxed: a list is near a kilobyte, and the other arguments are a few words.
+    List(Box<TensorList>),
 }
 
 impl Arg {
@@ -67,6 +80,7 @@ impl Arg {
             Arg::I32(_) => i32::PARAM,
             Arg::F32(_) => f32::PARAM,
             Arg::Strided(_) => Strided::PARAM,
+            Arg::List(_) => TensorList::PARAM,
         }
     }
 }

@@ -287,6 +287,7 @@ impl Driver for CudaDriver {
                 Arg::I32(v) => b.arg(v),
                 Arg::F32(v) => b.arg(v),
                 Arg::Strided(v) => b.arg(v),
+                Arg::List(v) => b.arg(&**v),
             };
         }
         let cfg = cudarc::driver::LaunchConfig {

@@ -9,6 +9,7 @@
 pub use super::args::{KernelArg, Param};
 use super::driver::Grid;
 use super::nvrtc::{self, KernelSource};
+use super::optim::TensorList;
 use super::runtime::Gpu;
 use super::strided::Strided;
 use crate::error::Result;
@@ -73,5 +74,7 @@ kernels! {
     extreme_finish in REDUCE for ALL (rows: u64, parts: u64, greater: i32, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
     softmax_rows in REDUCE for FLOATS (rows: u64, len: u64, log: i32, input: u64, out: u64);
     softmax_partials in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, input: u64, maxima: u64, sums: u64);
+    sgd_step in OPTIM for FLOATS (list: TensorList, lr: u64, momentum: u64, dampening: u64, weight_decay: u64, nesterov: i32);
+    adam_step in OPTIM for FLOATS (list: TensorList, lr: u64, b1: u64, b2: u64, eps: u64, weight_decay: u64, decoupled: i32, c1: u64, c2: u64);
     softmax_write in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, log: i32, input: u64, maxima: u64, sums: u64, out: u64);
 }

@@ -32,8 +32,13 @@ pub const REDUCE: KernelSource = KernelSource {
     text: include_str!("../../kernels/reduce.cu"),
 };
 
+pub const OPTIM: KernelSource = KernelSource {
+    name: "optim.cu",
+    text: include_str!("../../kernels/optim.cu"),
+};
+
 /// Every kernel file the engine launches from.
-pub const SOURCES: [KernelSource; 3] = [ELEMENTWISE, CAST, REDUCE];
+pub const SOURCES: [KernelSource; 4] = [ELEMENTWISE, CAST, REDUCE, OPTIM];
 
 impl KernelSource {
     /// What NVRTC compiles: the common header, then the file, with `#line` so that errors name

@@ -6,11 +6,13 @@
 
 mod copy;
 mod ops;
+mod optim;
 mod reduce;
 
 use std::sync::{Arc, Mutex};
 
 pub(crate) use copy::{Completion, copy_engine_between, open_devices};
+pub(crate) use optim::UpdateSlot;
 
 use crate::cpu;
 use crate::device::Device;

@@ -315,6 +315,13 @@ impl Tensor {
         Tensor::zeros(self.shape(), (self.dtype(), self.device()))
     }
 
+    /// A tensor with this one's shape, dtype and device whose values are not set (PyTorch's
+    /// `empty_like`): for state the caller writes before it reads, as an optimizer's.
+    pub(crate) fn uninitialized_like(&self) -> Result<Tensor> {
+        let storage = Storage::alloc(self.device(), self.dtype(), self.numel())?;
+        Ok(Tensor::from_storage(storage, self.shape().to_vec()))
+    }
+
     pub fn ones_like(&self) -> Result<Tensor> {
         Tensor::ones(self.shape(), (self.dtype(), self.device()))
     }

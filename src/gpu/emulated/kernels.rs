@@ -171,6 +171,7 @@ pub(crate) unsafe fn run(
                 Arg::I32(v) => v as *mut i32 as *mut c_void,
                 Arg::F32(v) => v as *mut f32 as *mut c_void,
                 Arg::Strided(v) => v as *mut _ as *mut c_void,
+                Arg::List(v) => &mut **v as *mut _ as *mut c_void,
             })
             .collect(),
     );

@@ -89,6 +89,12 @@ pub fn launches(name: &str) -> u64 {
     lock(launched()).get(name).copied().unwrap_or(0)
 }
 
+/// Every launch emulated devices have queued in this process, by kernel name, cuBLAS's GEMMs
+/// as `gemm`: a test takes two and subtracts to count what a step costs.
+pub fn launch_counts() -> BTreeMap<String, u64> {
+    lock(launched()).clone()
+}
+
 fn is_pinned(ptr: usize, len: usize) -> bool {
     let map = lock(pinned());
     map.range(..=ptr)
@@ -285,6 +291,7 @@ impl Driver for EmulatedDriver {
 
     unsafe fn gemm(&self, call: &Gemm, _workspace: (u64, usize)) -> Result<(), String> {
         let call = *call;
+        *lock(launched()).entry("gemm".to_string()).or_default() += 1;
         if !matches!(
             call.dtype,
             DType::F32 | DType::F64 | DType::F16 | DType::BF16

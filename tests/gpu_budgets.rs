@@ -1,0 +1,271 @@
+//! What a training step and a copy cost on the CUDA backend, counted exactly on emulated devices
+//! (the real `kernels/*.cu` and the backend's own calls, run on the CPU): kernel launches
+//! (cuBLAS's GEMMs included), the blocks the optimizer allocates, the driver's page-locked
+//! allocations. These are the budgets a real GPU's time follows: a step on a small model is
+//! bound by how many launches the host issues, a pinned copy by how often the driver locks
+//! pages. The tests run one at a time (`serial`), since the counters are the process's.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use placelab::cuda::emulated;
+use placelab::nn::{CrossEntropyLoss, Linear, Module, ReLU, Sequential};
+use placelab::prelude::*;
+use placelab::profile::Phase;
+
+const GPU: Device = Device::Cuda(0);
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The launches queued while `f` ran, by kernel name.
+fn launches_in(f: impl FnOnce()) -> BTreeMap<String, u64> {
+    let before = emulated::launch_counts();
+    f();
+    cuda::synchronize(0).unwrap();
+    let mut after = emulated::launch_counts();
+    for (name, n) in before {
+        *after.get_mut(&name).unwrap() -= n;
+    }
+    after.retain(|_, n| *n > 0);
+    after
+}
+
+fn total(counts: &BTreeMap<String, u64>) -> u64 {
+    counts.values().sum()
+}
+
+fn mlp() -> Sequential {
+    Sequential::new()
+        .add(Linear::new(784, 128, GPU).unwrap())
+        .add(ReLU)
+        .add(Linear::new(128, 10, GPU).unwrap())
+}
+
+/// Notebook 04's step: the 784-128-10 MLP, batch 64, SGD without momentum, as PyTorch's
+/// tutorial writes it. PyTorch runs it in 22 kernels on a GPU (`../shared/gpu`'s profile).
+#[test]
+fn a_small_sgd_step_launches_no_more_kernels_than_pytorch_and_its_optimizer_allocates_nothing() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    manual_seed(3);
+    let model = mlp();
+    let x = Tensor::randn([64, 784], GPU).unwrap();
+    let y = Tensor::randint(0, 10, [64], GPU).unwrap();
+    let mut opt = Sgd::new(model.parameters(), 0.05).unwrap();
+    let loss_fn = CrossEntropyLoss::new();
+    let mut step = || {
+        opt.zero_grad();
+        let loss = loss_fn.forward(&model.forward(&x).unwrap(), &y).unwrap();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+    };
+    step(); // the first step makes the gradients
+    let counts = launches_in(&mut step);
+    eprintln!("launches per step: {} {counts:?}", total(&counts));
+    assert!(
+        total(&counts) <= 24,
+        "a 784-128-10 SGD step launched {} kernels (budget 24; PyTorch 22): {counts:?}",
+        total(&counts)
+    );
+    let profile = placelab::profile::profile(|| {
+        step();
+        Ok(())
+    });
+    let optimizer_bytes: u64 = (profile.ops().iter())
+        .filter(|o| o.phase == Phase::Optimizer)
+        .map(|o| o.allocated)
+        .sum();
+    assert_eq!(
+        optimizer_bytes,
+        0,
+        "SGD's update allocated in its phase: {:?}",
+        profile.ops()
+    );
+}
+
+/// The out-of-place ops the fused updates replace, in the order `optim.rs` documents: one step
+/// of `opt` on `p` given `g`, with its state `state`, returning the new parameter and state.
+fn unfused_sgd(
+    p: &Tensor,
+    g: &Tensor,
+    buf: Option<&Tensor>,
+    h: (f64, f64, f64, f64, bool),
+) -> (Tensor, Option<Tensor>) {
+    let (lr, momentum, dampening, wd, nesterov) = h;
+    let mut d = g.clone();
+    if wd != 0.0 {
+        d = d.add(&p.mul(wd).unwrap()).unwrap();
+    }
+    let mut b = None;
+    if momentum != 0.0 {
+        let nb = match buf {
+            None => d.clone(),
+            Some(buf) => buf
+                .mul(momentum)
+                .unwrap()
+                .add(&d.mul(1.0 - dampening).unwrap())
+                .unwrap(),
+        };
+        d = if nesterov {
+            d.add(&nb.mul(momentum).unwrap()).unwrap()
+        } else {
+            nb.clone()
+        };
+        b = Some(nb);
+    }
+    (p.add(&d.mul(-lr).unwrap()).unwrap(), b)
+}
+
+#[allow(clippy::type_complexity)]
+fn unfused_adam(
+    p: &Tensor,
+    g: &Tensor,
+    mv: Option<(Tensor, Tensor)>,
+    t: i32,
+    h: (f64, f64, f64, f64, f64, bool),
+) -> (Tensor, (Tensor, Tensor)) {
+    let (lr, b1, b2, eps, wd, decoupled) = h;
+    let (mut g, mut w) = (g.clone(), p.clone());
+    if wd != 0.0 {
+        if decoupled {
+            w = w.mul(1.0 - lr * wd).unwrap();
+        } else {
+            g = g.add(&p.mul(wd).unwrap()).unwrap();
+        }
+    }
+    let (m, v) = mv.unwrap_or_else(|| (g.zeros_like().unwrap(), g.zeros_like().unwrap()));
+    let m = m.mul(b1).unwrap().add(&g.mul(1.0 - b1).unwrap()).unwrap();
+    let v = v
+        .mul(b2)
+        .unwrap()
+        .add(&g.mul(&g).unwrap().mul(1.0 - b2).unwrap())
+        .unwrap();
+    let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+    let denom = v.div(c2).unwrap().sqrt().unwrap().add(eps).unwrap();
+    let update = m.div(c1).unwrap().div(&denom).unwrap().mul(lr).unwrap();
+    (w.sub(&update).unwrap(), (m, v))
+}
+
+/// Three steps of every SGD and Adam variant, fused and in place, against the out-of-place ops:
+/// the same bits in f32 and f64 on the CPU and on emulated devices (both compute without FMA
+/// contraction; a real GPU may contract a product and a sum and differ in the last bit), and
+/// within 2⁻⁶ relative (a bf16 rounding per step) of the ops in f32 for f16/bf16 parameters,
+/// which the fused update computes in f32, rounding the parameter to its type at each step.
+#[test]
+fn fused_updates_give_the_out_of_place_ops_results() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    let sgds = [
+        (0.1, 0.0, 0.0, 0.0, false),
+        (0.05, 0.9, 0.0, 0.01, false),
+        (0.1, 0.9, 0.0, 0.0, true),
+        (0.1, 0.5, 0.3, 0.0, false),
+    ];
+    let adams = [
+        (1e-3, 0.9, 0.999, 1e-8, 0.0, false),
+        (1e-2, 0.8, 0.99, 1e-6, 0.1, false),
+        (1e-2, 0.9, 0.999, 1e-8, 0.01, true),
+    ];
+    for device in [Device::Cpu, GPU] {
+        for dtype in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+            manual_seed(11);
+            let start = Tensor::randn([3, 70], (dtype, device)).unwrap();
+            let grads: Vec<Tensor> = (0..3)
+                .map(|_| Tensor::randn([3, 70], (dtype, device)).unwrap())
+                .collect();
+            let exact = matches!(dtype, DType::F32 | DType::F64);
+            // The half types' references run in f32, as the fused update computes: the ops in
+            // f16 itself would underflow (g² of a small gradient is 0 in f16) where it does not.
+            let high = |t: &Tensor| {
+                if exact {
+                    t.copy().unwrap()
+                } else {
+                    t.to_dtype(DType::F32).unwrap()
+                }
+            };
+            let grads_high: Vec<Tensor> = grads.iter().map(high).collect();
+            let check = |fused: &Tensor, reference: &Tensor, what: &str| {
+                let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+                let (a, b) = (f64s(fused), f64s(reference));
+                for (x, y) in a.iter().zip(&b) {
+                    // The parameter is rounded to the half type at each step, the f32 reference
+                    // is not: three bf16 roundings (2⁻⁸ relative each) and some, 2⁻⁶.
+                    let close = if exact {
+                        x == y
+                    } else {
+                        (x - y).abs() <= 2f64.powi(-6) * y.abs().max(1.0)
+                    };
+                    assert!(
+                        close,
+                        "{what} on {device} in {dtype}: fused {x} against out-of-place {y}"
+                    );
+                }
+            };
+            for h in sgds {
+                let p = start.copy().unwrap().requires_grad_(true).unwrap();
+                let mut opt = Sgd::new(vec![p.clone()], h.0)
+                    .unwrap()
+                    .momentum(h.1)
+                    .dampening(h.2)
+                    .weight_decay(h.3)
+                    .nesterov(h.4);
+                let (mut reference, mut buf) = (high(&start), None);
+                for (g, gh) in grads.iter().zip(&grads_high) {
+                    p.set_grad(Some(g.copy().unwrap()));
+                    opt.step().unwrap();
+                    (reference, buf) = unfused_sgd(&reference, gh, buf.as_ref(), h);
+                    check(&p, &reference, &format!("SGD {h:?}"));
+                }
+            }
+            for h in adams {
+                let p = start.copy().unwrap().requires_grad_(true).unwrap();
+                let opt = if h.5 {
+                    Adam::adamw(vec![p.clone()], h.0)
+                } else {
+                    Adam::new(vec![p.clone()], h.0)
+                };
+                let mut opt = opt.unwrap().betas(h.1, h.2).eps(h.3).weight_decay(h.4);
+                let (mut reference, mut mv) = (high(&start), None);
+                for (t, (g, gh)) in grads.iter().zip(&grads_high).enumerate() {
+                    p.set_grad(Some(g.copy().unwrap()));
+                    opt.step().unwrap();
+                    let (r, state) = unfused_adam(&reference, gh, mv, t as i32 + 1, h);
+                    (reference, mv) = (r, Some(state));
+                    check(&p, &reference, &format!("Adam {h:?}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn zz_trace() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    manual_seed(3);
+    let model = mlp();
+    let x = Tensor::randn([64, 784], GPU).unwrap();
+    let y = Tensor::randint(0, 10, [64], GPU).unwrap();
+    let mut opt = Sgd::new(model.parameters(), 0.05).unwrap();
+    let loss_fn = CrossEntropyLoss::new();
+    let mut step = || {
+        opt.zero_grad();
+        let loss = loss_fn.forward(&model.forward(&x).unwrap(), &y).unwrap();
+        loss.backward().unwrap();
+        opt.step().unwrap();
+    };
+    step();
+    let p = placelab::profile::profile(|| {
+        step();
+        Ok(())
+    });
+    for o in p.ops() {
+        eprintln!(
+            "{:?} {} {:?} alloc {}",
+            o.phase, o.name, o.grad_fn, o.allocated
+        );
+    }
+}
