@@ -3,7 +3,8 @@
 // its own `Strided` view of the output's shape. Op codes match `cuda/ops.rs`.
 
 // ---- binary ------------------------------------------------------------------------------------
-// 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 maximum, 6 minimum
+// 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 maximum, 6 minimum, 7 ReLU's gradient (a where b > 0 or
+// NaN, else 0: PyTorch's threshold_backward)
 
 // NaN wins in maximum/minimum, as in torch.maximum.
 template <typename A> struct Binary {  // f32 and f64 (f16/bf16 compute in f32)
@@ -15,6 +16,7 @@ template <typename A> struct Binary {  // f32 and f64 (f16/bf16 compute in f32)
             case 3: return a / b;
             case 4: return pow(a, b);
             case 5: return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
+            case 7: return b <= (A)0 ? (A)0 : a;
             default: return isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b));
         }
     }
@@ -47,6 +49,7 @@ template <typename A, typename U> struct IntBinary {
                 return a / b;
             case 4: return wrapping_pow(a, b);
             case 5: return a > b ? a : b;
+            case 7: return b <= (A)0 ? (A)0 : a;
             default: return a < b ? a : b;
         }
     }
@@ -65,6 +68,7 @@ template <> struct Binary<bool> {
             case 3: return a;
             case 4: return a || !b;
             case 5: return a || b;
+            case 7: return a && b;
             default: return a && b;
         }
     }

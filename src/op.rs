@@ -10,6 +10,9 @@ pub enum BinaryOp {
     Pow,
     Maximum,
     Minimum,
+    /// ReLU's gradient (PyTorch's `threshold_backward`): `a` where `b` (ReLU's output) is above
+    /// 0 or NaN, else 0. Not differentiable itself.
+    ReluBackward,
 }
 
 impl BinaryOp {
@@ -22,6 +25,7 @@ impl BinaryOp {
             BinaryOp::Pow => "pow",
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
+            BinaryOp::ReluBackward => "threshold_backward",
         }
     }
 }

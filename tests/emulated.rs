@@ -232,6 +232,19 @@ fn every_op_code_means_the_same_op_in_rust_and_in_the_kernels() {
     };
     let (c, g) = (grad(&a), grad(&ga));
     assert!(close(&c, &g), "gelu'(x): cpu {c:?}, {GPU} {g:?}");
+    // ReLU's gradient is the last binary code (PyTorch's threshold_backward): the incoming
+    // gradient `b` where relu(x) > 0 or is NaN (PyTorch passes the gradient through NaN), else 0.
+    let relu_grad = |x: &Tensor, upstream: &Tensor| {
+        let x = x.detach().requires_grad_(true).unwrap();
+        x.relu().unwrap().backward_with(upstream).unwrap();
+        x.grad().unwrap().to_f64_vec().unwrap()
+    };
+    let (c, g) = (relu_grad(&a, &b), relu_grad(&ga, &gb));
+    assert!(close(&c, &g), "relu'(x): cpu {c:?}, {GPU} {g:?}");
+    assert!(
+        close(&c, &[0.0, 0.0, 0.0, 0.0, 0.5, 3.0, -2.0, 1.0]),
+        "relu'(x): {c:?}"
+    );
     // Every cast, by dtype code.
     for to in DType::ALL {
         let (c, g) = (a.to_dtype(to).unwrap(), ga.to_dtype(to).unwrap());

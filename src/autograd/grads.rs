@@ -31,6 +31,14 @@ impl Tensor {
     }
 }
 
+/// The error of a backward formula asked of an op that only backward passes run.
+fn not_differentiated(op: BinaryOp) -> crate::error::Error {
+    crate::error::Error::invalid(
+        "backward",
+        format!("internal error: {} is not differentiated", op.name()),
+    )
+}
+
 fn mask(cond: Tensor, like: &Tensor) -> Result<Tensor> {
     cond.to_dtype(like.dtype().to_float())
 }
@@ -88,6 +96,7 @@ pub(crate) fn binary(op: BinaryOp, a: Side, b: Side, out: &Tensor) -> Backward {
         // exponent's (so `x.pow(2.0)` saves `x` alone).
         BinaryOp::Pow => (true, need_a, need_b),
         BinaryOp::Maximum | BinaryOp::Minimum => (true, true, false),
+        BinaryOp::ReluBackward => (false, false, false),
     };
     let saved_now = vec![
         keep(a, save_a && num_a.is_none()),
@@ -119,6 +128,7 @@ pub(crate) fn binary(op: BinaryOp, a: Side, b: Side, out: &Tensor) -> Backward {
                     g.mul(&b)?.mul(&a()?.pow(&b.sub(1.0)?)?)
                 }
                 BinaryOp::Maximum | BinaryOp::Minimum => g.mul(&share(g)?),
+                BinaryOp::ReluBackward => Err(not_differentiated(op)),
             }
         };
         let gb = |g: &Tensor| -> Result<Tensor> {
@@ -137,6 +147,7 @@ pub(crate) fn binary(op: BinaryOp, a: Side, b: Side, out: &Tensor) -> Backward {
                     Tensor::where_cond(&a.eq(0.0)?, &lg.zeros_like()?, &lg)
                 }
                 BinaryOp::Maximum | BinaryOp::Minimum => g.mul(&share(g)?.rsub(1.0)?),
+                BinaryOp::ReluBackward => Err(not_differentiated(op)),
             }
         };
         Ok(vec![
@@ -168,15 +179,9 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> Backward {
                 let x = saved(&s, 0)?;
                 g.mul(&mask(x.gt(0.0)?, g)?.sub(&mask(x.lt(0.0)?, g)?)?)?
             }
-            // relu(x) > 0 exactly where x > 0. The output is let go as soon as the 1-byte
-            // mask is made, so the step holds no more than PyTorch's fused
-            // `threshold_backward` does (the output, the gradient and the result).
-            UnaryOp::Relu => {
-                let positive = saved(&s, 0)?.gt(0.0)?;
-                drop(s);
-                let zero = Tensor::zeros([], (g.dtype(), g.device()))?;
-                Tensor::where_cond(&positive, g, &zero)?
-            }
+            // One kernel, PyTorch's `threshold_backward`: the gradient where the output is
+            // above 0 (or NaN), 0 elsewhere.
+            UnaryOp::Relu => g.relu_backward(saved(&s, 0)?)?,
             UnaryOp::Sigmoid => {
                 let out = saved(&s, 0)?;
                 g.mul(&out.mul(&out.rsub(1.0)?)?)?

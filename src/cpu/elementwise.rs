@@ -18,6 +18,8 @@ pub trait Arith: Element {
     fn neg(a: Self) -> Self;
     fn abs(a: Self) -> Self;
     fn relu(a: Self) -> Self;
+    /// ReLU's gradient `g` where ReLU's output `out` is above 0 (or NaN), else 0.
+    fn relu_backward(g: Self, out: Self) -> Self;
 }
 
 macro_rules! arith_float {
@@ -61,6 +63,9 @@ macro_rules! arith_float {
             }
             fn relu(a: Self) -> Self {
                 if a > 0.0 || a.is_nan() { a } else { 0.0 }
+            }
+            fn relu_backward(g: Self, out: Self) -> Self {
+                if out <= 0.0 { 0.0 } else { g }
             }
         }
     };
@@ -113,6 +118,9 @@ macro_rules! arith_int {
             fn relu(a: Self) -> Self {
                 a.max(0)
             }
+            fn relu_backward(g: Self, out: Self) -> Self {
+                if out <= 0 { 0 } else { g }
+            }
         }
     };
 }
@@ -151,6 +159,9 @@ impl Arith for bool {
     }
     fn relu(a: Self) -> Self {
         a
+    }
+    fn relu_backward(g: Self, out: Self) -> Self {
+        g & out
     }
 }
 
@@ -298,6 +309,7 @@ pub fn binary<T: Arith>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout
         BinaryOp::Pow => map2(a, la, b, lb, out, T::pow),
         BinaryOp::Maximum => map2(a, la, b, lb, out, T::maximum),
         BinaryOp::Minimum => map2(a, la, b, lb, out, T::minimum),
+        BinaryOp::ReluBackward => map2(a, la, b, lb, out, T::relu_backward),
     }
 }
 

@@ -89,6 +89,7 @@ fn binary_code(op: BinaryOp) -> i32 {
         BinaryOp::Pow => 4,
         BinaryOp::Maximum => 5,
         BinaryOp::Minimum => 6,
+        BinaryOp::ReluBackward => 7,
     }
 }
 

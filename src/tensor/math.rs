@@ -308,6 +308,11 @@ impl Tensor {
     pub fn add(&self, other: impl Operand) -> Result<Tensor> {
         self.binary(BinaryOp::Add, other, false)
     }
+
+    /// ReLU's backward from this gradient and ReLU's output `out` (one kernel; not recorded).
+    pub(crate) fn relu_backward(&self, out: &Tensor) -> Result<Tensor> {
+        crate::autograd::no_grad(|| self.binary(BinaryOp::ReluBackward, out, false))
+    }
     pub fn sub(&self, other: impl Operand) -> Result<Tensor> {
         self.binary(BinaryOp::Sub, other, false)
     }
