@@ -1,6 +1,7 @@
 // Row reductions over contiguous rows of `len` elements: sums and means, max/min with their
 // index, and softmax. Long rows are split into `parts` chunks whose partial results a second
-// kernel combines in a fixed order, so results never depend on timing.
+// kernel combines in a fixed order, so results never depend on timing; a row of one chunk is
+// finished by the first kernel.
 // Launched with blockDim.x == REDUCE_THREADS and at most 65536 blocks (`blocks()` in
 // `cuda/ops.rs`): each block walks the chunks (or rows) `blockIdx.x, blockIdx.x + gridDim.x, …`,
 // so any count of rows fits the grid. The walk is the same for every thread of a block, so
@@ -49,22 +50,6 @@ __device__ __forceinline__ void chunk_of(u64 b, u64 parts, u64 len, u64* row, u6
 template <typename T> struct SumAcc { typedef double Acc; };
 template <> struct SumAcc<i64> { typedef u64 Acc; };
 
-template <typename T>
-__device__ void sum_partials(u64 chunks, u64 len, u64 parts, const T* in,
-                             typename SumAcc<T>::Acc* partial) {
-    typedef typename SumAcc<T>::Acc A;
-    __shared__ A sh[REDUCE_THREADS];
-    BLOCK_STRIDE(b, chunks) {
-        u64 row, start, end;
-        chunk_of(b, parts, len, &row, &start, &end);
-        const T* r = in + row * len;
-        A acc = 0;
-        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) acc += (A)Math<T>::load(r[j]);
-        acc = block_reduce(acc, sh, Add());
-        if (threadIdx.x == 0) partial[b] = acc;
-    }
-}
-
 // A row's mean from its sum: floats divide in f64; an i64 sum (kept in u64) divides as the signed
 // integer it is, truncating toward zero, as the CPU backend does.
 __device__ __forceinline__ double mean_of(double acc, u64 len) { return acc / (double)len; }
@@ -73,21 +58,54 @@ __device__ __forceinline__ u64 mean_of(u64 acc, u64 len) {
 }
 
 template <typename T>
+__device__ void sum_partials(u64 chunks, u64 len, u64 parts, int mean, const T* in,
+                             typename SumAcc<T>::Acc* partial, T* out) {
+    typedef typename SumAcc<T>::Acc A;
+    __shared__ A sh[REDUCE_THREADS];
+    BLOCK_STRIDE(b, chunks) {
+        u64 row, start, end;
+        chunk_of(b, parts, len, &row, &start, &end);
+        const T* r = in + row * len;
+        // Four independent sums per thread, so the loads of a thread overlap.
+        A acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
+        u64 step = blockDim.x, j = start + threadIdx.x;
+        for (; j + 3 * step < end; j += 4 * step) {
+            acc0 += (A)Math<T>::load(r[j]);
+            acc1 += (A)Math<T>::load(r[j + step]);
+            acc2 += (A)Math<T>::load(r[j + 2 * step]);
+            acc3 += (A)Math<T>::load(r[j + 3 * step]);
+        }
+        for (; j < end; j += step) acc0 += (A)Math<T>::load(r[j]);
+        A acc = block_reduce((acc0 + acc1) + (acc2 + acc3), sh, Add());
+        if (threadIdx.x == 0) {
+            // A row in one chunk is done here: no second launch.
+            if (parts == 1) out[row] = Math<T>::store((typename Math<T>::Acc)(mean ? mean_of(acc, len) : acc));
+            else partial[b] = acc;
+        }
+    }
+}
+
+// A block per row combines the row's partials in a fixed tree (never one thread walking them).
+template <typename T>
 __device__ void sum_finish(u64 rows, u64 parts, int mean, u64 len,
                           const typename SumAcc<T>::Acc* partial, T* out) {
     typedef typename SumAcc<T>::Acc A;
-    GRID_STRIDE(r, rows) {
+    __shared__ A sh[REDUCE_THREADS];
+    BLOCK_STRIDE(r, rows) {
         A acc = 0;
-        for (u64 p = 0; p < parts; ++p) acc += partial[r * parts + p];
-        if (mean) acc = mean_of(acc, len);
-        out[r] = Math<T>::store((typename Math<T>::Acc)acc);
+        for (u64 p = threadIdx.x; p < parts; p += blockDim.x) acc += partial[r * parts + p];
+        acc = block_reduce(acc, sh, Add());
+        if (threadIdx.x == 0) {
+            if (mean) acc = mean_of(acc, len);
+            out[r] = Math<T>::store((typename Math<T>::Acc)acc);
+        }
     }
 }
 
 #define SUM(T, S)                                                                              \
-    extern "C" __global__ void sum_partials_##S(u64 chunks, u64 len, u64 parts, const T* in,   \
-                                                SumAcc<T>::Acc* partial) {                     \
-        sum_partials<T>(chunks, len, parts, in, partial);                                      \
+    extern "C" __global__ void sum_partials_##S(u64 chunks, u64 len, u64 parts, int mean,      \
+                                                const T* in, SumAcc<T>::Acc* partial, T* out) { \
+        sum_partials<T>(chunks, len, parts, mean, in, partial, out);                           \
     }                                                                                          \
     extern "C" __global__ void sum_finish_##S(u64 rows, u64 parts, int mean, u64 len,          \
                                               const SumAcc<T>::Acc* partial, T* out) {         \
@@ -95,6 +113,78 @@ __device__ void sum_finish(u64 rows, u64 parts, int mean, u64 len,
     }
 FOR_FLOAT_DTYPES(SUM)
 SUM(i64, i64)
+
+// Column sums (or means) of a contiguous `reduced × kept` matrix, the sum over a tensor's leading
+// dims (a bias's gradient), with no transposed copy: a block is COL_TILE columns × COL_SLICES row
+// slices (blockDim (32, 8)); neighbouring threads read neighbouring columns, each thread sums
+// every COL_SLICES-th row of its share of its column, and the slices are added in a fixed tree.
+// Long columns are split into `parts` chunks of rows (block b: tile b % tiles, chunk b / tiles)
+// whose partial sums (`parts × kept`) `sum_cols_finish` adds in a fixed tree; with one part the
+// first kernel writes the result.
+#define COL_TILE 32
+#define COL_SLICES 8
+
+template <typename A> __device__ A column_slices_total(A acc, A (*sh)[COL_TILE]) {
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned s = COL_SLICES / 2; s > 0; s >>= 1) {
+        if (threadIdx.y < s) sh[threadIdx.y][threadIdx.x] = sh[threadIdx.y][threadIdx.x] + sh[threadIdx.y + s][threadIdx.x];
+        __syncthreads();
+    }
+    A total = sh[0][threadIdx.x];
+    __syncthreads();  // the next tile reuses `sh`
+    return total;
+}
+
+template <typename T>
+__device__ void sum_cols(u64 reduced, u64 kept, u64 parts, int mean, const T* in,
+                         typename SumAcc<T>::Acc* partial, T* out) {
+    typedef typename SumAcc<T>::Acc A;
+    __shared__ A sh[COL_SLICES][COL_TILE];
+    u64 tiles = (kept + COL_TILE - 1) / COL_TILE;
+    u64 chunk = (reduced + parts - 1) / parts;
+    BLOCK_STRIDE(b, tiles * parts) {
+        u64 col = (b % tiles) * COL_TILE + threadIdx.x, part = b / tiles;
+        u64 start = part * chunk, end = start + chunk < reduced ? start + chunk : reduced;
+        A acc = 0;
+        if (col < kept)
+            for (u64 r = start + threadIdx.y; r < end; r += COL_SLICES) acc += (A)Math<T>::load(in[r * kept + col]);
+        A total = column_slices_total(acc, sh);
+        if (threadIdx.y == 0 && col < kept) {
+            if (parts == 1) out[col] = Math<T>::store((typename Math<T>::Acc)(mean ? mean_of(total, reduced) : total));
+            else partial[part * kept + col] = total;
+        }
+    }
+}
+
+template <typename T>
+__device__ void sum_cols_finish(u64 reduced, u64 kept, u64 parts, int mean,
+                                const typename SumAcc<T>::Acc* partial, T* out) {
+    typedef typename SumAcc<T>::Acc A;
+    __shared__ A sh[COL_SLICES][COL_TILE];
+    u64 tiles = (kept + COL_TILE - 1) / COL_TILE;
+    BLOCK_STRIDE(tile, tiles) {
+        u64 col = tile * COL_TILE + threadIdx.x;
+        A acc = 0;
+        if (col < kept)
+            for (u64 p = threadIdx.y; p < parts; p += COL_SLICES) acc += partial[p * kept + col];
+        A total = column_slices_total(acc, sh);
+        if (threadIdx.y == 0 && col < kept)
+            out[col] = Math<T>::store((typename Math<T>::Acc)(mean ? mean_of(total, reduced) : total));
+    }
+}
+
+#define SUM_COLS(T, S)                                                                         \
+    extern "C" __global__ void sum_cols_##S(u64 reduced, u64 kept, u64 parts, int mean,        \
+                                            const T* in, SumAcc<T>::Acc* partial, T* out) {    \
+        sum_cols<T>(reduced, kept, parts, mean, in, partial, out);                             \
+    }                                                                                          \
+    extern "C" __global__ void sum_cols_finish_##S(u64 reduced, u64 kept, u64 parts, int mean, \
+                                                   const SumAcc<T>::Acc* partial, T* out) {    \
+        sum_cols_finish<T>(reduced, kept, parts, mean, partial, out);                          \
+    }
+FOR_FLOAT_DTYPES(SUM_COLS)
+SUM_COLS(i64, i64)
 
 // ---- max / min with index ------------------------------------------------------------------------
 // The first NaN wins (as in PyTorch); ties keep the first index. Index -1 marks "no element yet".

@@ -246,6 +246,9 @@ impl Optimizer for Adam {
     }
 }
 
+/// One parameter of an update: itself, its gradient, its state, and whether the state is new.
+type Member = (Tensor, Tensor, [Option<Tensor>; 2], bool);
+
 /// Updates every parameter that has a gradient, in place, with `update`: its state (one slot per
 /// `update.state_count()`) made beside it at its first update. Parameters are grouped by device
 /// and dtype, each group one call to the backend.
@@ -254,8 +257,7 @@ fn update_in_place<'a>(
     params: &[Tensor],
     states: impl Iterator<Item = [&'a mut Option<Tensor>; 2]>,
 ) -> Result<()> {
-    let mut groups: BTreeMap<(Device, DType), Vec<(Tensor, Tensor, [Option<Tensor>; 2], bool)>> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<(Device, DType), Vec<Member>> = BTreeMap::new();
     for (p, state) in params.iter().zip(states) {
         let Some(g) = p.grad() else { continue };
         check_update(p, &g)?;

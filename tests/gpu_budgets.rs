@@ -97,7 +97,7 @@ fn unfused_sgd(
     let (lr, momentum, dampening, wd, nesterov) = h;
     let mut d = g.clone();
     if wd != 0.0 {
-        d = d.add(&p.mul(wd).unwrap()).unwrap();
+        d = d.add(p.mul(wd).unwrap()).unwrap();
     }
     let mut b = None;
     if momentum != 0.0 {
@@ -106,17 +106,17 @@ fn unfused_sgd(
             Some(buf) => buf
                 .mul(momentum)
                 .unwrap()
-                .add(&d.mul(1.0 - dampening).unwrap())
+                .add(d.mul(1.0 - dampening).unwrap())
                 .unwrap(),
         };
         d = if nesterov {
-            d.add(&nb.mul(momentum).unwrap()).unwrap()
+            d.add(nb.mul(momentum).unwrap()).unwrap()
         } else {
             nb.clone()
         };
         b = Some(nb);
     }
-    (p.add(&d.mul(-lr).unwrap()).unwrap(), b)
+    (p.add(d.mul(-lr).unwrap()).unwrap(), b)
 }
 
 #[allow(clippy::type_complexity)]
@@ -133,15 +133,15 @@ fn unfused_adam(
         if decoupled {
             w = w.mul(1.0 - lr * wd).unwrap();
         } else {
-            g = g.add(&p.mul(wd).unwrap()).unwrap();
+            g = g.add(p.mul(wd).unwrap()).unwrap();
         }
     }
     let (m, v) = mv.unwrap_or_else(|| (g.zeros_like().unwrap(), g.zeros_like().unwrap()));
-    let m = m.mul(b1).unwrap().add(&g.mul(1.0 - b1).unwrap()).unwrap();
+    let m = m.mul(b1).unwrap().add(g.mul(1.0 - b1).unwrap()).unwrap();
     let v = v
         .mul(b2)
         .unwrap()
-        .add(&g.mul(&g).unwrap().mul(1.0 - b2).unwrap())
+        .add(g.mul(&g).unwrap().mul(1.0 - b2).unwrap())
         .unwrap();
     let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
     let denom = v.div(c2).unwrap().sqrt().unwrap().add(eps).unwrap();
@@ -241,31 +241,55 @@ fn fused_updates_give_the_out_of_place_ops_results() {
     }
 }
 
+/// A sum or mean of 10M elements is one launch, or two for a long row or column split over
+/// blocks, whatever the shape and the dims reduced: no transposed copy, no one-thread finish.
+/// Results as the CPU's, within the CPU's own rounding (the GPU accumulates f32 in f64).
 #[test]
-fn zz_trace() {
+fn a_reduction_of_ten_million_elements_is_one_or_two_launches() {
     let _serial = serial();
     cuda::emulate(1, None).unwrap();
-    manual_seed(3);
-    let model = mlp();
-    let x = Tensor::randn([64, 784], GPU).unwrap();
-    let y = Tensor::randint(0, 10, [64], GPU).unwrap();
-    let mut opt = Sgd::new(model.parameters(), 0.05).unwrap();
-    let loss_fn = CrossEntropyLoss::new();
-    let mut step = || {
-        opt.zero_grad();
-        let loss = loss_fn.forward(&model.forward(&x).unwrap(), &y).unwrap();
-        loss.backward().unwrap();
-        opt.step().unwrap();
-    };
-    step();
-    let p = placelab::profile::profile(|| {
-        step();
-        Ok(())
-    });
-    for o in p.ops() {
-        eprintln!(
-            "{:?} {} {:?} alloc {}",
-            o.phase, o.name, o.grad_fn, o.allocated
+    manual_seed(5);
+    let n = 10_000_000;
+    let cpu = Tensor::randn([n], Device::Cpu).unwrap();
+    let gpu = cpu.to(&GPU).unwrap();
+    type Reduction = fn(&Tensor) -> Result<Tensor>;
+    let cases: [(&str, Vec<usize>, Reduction); 7] = [
+        ("sum of all", vec![n], |t| t.sum_all()),
+        ("mean of all", vec![n], |t| t.mean_all()),
+        ("sum of 10,000 rows", vec![10_000, 1000], |t| {
+            t.sum(1, false)
+        }),
+        ("sum of 1,000 columns", vec![10_000, 1000], |t| {
+            t.sum(0, false)
+        }),
+        ("mean of 4 long columns", vec![n / 4, 4], |t| {
+            t.mean(0, false)
+        }),
+        ("sum of 4 long rows", vec![4, n / 4], |t| t.sum(1, false)),
+        ("sum of 100,000 short columns", vec![100, 100_000], |t| {
+            t.sum(0, true)
+        }),
+    ];
+    for (what, shape, reduce) in cases {
+        let (c, g) = (
+            cpu.reshape(shape.clone()).unwrap(),
+            gpu.reshape(shape).unwrap(),
         );
+        let mut result = None;
+        let counts = launches_in(|| result = Some(reduce(&g).unwrap()));
+        assert!(
+            (1..=2).contains(&total(&counts)),
+            "{what}: {} launches {counts:?}",
+            total(&counts)
+        );
+        let (want, got) = (
+            reduce(&c).unwrap().to_vec::<f32>().unwrap(),
+            result.unwrap().to_vec::<f32>().unwrap(),
+        );
+        // The CPU adds f32 rows in f32 lanes: its rounding grows with √(elements per result).
+        let tolerance = 1e-5 * ((n / want.len()) as f32).sqrt();
+        for (w, g) in want.iter().zip(&got) {
+            assert!((w - g).abs() <= tolerance, "{what}: cpu {w}, gpu {g}");
+        }
     }
 }

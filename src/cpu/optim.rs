@@ -40,14 +40,21 @@ impl Accumulator for f64 {
 
 /// One parameter's update in place: `param` and `grad` of equal length, and one state slice
 /// per `update.state_count()`, each as long, uninitialised when `first`.
-pub fn step<T: Copy + Send + Sync, A: Accumulator>(
+/// `load` and `store` convert to and from `A` (generic, not `fn` pointers, so that the loops
+/// inline and vectorise them).
+pub fn step<T, A, L, S>(
     update: &Update,
     param: &mut [T],
     grad: &[T],
     state: [Option<&mut [T]>; 2],
     first: bool,
-    (load, store): (fn(T) -> A, fn(A) -> T),
-) {
+    (load, store): (L, S),
+) where
+    T: Copy + Send + Sync,
+    A: Accumulator,
+    L: Fn(T) -> A + Copy + Sync,
+    S: Fn(A) -> T + Copy + Sync,
+{
     assert_eq!(
         param.len(),
         grad.len(),
@@ -76,27 +83,36 @@ pub fn step<T: Copy + Send + Sync, A: Accumulator>(
                 (of(weight_decay), of(momentum), of(1.0 - dampening), of(-lr));
             chunked(param, 1, |start, p| {
                 let g = &grad[start..start + p.len()];
+                let Some(buf) = s0 else {
+                    // No momentum: one loop, without branches, vectorised.
+                    super::simd::wide(|| {
+                        for (p, &g) in p.iter_mut().zip(g) {
+                            let w = load(*p);
+                            let d = if weight_decay != 0.0 {
+                                load(g) + w * wd
+                            } else {
+                                load(g)
+                            };
+                            *p = store(w + d * step);
+                        }
+                    });
+                    return;
+                };
                 // SAFETY: each chunk reads and writes its own range of the state.
-                let buf =
-                    s0.map(|b| unsafe { std::slice::from_raw_parts_mut(b.0.add(start), p.len()) });
-                let mut buf = buf;
-                for i in 0..p.len() {
-                    let w = load(p[i]);
-                    let mut d = load(g[i]);
-                    if weight_decay != 0.0 {
-                        d = d + w * wd;
+                let buf = unsafe { std::slice::from_raw_parts_mut(buf.0.add(start), p.len()) };
+                super::simd::wide(|| {
+                    for ((p, &g), b) in p.iter_mut().zip(g).zip(buf.iter_mut()) {
+                        let w = load(*p);
+                        let mut d = load(g);
+                        if weight_decay != 0.0 {
+                            d = d + w * wd;
+                        }
+                        let nb = if first { d } else { load(*b) * m + d * keep };
+                        *b = store(nb);
+                        d = if nesterov { d + nb * m } else { nb };
+                        *p = store(w + d * step);
                     }
-                    if let Some(buf) = buf.as_deref_mut() {
-                        let b = if first {
-                            d
-                        } else {
-                            load(buf[i]) * m + d * keep
-                        };
-                        buf[i] = store(b);
-                        d = if nesterov { d + b * m } else { b };
-                    }
-                    p[i] = store(w + d * step);
-                }
+                });
             });
         }
         Update::Adam {
@@ -123,29 +139,31 @@ pub fn step<T: Copy + Send + Sync, A: Accumulator>(
                         std::slice::from_raw_parts_mut(vp.0.add(start), p.len()),
                     )
                 };
-                for i in 0..p.len() {
-                    let w = load(p[i]);
-                    let mut gi = load(g[i]);
-                    let mut kept = w;
-                    if weight_decay != 0.0 {
-                        if decoupled {
-                            kept = w * shrink;
-                        } else {
-                            gi = gi + w * wd;
+                super::simd::wide(|| {
+                    for i in 0..p.len() {
+                        let w = load(p[i]);
+                        let mut gi = load(g[i]);
+                        let mut kept = w;
+                        if weight_decay != 0.0 {
+                            if decoupled {
+                                kept = w * shrink;
+                            } else {
+                                gi = gi + w * wd;
+                            }
                         }
+                        let (m0, v0) = if first {
+                            (of(0.0), of(0.0))
+                        } else {
+                            (load(ms[i]), load(vs[i]))
+                        };
+                        let m = m0 * ab1 + gi * a1b1;
+                        let v = v0 * ab2 + (gi * gi) * a1b2;
+                        ms[i] = store(m);
+                        vs[i] = store(v);
+                        let denom = (v / ac2).sqrt() + aeps;
+                        p[i] = store(kept - (m / ac1) / denom * alr);
                     }
-                    let (m0, v0) = if first {
-                        (of(0.0), of(0.0))
-                    } else {
-                        (load(ms[i]), load(vs[i]))
-                    };
-                    let m = m0 * ab1 + gi * a1b1;
-                    let v = v0 * ab2 + (gi * gi) * a1b2;
-                    ms[i] = store(m);
-                    vs[i] = store(v);
-                    let denom = (v / ac2).sqrt() + aeps;
-                    p[i] = store(kept - (m / ac1) / denom * alr);
-                }
+                });
             });
         }
     }

@@ -2,8 +2,8 @@
 //! (`KernelArg`), and one argument by value (`Arg`), as the launchers pack them and the driver
 //! seam passes them on.
 
-use super::optim::TensorList;
 use super::strided::Strided;
+use super::tensor_list::TensorList;
 
 /// A kernel parameter as PTX declares it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

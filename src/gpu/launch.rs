@@ -9,9 +9,9 @@
 pub use super::args::{KernelArg, Param};
 use super::driver::Grid;
 use super::nvrtc::{self, KernelSource};
-use super::optim::TensorList;
 use super::runtime::Gpu;
 use super::strided::Strided;
+use super::tensor_list::TensorList;
 use crate::error::Result;
 
 /// One family of kernels: `{family}_{suffix}` in `source`, all with the same parameters.
@@ -68,7 +68,9 @@ kernels! {
     copy in CAST for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
     fill in CAST for WIDTHS (n: u64, out: u64, bits: u64);
     index_select in CAST for WIDTHS (n: u64, out: u64, src: u64, ls: Strided, dim: i32, positions: u64);
-    sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, input: u64, partial: u64);
+    sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
+    sum_cols in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
+    sum_cols_finish in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, partial: u64, out: u64);
     sum_finish in REDUCE for SUMS (rows: u64, parts: u64, mean: i32, len: u64, partial: u64, out: u64);
     extreme_partials in REDUCE for ALL (chunks: u64, len: u64, parts: u64, greater: i32, input: u64, partial_values: u64, partial_indices: u64);
     extreme_finish in REDUCE for ALL (rows: u64, parts: u64, greater: i32, partial_values: u64, partial_indices: u64, values: u64, indices: u64);

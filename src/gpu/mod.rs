@@ -19,3 +19,4 @@ pub(crate) mod optim;
 pub(crate) mod reduce;
 pub mod runtime;
 pub(crate) mod strided;
+pub(crate) mod tensor_list;

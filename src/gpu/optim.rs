@@ -1,30 +1,13 @@
 //! The optimizers' in-place updates on a GPU (`kernels/optim.cu`): every parameter of one dtype
 //! in one launch per `LIST_MAX` tensors, as PyTorch's `multi_tensor_apply`.
 
-use cudarc::driver::DeviceRepr;
-
 use super::launch;
 use super::ops::{elementwise_grid, tag};
 use super::runtime::Gpu;
+use super::tensor_list::{LIST_MAX, TensorList};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::op::Update;
-
-/// As `LIST_MAX` in `kernels/optim.cu`: tensors per launch.
-pub(crate) const LIST_MAX: usize = 24;
-
-/// Up to `LIST_MAX` tensors' addresses, passed to a kernel by value (`TensorList` in
-/// `kernels/optim.cu`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct TensorList {
-    count: u64,
-    first: u64,
-    numel: [u64; LIST_MAX],
-    ptr: [[u64; LIST_MAX]; 4],
-}
-// SAFETY: a plain `repr(C)` struct of integers, laid out as the kernels' `TensorList`.
-unsafe impl DeviceRepr for TensorList {}
 
 /// One parameter's update: its elements, the device addresses of the parameter, its gradient
 /// and its state (0 where the update keeps none), and whether the state is new (unwritten).
@@ -41,21 +24,9 @@ pub(crate) struct Slot {
 pub(crate) fn step(g: &Gpu, dtype: DType, update: &Update, slots: &[Slot]) -> Result<()> {
     let bits = f64::to_bits;
     for chunk in slots.chunks(LIST_MAX) {
-        let mut list = TensorList {
-            count: chunk.len() as u64,
-            first: 0,
-            numel: [0; LIST_MAX],
-            ptr: [[0; LIST_MAX]; 4],
-        };
-        for (t, s) in chunk.iter().enumerate() {
-            list.numel[t] = s.numel as u64;
-            list.first |= u64::from(s.first) << t;
-            for (k, p) in [s.param, s.grad, s.state[0], s.state[1]]
-                .into_iter()
-                .enumerate()
-            {
-                list.ptr[k][t] = p;
-            }
+        let mut list = TensorList::default();
+        for s in chunk {
+            list.push(s.numel, [s.param, s.grad, s.state[0], s.state[1]], s.first);
         }
         let largest = chunk.iter().map(|s| s.numel).max().unwrap_or(0);
         let (grid, t) = (elementwise_grid(largest), tag(dtype));

@@ -1,7 +1,8 @@
 //! The reductions on a GPU (`kernels/reduce.cu`): sums and means, max/min with their index, and
 //! softmax, over contiguous rows. A long row is split into `reduce_parts` chunks, each a block's
-//! work, whose partial results a second kernel combines in a fixed order, so a result never
-//! depends on timing and one long row still fills the GPU. The caller allocates the partials.
+//! work, whose partial results a second kernel combines in a fixed order (a block per row), so a
+//! result never depends on timing and one long row still fills the GPU. The caller allocates the
+//! partials.
 
 use super::driver::Grid;
 use super::launch;
@@ -43,7 +44,9 @@ pub(crate) fn sum_accumulator(dtype: DType) -> DType {
 }
 
 /// Sums (or means) of `rows` contiguous rows of `len` elements of `dtype` at `input` into `out`,
-/// through `partial` (`rows × reduce_parts(rows, len)` values of `sum_accumulator(dtype)`).
+/// through `partial` (`rows × reduce_parts(rows, len)` values of `sum_accumulator(dtype)`; unused,
+/// and may be 0, when `reduce_parts` is 1). One launch when a block's share holds a whole row,
+/// else two: the chunks' partial sums, then a block per row combining them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sum_rows(
     g: &Gpu,
@@ -59,31 +62,70 @@ pub(crate) fn sum_rows(
     }
     let parts = reduce_parts(rows, len);
     let t = tag(dtype);
-    let (cn, ln, pn) = ((rows * parts) as u64, len as u64, parts as u64);
-    launch::sum_partials(
+    let (cn, ln, pn, m) = ((rows * parts) as u64, len as u64, parts as u64, mean as i32);
+    let grid = blocks(rows * parts);
+    launch::sum_partials(g, t, grid, "sum", cn, ln, pn, m, input, partial, out)?;
+    if parts == 1 {
+        return Ok(()); // each block finished its row
+    }
+    let rn = rows as u64;
+    launch::sum_finish(g, t, blocks(rows), "sum", rn, pn, m, ln, partial, out)
+}
+
+/// How many chunks of rows share the columns of a `reduced × kept` column sum: enough blocks
+/// (32 columns each) to fill a large GPU, never chunks under 512 rows. The caller allocates
+/// `parts × kept` partial sums when it is over 1.
+pub(crate) fn column_parts(reduced: usize, kept: usize) -> usize {
+    (2048usize.div_ceil(kept.div_ceil(32).max(1)))
+        .min(reduced.div_ceil(512))
+        .max(1)
+}
+
+/// Column sums (or means) of a contiguous `reduced × kept` matrix at `input` into `out`: one
+/// launch, or two when long columns are split (`column_parts`) through `partial` (`parts × kept`
+/// values of `sum_accumulator(dtype)`; may be 0 with one part).
+pub(crate) fn sum_cols(
+    g: &Gpu,
+    dtype: DType,
+    input: u64,
+    (reduced, kept): (usize, usize),
+    mean: bool,
+    (partial, out): (u64, u64),
+) -> Result<()> {
+    if kept == 0 {
+        return Ok(());
+    }
+    let parts = column_parts(reduced, kept);
+    let grid = |blocks: usize| Grid {
+        blocks: (blocks.clamp(1, 1 << 16) as u32, 1, 1),
+        threads: (32, 8, 1),
+        shared_bytes: 0,
+    };
+    let tiles = kept.div_ceil(32);
+    let (t, r, k, p, m) = (
+        tag(dtype),
+        reduced as u64,
+        kept as u64,
+        parts as u64,
+        mean as i32,
+    );
+    launch::sum_cols(
         g,
         t,
-        blocks(rows * parts),
+        grid(tiles * parts),
         "sum",
-        cn,
-        ln,
-        pn,
+        r,
+        k,
+        p,
+        m,
         input,
         partial,
-    )?;
-    let (rn, m) = (rows as u64, mean as i32);
-    launch::sum_finish(
-        g,
-        t,
-        elementwise_grid(rows),
-        "sum",
-        rn,
-        pn,
-        m,
-        ln,
-        partial,
         out,
-    )
+    )?;
+    if parts == 1 {
+        return Ok(());
+    }
+    launch::sum_cols_finish(g, t, grid(tiles), "sum", r, k, p, m, partial, out)
 }
 
 /// Per-row max (or min) values and their i64 indices of `rows` non-empty contiguous rows, through

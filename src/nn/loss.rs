@@ -6,8 +6,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::{IntoOptions, Tensor, same_device};
 
-/// Checks class-index targets against `[N, C]` scores and returns them as a one-hot `[N, C]`
-/// tensor in `dtype` on the scores' device.
+/// Checks class-index targets against `[N, C]` scores and returns them as `[N, C]` rows in `dtype`
+/// on the scores' device: −1 at each row's class, 0 elsewhere (`picks`).
 fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> Result<Tensor> {
     same_device(op, &[("input", scores), ("target", target)])?;
     if scores.rank() != 2 {
@@ -36,16 +36,13 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
             why: format!("the target must hold one class index per row of the input, shape [{n}]"),
         });
     }
-    one_hot_rows(op, target, c, (dtype, scores.device()))
+    picks(op, target, c, (dtype, scores.device()))
 }
 
-/// One row per class index in `target` (checked to lie in `0..c`): 1 at the class, 0 elsewhere.
-fn one_hot_rows(
-    op: &'static str,
-    target: &Tensor,
-    c: usize,
-    opts: impl IntoOptions,
-) -> Result<Tensor> {
+/// One row per class index in `target` (checked to lie in `0..c`): −1 at the class, 0 elsewhere.
+/// The sign is the loss's: `x · picks` summed is exactly `−Σ x[i, target_i]`, and the gradient
+/// `picks · (g / n)` exactly `(−g) / n` at each class, one kernel fewer each way than negating.
+fn picks(op: &'static str, target: &Tensor, c: usize, opts: impl IntoOptions) -> Result<Tensor> {
     let classes = target.to_vec::<i64>()?;
     let n = classes.len();
     let mut hot = vec![0.0f64; n * c];
@@ -58,7 +55,7 @@ fn one_hot_rows(
                 size: c,
             });
         }
-        hot[i * c + k as usize] = 1.0;
+        hot[i * c + k as usize] = -1.0;
     }
     Tensor::from_vec(hot, [n, c], opts)
 }
@@ -101,17 +98,17 @@ impl NLLLoss {
     /// `total_weight` the mean divides by (the batch size), not the one-hot rows it picks with.
     pub fn forward(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
         let x = full_precision(input)?;
-        let hot = one_hot("nll_loss", &x, target, x.dtype())?;
+        let picked = one_hot("nll_loss", &x, target, x.dtype())?;
         let (n, c) = (x.shape()[0], x.shape()[1]);
         let total_weight = Tensor::from_vec(vec![n as f64], [], (x.dtype(), x.device()))?;
-        let loss = no_grad(|| x.mul(&hot)?.sum_all()?.div(&total_weight)?.neg())?;
-        drop(hot);
+        let loss = no_grad(|| x.mul(&picked)?.sum_all()?.div(&total_weight))?;
+        drop(picked);
         let backward = || {
             let saved = vec![Some(target.detach()), Some(total_weight.detach())];
             Backward::new(saved, move |g: &Tensor, s: Vec<Option<Tensor>>| {
                 let (target, total_weight) = (saved_tensor(&s, 0)?, saved_tensor(&s, 1)?);
-                let hot = one_hot_rows("nll_loss", target, c, (g.dtype(), g.device()))?;
-                Ok(vec![Some(hot.mul(&g.neg()?.div(total_weight)?)?)])
+                let rows = picks("nll_loss", target, c, (g.dtype(), g.device()))?;
+                Ok(vec![Some(rows.mul(&g.div(total_weight)?)?)])
             })
         };
         Ok(record(loss, "nll_loss", &[&x], backward))

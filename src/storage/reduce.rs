@@ -7,7 +7,6 @@ use crate::cpu::reduce;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::gpu::reduce as gpu_reduce;
-use crate::layout::Layout;
 use crate::profile::Work;
 
 impl Storage {
@@ -16,7 +15,7 @@ impl Storage {
         let _op = self.profiled(if mean { "mean" } else { "sum" }, self.reduction(rows));
         // The GPU's partial sums: one per block sharing a row.
         let partial = match self.gpu() {
-            Some(_) if rows > 0 => {
+            Some(_) if rows > 0 && gpu_reduce::reduce_parts(rows, len) > 1 => {
                 let count = rows * gpu_reduce::reduce_parts(rows, len);
                 let dtype = gpu_reduce::sum_accumulator(self.dtype);
                 Some(Storage::alloc(self.device(), dtype, count)?)
@@ -32,12 +31,17 @@ impl Storage {
                 DType::I64 => reduce::sum_rows::<i64>(self.slice(), len, mean, out.slice_mut()),
                 d => unreachable!("sum over {d} runs in a wider dtype"),
             },
-            |g, out| match &partial {
-                Some(p) => {
-                    let (input, partial) = (self.device_ptr(), p.device_ptr());
-                    gpu_reduce::sum_rows(g, self.dtype, input, (rows, len), mean, partial, out)
-                }
-                None => Ok(()), // no rows
+            |g, out| {
+                let partial = partial.as_ref().map_or(0, |p| p.device_ptr());
+                gpu_reduce::sum_rows(
+                    g,
+                    self.dtype,
+                    self.device_ptr(),
+                    (rows, len),
+                    mean,
+                    partial,
+                    out,
+                )
             },
         )
     }
@@ -47,15 +51,35 @@ impl Storage {
     pub(crate) fn sum_cols(&self, reduced: usize, kept: usize, mean: bool) -> Result<Storage> {
         let _op = self.profiled(if mean { "mean" } else { "sum" }, self.reduction(kept));
         if !self.is_host() {
-            // The GPU's reductions walk rows: the columns become rows in a transposed copy.
-            let columns = Layout {
-                shape: vec![kept, reduced],
-                strides: vec![1, kept],
-                offset: 0,
+            // One pass down the columns (two when they are long): no transposed copy.
+            let parts = gpu_reduce::column_parts(reduced, kept);
+            let partial = match parts {
+                1 => None,
+                _ => Some(Storage::alloc(
+                    self.device(),
+                    gpu_reduce::sum_accumulator(self.dtype),
+                    parts * kept,
+                )?),
             };
-            return self
-                .copy_as(&columns, self.dtype)?
-                .sum_rows(kept, reduced, mean);
+            let (input, partial_ptr) = (
+                self.device_ptr(),
+                partial.as_ref().map_or(0, |p| p.device_ptr()),
+            );
+            return self.produce(
+                self.dtype,
+                kept,
+                |_| unreachable!("a GPU storage"),
+                |g, out| {
+                    gpu_reduce::sum_cols(
+                        g,
+                        self.dtype,
+                        input,
+                        (reduced, kept),
+                        mean,
+                        (partial_ptr, out),
+                    )
+                },
+            );
         }
         let mut out = Storage::alloc(self.device(), self.dtype, kept)?;
         let o = &mut out;

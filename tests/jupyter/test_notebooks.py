@@ -390,7 +390,7 @@ def test_05_memory_management():
     # forward's ReLU output was freed by its own backward, as in PyTorch.
     assert "24.17 MiB above the start" in text, text
     assert "(backward, in matmul's backward), reached by the 16.00 MiB output of matmul" in text, text
-    assert "the 8.00 MiB output of where (backward, in relu's backward)" in text, text
+    assert "the 8.00 MiB output of threshold_backward (backward, in relu's backward)" in text, text
     assert "output of relu (forward)" not in text, text
     svg = run.svg("memory-plot")
     assert "Allocated memory after each cell" in svg and "cuda:0" in svg
