@@ -363,3 +363,35 @@ __device__ void softmax_write(u64 chunks, u64 len, u64 parts, int log_, const T*
         softmax_write<T>(chunks, len, parts, log_, in, maxima, sums, out);                     \
     }
 FOR_FLOAT_DTYPES(SOFTMAX)
+
+// The gradient of softmax (or log-softmax) rows from the output `out` and the incoming gradient
+// `grad`, a block per row (PyTorch's `_log_softmax_backward_data`): log-softmax g − exp(y)·Σg,
+// softmax y·(g − Σ g·y), the sum in f64.
+template <typename T>
+__device__ void softmax_backward_rows(u64 rows, u64 len, int log_, const T* grad, const T* out,
+                                      T* gx) {
+    typedef typename Math<T>::Acc A;
+    __shared__ double sh[REDUCE_THREADS];
+    BLOCK_STRIDE(row, rows) {
+        const T* g = grad + row * len;
+        const T* y = out + row * len;
+        T* r = gx + row * len;
+        double s = 0.0;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            double gj = (double)Math<T>::load(g[j]);
+            s += log_ ? gj : gj * (double)Math<T>::load(y[j]);
+        }
+        A total = (A)block_reduce(s, sh, Add());
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            A gj = Math<T>::load(g[j]), yj = Math<T>::load(y[j]);
+            r[j] = Math<T>::store(log_ ? gj - exp(yj) * total : yj * (gj - total));
+        }
+    }
+}
+
+#define SOFTMAX_BACKWARD(T, S)                                                                 \
+    extern "C" __global__ void softmax_backward_rows_##S(u64 rows, u64 len, int log_,          \
+                                                         const T* grad, const T* out, T* gx) { \
+        softmax_backward_rows<T>(rows, len, log_, grad, out, gx);                              \
+    }
+FOR_FLOAT_DTYPES(SOFTMAX_BACKWARD)

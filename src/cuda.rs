@@ -9,7 +9,7 @@ pub use crate::device::registry::{
 };
 // The CUDA backend's modules, under the paths they always had (`placelab::cuda::launch`, …).
 pub use crate::gpu::blas::{allow_tf32, set_allow_tf32};
-pub use crate::gpu::copy::pinned_bytes;
+pub use crate::gpu::pinned::{HostMemoryStats, pinned_bytes};
 pub use crate::gpu::runtime::context_setup_time;
 pub use crate::gpu::{blas, copy, driver, emulated, launch, libs, nvrtc, runtime};
 pub use crate::units::parse_bytes;
@@ -98,6 +98,19 @@ pub fn empty_cache() -> usize {
         .filter(|d| d.is_cuda())
         .map(|d| memory::empty_cache(d).unwrap_or(0))
         .sum()
+}
+
+/// The pinned host memory cache's figures (`torch.cuda.host_memory_stats()`): bytes held by
+/// pinned tensors and page-locked in all, requests served, and the driver's allocations and
+/// frees with their time.
+pub fn host_memory_stats() -> HostMemoryStats {
+    crate::gpu::pinned::stats()
+}
+
+/// Gives the pinned host memory that no tensor holds back to the driver; returns the bytes
+/// (`torch._C._host_emptyCache()`). `empty_cache()` leaves it, as PyTorch's does.
+pub fn host_empty_cache() -> usize {
+    crate::gpu::pinned::empty_cache()
 }
 
 /// (free, total) bytes of `cuda:index` as the driver reports them (`torch.cuda.mem_get_info`).

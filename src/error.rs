@@ -67,6 +67,17 @@ pub enum Error {
         allocated: usize,
         reserved: usize,
     },
+    /// The driver would not page-lock a pinned request, even after the pinned cache gave its
+    /// free blocks back.
+    PinnedOutOfMemory {
+        requested: usize,
+        /// What the cache gave back before the second try.
+        released: usize,
+        /// Held by pinned tensors now.
+        held: usize,
+        /// The host's available memory.
+        available: usize,
+    },
     /// A shape whose element or byte count overflows the address space.
     SizeOverflow { op: &'static str, shape: Vec<usize> },
     /// NVRTC could not compile a kernel source; `log` is NVRTC's own message.
@@ -187,6 +198,22 @@ impl fmt::Display for Error {
                 human_bytes(*total),
                 human_bytes(*allocated),
                 human_bytes(*reserved)
+            ),
+            Error::PinnedOutOfMemory {
+                requested,
+                released,
+                held,
+                available,
+            } => write!(
+                f,
+                "could not pin {} of host memory: the driver refused to page-lock it, also after \
+                 the pinned cache gave back {} ({} held by pinned tensors, {} of host memory \
+                 available). Pin less at once (smaller batches), drop pinned tensors you no longer \
+                 need, or leave the data pageable (no `pin_memory()`).",
+                human_bytes(*requested),
+                human_bytes(*released),
+                human_bytes(*held),
+                human_bytes(*available)
             ),
             Error::SizeOverflow { op, shape } => write!(
                 f,

@@ -293,3 +293,107 @@ fn a_reduction_of_ten_million_elements_is_one_or_two_launches() {
         }
     }
 }
+
+/// Pinned memory comes from a cache, as PyTorch's `CachingHostAllocator`: ten `pin_memory()`
+/// calls of one size, and ten copies into new pinned memory (`cpu_pinned()`), page-lock once
+/// each; the strip's `pinned` figures follow; `host_empty_cache` gives the pages back.
+#[test]
+fn pinning_ten_times_locks_pages_once() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    cuda::host_empty_cache();
+    let start = cuda::host_memory_stats();
+    let x = Tensor::ones([3 << 20], Device::Cpu).unwrap(); // 12 MiB of f32
+    for _ in 0..10 {
+        let p = x.pin_memory().unwrap();
+        assert!(p.is_pinned());
+        assert_eq!(
+            cuda::host_memory_stats().allocated_bytes - start.allocated_bytes,
+            12 << 20
+        );
+    }
+    let gpu = x.to(&GPU).unwrap();
+    for _ in 0..10 {
+        let back = gpu.cpu_pinned().unwrap();
+        assert!(
+            back.is_pinned() && back.sum_all().unwrap().item::<f32>().unwrap() == (3 << 20) as f32
+        );
+    }
+    let s = cuda::host_memory_stats();
+    assert_eq!(s.driver_allocations - start.driver_allocations, 1, "{s:?}");
+    assert_eq!(s.allocations - start.allocations, 20, "{s:?}");
+    assert_eq!(
+        (s.allocated_bytes, s.active),
+        (start.allocated_bytes, start.active),
+        "{s:?}"
+    );
+    assert_eq!(s.reserved_bytes - start.reserved_bytes, 12 << 20, "{s:?}");
+    assert_eq!(cuda::host_empty_cache(), 12 << 20);
+    assert_eq!(
+        cuda::host_memory_stats().driver_frees - start.driver_frees,
+        1
+    );
+    // Size classes: 1/16 of a doubling above 1 MiB, so 65 MiB takes 68 MiB (PyTorch's
+    // power-of-two classes would lock 128 MiB).
+    let odd = Tensor::zeros([65 << 18], Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    assert_eq!(
+        cuda::host_memory_stats().allocated_bytes - start.allocated_bytes,
+        68 << 20
+    );
+    drop(odd);
+    cuda::host_empty_cache();
+}
+
+/// A pinned block whose tensor is dropped while a non-blocking copy still reads it is not handed
+/// out again until the copy is done: the next pinned tensor of its size gets other memory, and
+/// the copy delivers the first tensor's values.
+#[test]
+fn a_pinned_block_is_reused_only_after_its_copy() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    cuda::host_empty_cache();
+    let n = 1 << 20;
+    // Work queued ahead on the device's stream, so the copy waits behind it.
+    let big = Tensor::randn([768, 768], GPU).unwrap();
+    let mut busy = big.clone();
+    for _ in 0..6 {
+        busy = busy.matmul(&big).unwrap();
+    }
+    let src = Tensor::full([n], 1.0f32, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let src_block = src.storage_id(); // a pinned storage's id is its address
+    let on_gpu = src.to_non_blocking(&GPU).unwrap();
+    drop(src);
+    let other = Tensor::full([n], 2.0f32, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    assert_ne!(
+        other.storage_id(),
+        src_block,
+        "a block a copy still reads was handed out again"
+    );
+    cuda::synchronize(0).unwrap();
+    assert!(on_gpu.to_vec::<f32>().unwrap().iter().all(|&v| v == 1.0));
+    drop(other);
+    // Once the copy is done, its block is free for the next request of its size, and no more
+    // pages are locked.
+    let locked = cuda::host_memory_stats().driver_allocations;
+    let again = Tensor::zeros([n], Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let also = Tensor::zeros([n], Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    assert_eq!(cuda::host_memory_stats().driver_allocations, locked);
+    assert!([again.storage_id(), also.storage_id()].contains(&src_block));
+    drop((busy, again, also));
+    cuda::host_empty_cache();
+}

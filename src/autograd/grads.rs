@@ -266,6 +266,9 @@ pub(crate) fn softmax(out: &Tensor, dim: i64, log: bool) -> Backward {
         vec![keep(out, true)],
         move |g: &Tensor, s: Vec<Option<Tensor>>| {
             let out = saved(&s, 0)?;
+            if let Some(gx) = g.softmax_backward_fused(out, dim, log)? {
+                return Ok(vec![Some(gx)]);
+            }
             let gx = if log {
                 g.sub(&out.exp()?.mul(&g.sum(dim, true)?)?)?
             } else {

@@ -260,6 +260,41 @@ pub fn softmax_rows<T: FloatMath + Sum<Acc = f64>>(
     });
 }
 
+/// The gradient of softmax (or log-softmax) rows of `len` from the incoming gradient `grad` and
+/// the forward's output `out`: log-softmax `g − exp(y)·Σg`, softmax `y·(g − Σ g·y)`, each sum in
+/// f64 (as `kernels/reduce.cu`'s `softmax_backward_rows`).
+pub fn softmax_backward_rows<T: FloatMath>(
+    grad: &[T],
+    out: &[T],
+    len: usize,
+    log: bool,
+    gx: &mut [T],
+) {
+    if len == 0 {
+        return;
+    }
+    chunked(gx, len, |start, o| {
+        let rows = (grad[start..start + o.len()].chunks(len))
+            .zip(out[start..start + o.len()].chunks(len))
+            .zip(o.chunks_mut(len));
+        for ((g, y), r) in rows {
+            let total: f64 = if log {
+                g.iter().map(|v| v.to_f64()).sum()
+            } else {
+                g.iter().zip(y).map(|(a, b)| a.to_f64() * b.to_f64()).sum()
+            };
+            let total = T::from_f64(total);
+            for ((r, &g), &y) in r.iter_mut().zip(g).zip(y) {
+                *r = if log {
+                    T::sub(g, T::mul(T::exp(y), total))
+                } else {
+                    T::mul(y, T::sub(g, total))
+                };
+            }
+        }
+    });
+}
+
 /// The float types softmax runs on.
 pub trait SoftmaxFloat: FloatMath + Sum<Acc = f64> {}
 impl<T: FloatMath + Sum<Acc = f64>> SoftmaxFloat for T {}

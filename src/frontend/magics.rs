@@ -207,11 +207,15 @@ fn mem(s: &mut Session, _: &str) -> CellReport {
                 human_bytes(d.reserved as usize),
                 human_bytes(d.peak as usize),
                 d.tensors.to_string(),
-                format!(
-                    "{} / {}",
-                    human_bytes(d.free as usize),
-                    human_bytes(d.total as usize)
-                ),
+                if d.name == super::probe_client::PINNED {
+                    "–".into() // page-locked host memory: no size of its own
+                } else {
+                    format!(
+                        "{} / {}",
+                        human_bytes(d.free as usize),
+                        human_bytes(d.total as usize)
+                    )
+                },
             ]
         })
         .collect();

@@ -6,7 +6,9 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::probe::wire::{DeviceList, DeviceStats, Reply, Request, Snapshot, TransferLine};
+pub use crate::probe::wire::{
+    DeviceList, DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine,
+};
 
 #[derive(Debug, Clone)]
 pub struct ProbeClient {

@@ -221,9 +221,10 @@ fn tensors_text(n: u64) -> String {
     }
 }
 
-/// `15.98 GiB / 16.00 GiB` for a GPU (real or simulated); the CPU has no such limit to show.
+/// `15.98 GiB / 16.00 GiB` for a GPU (real or simulated); the CPU and pinned memory have no such
+/// limit to show.
 fn free_text(d: &DeviceStats) -> Option<String> {
-    (d.name != "cpu").then(|| {
+    (d.name != "cpu" && d.name != super::probe_client::PINNED).then(|| {
         format!(
             "{} / {}",
             human_bytes(d.free as usize),

@@ -1,16 +1,13 @@
 //! Copies between host memory and GPUs, and between GPUs, each timed with events (timing
 //! enabled) on the device's stream, plus the host clock around the whole call: what the user
-//! waited for. Pinned host memory comes from the driver (`cuMemHostAlloc`, flags 0 on a real GPU:
-//! not write-combined, so the CPU reads it at full speed).
+//! waited for. Pinned host memory comes from `pinned.rs`'s cache.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::driver::DriverEvent;
 use super::runtime::{Gpu, gpu};
-use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// How long a copy took.
 #[derive(Debug, Clone, Copy)]
@@ -21,64 +18,6 @@ pub(crate) struct CopyTime {
     pub wall: Duration,
     /// Between two GPUs: whether the copy went peer to peer (else through host memory).
     pub peer: Option<bool>,
-}
-
-static PINNED_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-/// Bytes of page-locked host memory held by pinned tensors.
-pub fn pinned_bytes() -> usize {
-    PINNED_BYTES.load(Ordering::Relaxed)
-}
-
-/// Page-locked host memory for one pinned CPU storage.
-pub(crate) struct PinnedHost {
-    ptr: usize,
-    bytes: usize,
-    /// Keeps the driver (a context) alive to free it.
-    gpu: Arc<Gpu>,
-}
-
-impl PinnedHost {
-    /// `bytes` of page-locked memory, through `cuda:near`'s context, or (`None`) through that of
-    /// a GPU already in use: pinning never creates a context (and takes its memory) on a GPU the
-    /// program does not use. Only when none is in use yet does it open `cuda:0`.
-    pub(crate) fn alloc(bytes: usize, near: Option<usize>) -> Result<PinnedHost> {
-        let g = gpu(near.or_else(super::runtime::first_open).unwrap_or(0))?;
-        let ptr = g
-            .driver
-            .malloc_host(bytes)
-            .map_err(|_| Error::OutOfMemory {
-                device: Device::Cpu,
-                requested: bytes,
-                free: crate::alloc::host::host_memory_info().0,
-                total: crate::alloc::host::host_memory_info().1,
-                allocated: pinned_bytes(),
-                reserved: pinned_bytes(),
-            })?;
-        PINNED_BYTES.fetch_add(bytes, Ordering::Relaxed);
-        Ok(PinnedHost {
-            ptr: ptr as usize,
-            bytes,
-            gpu: g,
-        })
-    }
-
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr as *mut u8
-    }
-
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes
-    }
-}
-
-impl Drop for PinnedHost {
-    fn drop(&mut self) {
-        // A storage waits for its in-flight copies before dropping its memory, so no copy
-        // engine reads or writes this memory now.
-        unsafe { self.gpu.driver.free_host(self.ptr as *mut u8, self.bytes) };
-        PINNED_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
-    }
 }
 
 fn timing_event(g: &Gpu) -> Result<Box<dyn DriverEvent>> {

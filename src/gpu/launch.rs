@@ -78,5 +78,6 @@ kernels! {
     softmax_partials in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, input: u64, maxima: u64, sums: u64);
     sgd_step in OPTIM for FLOATS (list: TensorList, lr: u64, momentum: u64, dampening: u64, weight_decay: u64, nesterov: i32);
     adam_step in OPTIM for FLOATS (list: TensorList, lr: u64, b1: u64, b2: u64, eps: u64, weight_decay: u64, decoupled: i32, c1: u64, c2: u64);
+    softmax_backward_rows in REDUCE for FLOATS (rows: u64, len: u64, log: i32, grad: u64, out: u64, gx: u64);
     softmax_write in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, log: i32, input: u64, maxima: u64, sums: u64, out: u64);
 }

@@ -218,6 +218,34 @@ pub(crate) fn softmax_rows(
     )
 }
 
+/// The gradient of softmax (or log-softmax) over `rows` contiguous rows of `len`, from the
+/// incoming gradient and the forward's output, into `gx`: one launch, a block per row.
+pub(crate) fn softmax_backward_rows(
+    g: &Gpu,
+    dtype: DType,
+    (grad, out): (u64, u64),
+    (rows, len): (usize, usize),
+    log: bool,
+    gx: u64,
+) -> Result<()> {
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let (t, rn, ln, lg) = (tag(dtype), rows as u64, len as u64, log as i32);
+    launch::softmax_backward_rows(
+        g,
+        t,
+        blocks(rows),
+        "softmax_backward",
+        rn,
+        ln,
+        lg,
+        grad,
+        out,
+        gx,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

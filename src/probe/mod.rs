@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use crate::device::Device;
 use crate::{memory, transfer};
-use wire::{DeviceStats, Reply, Request, Snapshot, TransferLine};
+use wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
 
 /// The environment variable that names the socket; set by the front end.
 pub const ENV: &str = "PLACELAB_PROBE";
@@ -72,13 +72,16 @@ pub fn answer(request: &str) -> String {
 fn snapshot(after_seq: u64) -> Snapshot {
     // Non-blocking copies that have finished since are timed and logged now.
     crate::transfer::inflight::poll();
-    let devices = memory::used_devices()
+    let mut devices: std::collections::BTreeMap<String, DeviceStats> = memory::used_devices()
         .into_iter()
         .map(|d| {
             let stats = device_stats(d);
             (stats.name.clone(), stats)
         })
         .collect();
+    if let Some(pinned) = pinned_stats() {
+        devices.insert(pinned.name.clone(), pinned);
+    }
     let transfers = transfer::log_since(after_seq)
         .into_iter()
         .map(|t| TransferLine {
@@ -99,6 +102,22 @@ fn snapshot(after_seq: u64) -> Snapshot {
         transfers,
         last_seq: transfer::last_seq(),
     }
+}
+
+/// Page-locked host memory as a line of its own (`pinned`), once any was locked: held by pinned
+/// tensors, and locked in all (the cache's free blocks too).
+fn pinned_stats() -> Option<DeviceStats> {
+    let s = crate::gpu::pinned::stats();
+    (s.reserved_bytes > 0).then(|| DeviceStats {
+        name: PINNED.into(),
+        stand_in: None,
+        allocated: s.allocated_bytes as u64,
+        reserved: s.reserved_bytes as u64,
+        peak: s.peak_allocated_bytes as u64,
+        tensors: s.active,
+        free: 0,
+        total: 0,
+    })
 }
 
 fn device_stats(d: Device) -> DeviceStats {

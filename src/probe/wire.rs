@@ -61,6 +61,9 @@ impl Request {
     }
 }
 
+/// The name of the line for page-locked host memory among the devices' (`DeviceStats`).
+pub const PINNED: &str = "pinned";
+
 /// One device's memory, as a `device` line carries it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceStats {

@@ -18,7 +18,8 @@ use crate::cpu;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::gpu::copy::{OpenTiming, PinnedHost};
+use crate::gpu::copy::OpenTiming;
+use crate::gpu::pinned::PinnedHost;
 use crate::gpu::runtime::Gpu;
 use crate::memory::Block;
 use crate::profile::{self, OpScope, Work};
@@ -38,6 +39,9 @@ pub(crate) trait PendingCopy: Send + Sync {
     /// Returns once the copy has finished (its error, if any, is reported where the copy is
     /// completed and logged).
     fn wait_done(&self);
+
+    /// Whether the copy has finished (never waits).
+    fn is_done(&self) -> bool;
 }
 
 pub(crate) struct Storage {
@@ -53,12 +57,19 @@ pub(crate) struct Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         // A copy engine or a copy thread may still be using the memory.
-        for f in self
-            .in_flight
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
+        let pending: Vec<_> = (self.in_flight.get_mut().unwrap_or_else(|e| e.into_inner()))
             .drain(..)
-        {
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        if let Backing::Pinned(p) = &mut self.backing {
+            // Pinned memory goes back to its cache without waiting; the cache hands it out
+            // again only once the copies are done.
+            p.release_after(Box::new(move || pending.iter().all(|f| f.is_done())));
+            return;
+        }
+        for f in pending {
             f.wait_done();
         }
     }

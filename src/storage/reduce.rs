@@ -160,6 +160,49 @@ impl Storage {
         )
     }
 
+    /// The gradient of softmax (or log-softmax) over rows of `len`, from the incoming gradient
+    /// `grad` and the forward's output `out` (whole contiguous storages of one float dtype, f32 or
+    /// f64): one kernel, as PyTorch's `_softmax_backward_data`.
+    pub(crate) fn softmax_backward_rows(
+        grad: &Storage,
+        out: &Storage,
+        len: usize,
+        log: bool,
+    ) -> Result<Storage> {
+        let name = if log {
+            "log_softmax_backward"
+        } else {
+            "softmax_backward"
+        };
+        let _op = grad.profiled(name, Work::elementwise(grad.numel, 2, grad.dtype));
+        let rows = grad.numel.checked_div(len).unwrap_or(0);
+        grad.produce(
+            grad.dtype,
+            grad.numel,
+            |gx| match grad.dtype {
+                DType::F32 => reduce::softmax_backward_rows::<f32>(
+                    grad.slice(),
+                    out.slice(),
+                    len,
+                    log,
+                    gx.slice_mut(),
+                ),
+                DType::F64 => reduce::softmax_backward_rows::<f64>(
+                    grad.slice(),
+                    out.slice(),
+                    len,
+                    log,
+                    gx.slice_mut(),
+                ),
+                d => unreachable!("softmax's backward of {d} runs in f32"),
+            },
+            |g, gx| {
+                let ptrs = (grad.device_ptr(), out.device_ptr());
+                gpu_reduce::softmax_backward_rows(g, grad.dtype, ptrs, (rows, len), log, gx)
+            },
+        )
+    }
+
     /// A reduction's work: this whole storage read, `outputs` values written.
     fn reduction(&self, outputs: usize) -> Work {
         let size = self.dtype.size_in_bytes() as u64;

@@ -280,6 +280,34 @@ impl Tensor {
         ))
     }
 
+    /// Softmax's (or log-softmax's) gradient in one kernel, from this incoming gradient and the
+    /// forward's output `out`, when both are whole contiguous f32/f64 storages of one shape and
+    /// `dim` is the last; `None` otherwise (the caller composes it from ops).
+    pub(crate) fn softmax_backward_fused(
+        &self,
+        out: &Tensor,
+        dim: i64,
+        log: bool,
+    ) -> Result<Option<Tensor>> {
+        let whole = |t: &Tensor| {
+            t.is_contiguous() && t.storage_offset() == 0 && t.storage().numel() == t.numel()
+        };
+        let fits = self.rank() > 0
+            && resolve_dim("softmax", dim, self.rank())? == self.rank() - 1
+            && self.shape() == out.shape()
+            && self.dtype() == out.dtype()
+            && matches!(self.dtype(), DType::F32 | DType::F64)
+            && self.device() == out.device()
+            && whole(self)
+            && whole(out);
+        if !fits {
+            return Ok(None);
+        }
+        let len = self.shape()[self.rank() - 1];
+        let s = Storage::softmax_backward_rows(self.storage(), out.storage(), len, log)?;
+        Ok(Some(Tensor::from_storage(s, self.shape().to_vec())))
+    }
+
     /// `exp(x) / Σ exp(x)` along `dim`, computed stably (halves in f32).
     pub fn softmax(&self, dim: impl Dim) -> Result<Tensor> {
         self.softmax_recorded(dim.as_i64(), false)

@@ -151,7 +151,8 @@ impl Tensor {
     }
 
     /// A copy of this CPU tensor in page-locked memory, so transfers to a GPU can use DMA
-    /// directly. Needs a CUDA device (real or simulated), as in PyTorch.
+    /// directly. Needs a CUDA device (real or simulated), as in PyTorch. The memory comes from
+    /// the pinned cache (`cuda::host_memory_stats`): repeated pins of one size lock pages once.
     #[must_use = "`.pin_memory()` returns a pinned copy; the original stays pageable"]
     pub fn pin_memory(&self) -> Result<Tensor> {
         if !self.is_cpu() {

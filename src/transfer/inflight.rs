@@ -113,6 +113,10 @@ impl PendingCopy for InFlight {
     fn wait_done(&self) {
         let _ = self.wait();
     }
+
+    fn is_done(&self) -> bool {
+        self.check()
+    }
 }
 
 /// Completes the copies that have finished, without waiting for the others.
