@@ -397,3 +397,64 @@ fn a_pinned_block_is_reused_only_after_its_copy() {
     drop((busy, again, also));
     cuda::host_empty_cache();
 }
+
+/// Softmax's and log-softmax's backward in one kernel give what the composed ops give (the
+/// gradient formulas `g − exp(y)·Σg` and `y·(g − Σ g·y)`), on the CPU and on emulated devices,
+/// within f32 rounding (the fused sum is kept in f64, the ops' in f32).
+#[test]
+fn a_fused_softmax_backward_gives_the_composed_ops_gradient() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    manual_seed(9);
+    let x = Tensor::randn([37, 300], Device::Cpu).unwrap();
+    let upstream = Tensor::randn([37, 300], Device::Cpu).unwrap();
+    for device in [Device::Cpu, GPU] {
+        for log in [true, false] {
+            let leaf = x
+                .to(&device)
+                .unwrap()
+                .detach()
+                .requires_grad_(true)
+                .unwrap();
+            let g = upstream.to(&device).unwrap();
+            let y = if log {
+                leaf.log_softmax(1)
+            } else {
+                leaf.softmax(1)
+            }
+            .unwrap();
+            let mut launched = BTreeMap::new();
+            if device == GPU {
+                launched = launches_in(|| y.backward_with(&g).unwrap());
+            } else {
+                y.backward_with(&g).unwrap();
+            }
+            let got = leaf.grad().unwrap().to_vec::<f32>().unwrap();
+            // The composed formula, from the same output.
+            let y = y.detach();
+            let want = if log {
+                g.sub(y.exp().unwrap().mul(g.sum(1, true).unwrap()).unwrap())
+            } else {
+                y.mul(g.sub(g.mul(&y).unwrap().sum(1, true).unwrap()).unwrap())
+            }
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+            for (a, b) in got.iter().zip(&want) {
+                assert!(
+                    (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                    "log {log} on {device}: fused {a}, composed {b}"
+                );
+            }
+            if device == GPU {
+                let name = "softmax_backward_rows_f32";
+                assert_eq!(launched.get(name), Some(&1), "{launched:?}");
+                assert_eq!(
+                    total(&launched),
+                    1,
+                    "one kernel for the whole backward: {launched:?}"
+                );
+            }
+        }
+    }
+}
