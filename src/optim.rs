@@ -213,9 +213,9 @@ impl Optimizer for Adam {
     fn step(&mut self) -> Result<()> {
         let _phase = crate::profile::phase(crate::profile::Phase::Optimizer);
         check_grads("Adam::step", &self.params)?;
-        self.step += 1;
+        // Counted once the step has run: a refused step leaves the bias corrections as they were.
+        let t = (self.step + 1) as i32;
         let (b1, b2) = self.betas;
-        let t = self.step as i32;
         let (c1, c2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
         let update = Update::Adam {
             lr: self.lr,
@@ -226,7 +226,9 @@ impl Optimizer for Adam {
             corrections: (c1, c2),
         };
         let states = self.moments.iter_mut().map(|[m, v]| [m, v]);
-        update_in_place(&update, &self.params, states)
+        update_in_place(&update, &self.params, states)?;
+        self.step += 1;
+        Ok(())
     }
 
     fn params(&self) -> &[Tensor] {
@@ -246,51 +248,79 @@ impl Optimizer for Adam {
     }
 }
 
-/// One parameter of an update: itself, its gradient, its state, and whether the state is new.
-type Member = (Tensor, Tensor, [Option<Tensor>; 2], bool);
+/// One parameter of an update: itself, its gradient, its state, whether the state is new, and
+/// the optimizer's slots the state goes to once the update has written it.
+struct Member<'a> {
+    param: Tensor,
+    grad: Tensor,
+    state: [Option<Tensor>; 2],
+    first: bool,
+    slots: [&'a mut Option<Tensor>; 2],
+}
 
 /// Updates every parameter that has a gradient, in place, with `update`: its state (one slot per
 /// `update.state_count()`) made beside it at its first update. Parameters are grouped by device
-/// and dtype, each group one call to the backend.
+/// and dtype, each group one call to the backend. Every parameter is checked before anything is
+/// made or written, and new state joins the optimizer only once its group's update has written
+/// it: a failed step never leaves state that the next step would read unwritten.
 fn update_in_place<'a>(
     update: &Update,
     params: &[Tensor],
     states: impl Iterator<Item = [&'a mut Option<Tensor>; 2]>,
 ) -> Result<()> {
-    let mut groups: BTreeMap<(Device, DType), Vec<Member>> = BTreeMap::new();
-    for (p, state) in params.iter().zip(states) {
-        let Some(g) = p.grad() else { continue };
-        check_update(p, &g)?;
-        let first = state[0].is_none() && update.state_count() > 0;
-        let mut kept: [Option<Tensor>; 2] = [None, None];
-        for (slot, keep) in state.into_iter().zip(&mut kept).take(update.state_count()) {
-            if slot.is_none() {
-                *slot = Some(Tensor::uninitialized_like(p)?);
-            }
-            *keep = slot.clone();
+    let with_grads: Vec<(&Tensor, Tensor, [&'a mut Option<Tensor>; 2])> = (params.iter())
+        .zip(states)
+        .filter_map(|(p, slots)| p.grad().map(|g| (p, g, slots)))
+        .collect();
+    for (p, g, _) in &with_grads {
+        check_update(p, g)?;
+    }
+    let mut groups: BTreeMap<(Device, DType), Vec<Member<'a>>> = BTreeMap::new();
+    for (p, g, slots) in with_grads {
+        let first = slots[0].is_none() && update.state_count() > 0;
+        let mut state: [Option<Tensor>; 2] = [None, None];
+        for (slot, kept) in slots.iter().zip(&mut state).take(update.state_count()) {
+            *kept = match slot {
+                Some(t) => Some(t.clone()),
+                None => Some(Tensor::uninitialized_like(p)?),
+            };
         }
-        let g = if g.is_contiguous() {
+        let grad = if g.is_contiguous() {
             g
         } else {
             crate::autograd::no_grad(|| g.contiguous())?
         };
-        (groups.entry((p.device(), p.dtype())).or_default()).push((p.clone(), g, kept, first));
+        (groups.entry((p.device(), p.dtype())).or_default()).push(Member {
+            param: p.clone(),
+            grad,
+            state,
+            first,
+            slots,
+        });
     }
-    for members in groups.values() {
+    for members in groups.into_values() {
         let slots: Vec<UpdateSlot> = (members.iter())
-            .map(|(p, g, state, first)| UpdateSlot {
-                param: (p.storage(), p.layout()),
-                grad: (g.storage(), g.layout()),
+            .map(|m| UpdateSlot {
+                param: (m.param.storage(), m.param.layout()),
+                grad: (m.grad.storage(), m.grad.layout()),
                 state: [
-                    state[0].as_ref().map(|t| t.storage()),
-                    state[1].as_ref().map(|t| t.storage()),
+                    m.state[0].as_ref().map(|t| t.storage()),
+                    m.state[1].as_ref().map(|t| t.storage()),
                 ],
-                first: *first,
+                first: m.first,
             })
             .collect();
         // SAFETY: the engine runs nothing else on these storages during a user's call; a
         // gradient is its own storage (`check_update`), and the state is the optimizer's own.
         unsafe { crate::storage::Storage::update_in_place(update, &slots)? };
+        drop(slots);
+        for m in members {
+            for (slot, state) in m.slots.into_iter().zip(m.state) {
+                if state.is_some() {
+                    *slot = state;
+                }
+            }
+        }
     }
     Ok(())
 }

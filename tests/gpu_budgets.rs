@@ -458,3 +458,49 @@ fn a_fused_softmax_backward_gives_the_composed_ops_gradient() {
         }
     }
 }
+
+/// A step refused for one parameter (its gradient has another dtype) changes nothing, and makes
+/// no state the next step would read unwritten: once the gradient is fixed, the step gives
+/// what a first step gives.
+#[test]
+fn a_refused_step_leaves_parameters_and_state_as_they_were() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    for device in [Device::Cpu, GPU] {
+        manual_seed(4);
+        let w1 = Tensor::randn([5, 6], device)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let w2 = Tensor::randn([6], device)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let g1 = Tensor::randn([5, 6], device).unwrap();
+        let start = w1.to_vec::<f32>().unwrap();
+        let mut opt = Adam::new(vec![w1.clone(), w2.clone()], 0.1).unwrap();
+        w1.set_grad(Some(g1.copy().unwrap()));
+        w2.set_grad(Some(Tensor::ones([6], (DType::F64, device)).unwrap()));
+        let e = opt.step().unwrap_err().to_string();
+        assert!(e.contains("gradient must match"), "{e}");
+        assert_eq!(
+            w1.to_vec::<f32>().unwrap(),
+            start,
+            "a refused step wrote a parameter"
+        );
+        assert!(opt.state().is_empty(), "a refused step kept state");
+        w2.set_grad(Some(Tensor::ones([6], device).unwrap()));
+        opt.step().unwrap();
+        let fresh = Tensor::from_vec(start.clone(), [5, 6], device)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        fresh.set_grad(Some(g1));
+        Adam::new(vec![fresh.clone()], 0.1).unwrap().step().unwrap();
+        assert_eq!(
+            w1.to_vec::<f32>().unwrap(),
+            fresh.to_vec::<f32>().unwrap(),
+            "on {device}"
+        );
+    }
+}
