@@ -275,6 +275,12 @@ fn update_in_place<'a>(
     for (p, g, _) in &with_grads {
         check_update(p, g)?;
     }
+    check_disjoint(
+        &with_grads
+            .iter()
+            .map(|(p, g, _)| (*p, g))
+            .collect::<Vec<_>>(),
+    )?;
     let mut groups: BTreeMap<(Device, DType), Vec<Member<'a>>> = BTreeMap::new();
     for (p, g, slots) in with_grads {
         let first = slots[0].is_none() && update.state_count() > 0;
@@ -319,6 +325,29 @@ fn update_in_place<'a>(
                 if state.is_some() {
                     *slot = state;
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One fused launch updates every parameter at once: two different views of one storage (or a
+/// gradient that is another parameter's memory) would be written by different threads at once.
+/// The same tensor listed twice is fine (it is updated twice, in order, as before).
+fn check_disjoint(members: &[(&Tensor, &Tensor)]) -> Result<()> {
+    for (i, (p, g)) in members.iter().enumerate() {
+        for (q, h) in &members[i + 1..] {
+            let same_view = p.storage_id() == q.storage_id() && p.layout() == q.layout();
+            let overlapping = p.shares_storage_with(q) && !same_view;
+            if overlapping || p.shares_storage_with(h) || q.shares_storage_with(g) {
+                return Err(Error::invalid(
+                    "Optimizer::step",
+                    format!(
+                        "two parameters (shapes {:?} and {:?}) share memory as different views, or one's gradient is the other's memory; optimize the tensor they are views of instead",
+                        p.shape(),
+                        q.shape()
+                    ),
+                ));
             }
         }
     }

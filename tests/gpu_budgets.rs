@@ -504,3 +504,42 @@ fn a_refused_step_leaves_parameters_and_state_as_they_were() {
         );
     }
 }
+
+/// One launch updates every parameter at once, so two different views of one storage as
+/// parameters are refused (they would be written by different threads at once); the same tensor
+/// listed twice (tied weights) is updated twice, in order, as an unfused loop would.
+#[test]
+fn overlapping_parameters_are_refused_and_tied_ones_step_twice() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    for device in [Device::Cpu, GPU] {
+        let base = Tensor::zeros([4, 4], device)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let (a, b) = (base.narrow(0, 0, 3).unwrap(), base.narrow(0, 1, 3).unwrap());
+        for v in [&a, &b] {
+            v.set_grad(Some(Tensor::ones([3, 4], device).unwrap()));
+        }
+        let e = Sgd::new(vec![a.clone(), b.clone()], 0.1)
+            .unwrap()
+            .step()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("share memory as different views"), "{e}");
+        assert!(
+            base.to_vec::<f32>().unwrap().iter().all(|&x| x == 0.0),
+            "a refused step wrote"
+        );
+        let w = Tensor::zeros([3], device)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        w.set_grad(Some(Tensor::ones([3], device).unwrap()));
+        Sgd::new(vec![w.clone(), w.clone()], 0.5)
+            .unwrap()
+            .step()
+            .unwrap();
+        assert_eq!(w.to_vec::<f32>().unwrap(), vec![-1.0; 3], "on {device}");
+    }
+}
