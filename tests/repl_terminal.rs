@@ -2,7 +2,7 @@
 //! typed at once before the evaluator is ready (all run, in order), a multi-line cell, Ctrl-C
 //! while a cell compiles (none of it ran, nothing lost), Ctrl-C in a loop of tensor work (the cell stops, every variable stays with its values), Ctrl-C on an
 //! endless loop (its process is ended after the grace period; the session survives and names
-//! what was lost), a magic, Tab completion, and Ctrl-D to leave. Python's `pty` module drives
+//! what was lost), a magic, Tab completion, and Ctrl-D typed ahead while a cell runs to leave. Python's `pty` module drives
 //! it (python3 is on every machine this project builds on).
 
 #[path = "support/user_env.rs"]
@@ -111,6 +111,10 @@ send("(2, &Device::Cpu)?;\r")
 wait_for(">> ", 120)
 send("e.shape().to_vec()\r")
 wait_for("[2, 2]", 120)
+# Ctrl-D typed ahead while a cell still compiles and runs: the terminal is in cooked mode then
+# (its line discipline keeps the key as a NUL byte), and the next prompt still ends the REPL.
+send("std::thread::sleep(std::time::Duration::from_millis(1500));\r")
+time.sleep(0.5)
 send("\x04")
 end = time.time() + 60
 while True:

@@ -11,7 +11,7 @@ use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
-use rustyline::{Context, Editor, Helper};
+use rustyline::{Cmd, Context, Editor, Helper, KeyEvent};
 
 use super::cell::LIVE_AFTER;
 use super::cell_check::{Completeness, check};
@@ -80,6 +80,10 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     editor.set_helper(Some(CellHelper {
         evaluator: evaluator.clone(),
     }));
+    // Ctrl-D typed while a cell runs reaches the terminal in cooked mode, whose line discipline
+    // keeps it as a NUL byte that the next prompt reads as Ctrl-@: on an empty line it is the
+    // Ctrl-D the user meant (on a non-empty one EndOfFile does nothing).
+    editor.bind_sequence(KeyEvent::ctrl('@'), Cmd::EndOfFile);
     let history = super::setup::cache_dir().join("history.txt");
     let _ = editor.load_history(&history);
     let code = read_eval_print(&mut editor, &evaluator, colour);
