@@ -1,8 +1,9 @@
 //! The terminal REPL in a real pseudo-terminal, as a person uses it: the prompt, three lines
 //! typed at once before the evaluator is ready (all run, in order), a multi-line cell, Ctrl-C
-//! while a cell compiles (none of it ran, nothing lost), Ctrl-C in a loop of tensor work (the cell stops, every variable stays with its values), Ctrl-C on an
-//! endless loop (its process is ended after the grace period; the session survives and names
-//! what was lost), a magic, Tab completion, and Ctrl-D typed ahead while a cell runs to leave. Python's `pty` module drives
+//! while a cell compiles (none of it ran, nothing lost), Ctrl-C in a loop of tensor work (the
+//! cell stops, every variable stays with its values), Ctrl-C on an endless loop (its process is
+//! ended after the grace period; the session survives and names what was lost), a magic, Tab
+//! completion, and Ctrl-D typed ahead while a cell runs to leave. Python's `pty` module drives
 //! it (python3 is on every machine this project builds on).
 
 #[path = "support/user_env.rs"]
