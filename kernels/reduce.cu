@@ -124,11 +124,13 @@ SUM(i64, i64)
 #define COL_TILE 32
 #define COL_SLICES 8
 
-template <typename A> __device__ A column_slices_total(A acc, A (*sh)[COL_TILE]) {
+// Combines the COL_SLICES threads of each column of the block in a fixed tree with `f`; every
+// thread of the column gets the result.
+template <typename A, typename F> __device__ A column_slices_reduce(A acc, A (*sh)[COL_TILE], F f) {
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     for (unsigned s = COL_SLICES / 2; s > 0; s >>= 1) {
-        if (threadIdx.y < s) sh[threadIdx.y][threadIdx.x] = sh[threadIdx.y][threadIdx.x] + sh[threadIdx.y + s][threadIdx.x];
+        if (threadIdx.y < s) sh[threadIdx.y][threadIdx.x] = f(sh[threadIdx.y][threadIdx.x], sh[threadIdx.y + s][threadIdx.x]);
         __syncthreads();
     }
     A total = sh[0][threadIdx.x];
@@ -149,7 +151,7 @@ __device__ void sum_cols(u64 reduced, u64 kept, u64 parts, int mean, const T* in
         A acc = 0;
         if (col < kept)
             for (u64 r = start + threadIdx.y; r < end; r += COL_SLICES) acc += (A)Math<T>::load(in[r * kept + col]);
-        A total = column_slices_total(acc, sh);
+        A total = column_slices_reduce(acc, sh, Add());
         if (threadIdx.y == 0 && col < kept) {
             if (parts == 1) out[col] = Math<T>::store((typename Math<T>::Acc)(mean ? mean_of(total, reduced) : total));
             else partial[part * kept + col] = total;
@@ -168,7 +170,7 @@ __device__ void sum_cols_finish(u64 reduced, u64 kept, u64 parts, int mean,
         A acc = 0;
         if (col < kept)
             for (u64 p = threadIdx.y; p < parts; p += COL_SLICES) acc += partial[p * kept + col];
-        A total = column_slices_total(acc, sh);
+        A total = column_slices_reduce(acc, sh, Add());
         if (threadIdx.y == 0 && col < kept)
             out[col] = Math<T>::store((typename Math<T>::Acc)(mean ? mean_of(total, reduced) : total));
     }
@@ -210,9 +212,12 @@ template <typename A> struct PickBest {
     }
 };
 
+// Block `b`'s chunk of a row (or the whole row when `parts` is 1, written to `values`/`indices`
+// at once), four candidates per thread so that its loads overlap; the order they are combined in
+// does not matter, as `PickBest` is a total order (value, then first index).
 template <typename T>
 __device__ void extreme_partials(u64 chunks, u64 len, u64 parts, int greater, const T* in, T* pv,
-                                 i64* pi) {
+                                 i64* pi, T* values, i64* indices) {
     typedef typename Math<T>::Acc A;
     __shared__ Best<A> sh[REDUCE_THREADS];
     PickBest<A> pick = {greater};
@@ -220,44 +225,120 @@ __device__ void extreme_partials(u64 chunks, u64 len, u64 parts, int greater, co
         u64 row, start, end;
         chunk_of(b, parts, len, &row, &start, &end);
         const T* r = in + row * len;
-        Best<A> best = {A(), -1};
-        for (u64 j = start + threadIdx.x; j < end; j += blockDim.x) {
-            Best<A> c = {Math<T>::load(r[j]), (i64)j};
-            best = pick(best, c);
+        Best<A> b0 = {A(), -1}, b1 = b0, b2 = b0, b3 = b0;
+        u64 step = blockDim.x, j = start + threadIdx.x;
+        for (; j + 3 * step < end; j += 4 * step) {
+            b0 = pick(b0, Best<A>{Math<T>::load(r[j]), (i64)j});
+            b1 = pick(b1, Best<A>{Math<T>::load(r[j + step]), (i64)(j + step)});
+            b2 = pick(b2, Best<A>{Math<T>::load(r[j + 2 * step]), (i64)(j + 2 * step)});
+            b3 = pick(b3, Best<A>{Math<T>::load(r[j + 3 * step]), (i64)(j + 3 * step)});
         }
+        for (; j < end; j += step) b0 = pick(b0, Best<A>{Math<T>::load(r[j]), (i64)j});
+        Best<A> best = block_reduce(pick(pick(b0, b1), pick(b2, b3)), sh, pick);
+        if (threadIdx.x == 0) {
+            if (parts == 1) {
+                values[row] = Math<T>::store(best.v);
+                indices[row] = best.i;
+            } else {
+                pv[b] = Math<T>::store(best.v);
+                pi[b] = best.i;
+            }
+        }
+    }
+}
+
+// A block per row combines the row's partials (never one thread walking them).
+template <typename T>
+__device__ void extreme_finish(u64 rows, u64 parts, int greater, const T* pv, const i64* pi,
+                               T* values, i64* indices) {
+    typedef typename Math<T>::Acc A;
+    __shared__ Best<A> sh[REDUCE_THREADS];
+    PickBest<A> pick = {greater};
+    BLOCK_STRIDE(r, rows) {
+        Best<A> best = {A(), -1};
+        for (u64 p = threadIdx.x; p < parts; p += blockDim.x)
+            best = pick(best, Best<A>{Math<T>::load(pv[r * parts + p]), pi[r * parts + p]});
         best = block_reduce(best, sh, pick);
         if (threadIdx.x == 0) {
-            pv[b] = Math<T>::store(best.v);
-            pi[b] = best.i;
+            values[r] = Math<T>::store(best.v);
+            indices[r] = best.i;
+        }
+    }
+}
+
+// Max (or min) down each column of a contiguous `reduced × kept` matrix and the row it is in:
+// the extreme over a tensor's leading dims with no transposed copy, tiled as `sum_cols` is.
+// With `parts` > 1, chunks of rows write partials (`parts × kept`) that `extreme_cols_finish`
+// combines.
+template <typename T>
+__device__ void extreme_cols(u64 reduced, u64 kept, u64 parts, int greater, const T* in, T* pv,
+                             i64* pi, T* values, i64* indices) {
+    typedef typename Math<T>::Acc A;
+    __shared__ Best<A> sh[COL_SLICES][COL_TILE];
+    PickBest<A> pick = {greater};
+    u64 tiles = (kept + COL_TILE - 1) / COL_TILE;
+    u64 chunk = (reduced + parts - 1) / parts;
+    BLOCK_STRIDE(b, tiles * parts) {
+        u64 col = (b % tiles) * COL_TILE + threadIdx.x, part = b / tiles;
+        u64 start = part * chunk, end = start + chunk < reduced ? start + chunk : reduced;
+        Best<A> best = {A(), -1};
+        if (col < kept)
+            for (u64 r = start + threadIdx.y; r < end; r += COL_SLICES)
+                best = pick(best, Best<A>{Math<T>::load(in[r * kept + col]), (i64)r});
+        best = column_slices_reduce(best, sh, pick);
+        if (threadIdx.y == 0 && col < kept) {
+            if (parts == 1) {
+                values[col] = Math<T>::store(best.v);
+                indices[col] = best.i;
+            } else {
+                pv[part * kept + col] = Math<T>::store(best.v);
+                pi[part * kept + col] = best.i;
+            }
         }
     }
 }
 
 template <typename T>
-__device__ void extreme_finish(u64 rows, u64 parts, int greater, const T* pv, const i64* pi,
-                               T* values, i64* indices) {
+__device__ void extreme_cols_finish(u64 kept, u64 parts, int greater, const T* pv, const i64* pi,
+                                    T* values, i64* indices) {
     typedef typename Math<T>::Acc A;
+    __shared__ Best<A> sh[COL_SLICES][COL_TILE];
     PickBest<A> pick = {greater};
-    GRID_STRIDE(r, rows) {
+    u64 tiles = (kept + COL_TILE - 1) / COL_TILE;
+    BLOCK_STRIDE(tile, tiles) {
+        u64 col = tile * COL_TILE + threadIdx.x;
         Best<A> best = {A(), -1};
-        for (u64 p = 0; p < parts; ++p) {
-            Best<A> c = {Math<T>::load(pv[r * parts + p]), pi[r * parts + p]};
-            best = pick(best, c);
+        if (col < kept)
+            for (u64 p = threadIdx.y; p < parts; p += COL_SLICES)
+                best = pick(best, Best<A>{Math<T>::load(pv[p * kept + col]), pi[p * kept + col]});
+        best = column_slices_reduce(best, sh, pick);
+        if (threadIdx.y == 0 && col < kept) {
+            values[col] = Math<T>::store(best.v);
+            indices[col] = best.i;
         }
-        values[r] = Math<T>::store(best.v);
-        indices[r] = best.i;
     }
 }
 
 #define EXTREME(T, S)                                                                          \
     extern "C" __global__ void extreme_partials_##S(u64 chunks, u64 len, u64 parts,            \
-                                                    int greater, const T* in, T* pv, i64* pi) {\
-        extreme_partials<T>(chunks, len, parts, greater, in, pv, pi);                          \
+                                                    int greater, const T* in, T* pv, i64* pi,  \
+                                                    T* values, i64* indices) {                 \
+        extreme_partials<T>(chunks, len, parts, greater, in, pv, pi, values, indices);         \
     }                                                                                          \
     extern "C" __global__ void extreme_finish_##S(u64 rows, u64 parts, int greater,            \
                                                   const T* pv, const i64* pi, T* values,       \
                                                   i64* indices) {                              \
         extreme_finish<T>(rows, parts, greater, pv, pi, values, indices);                      \
+    }                                                                                          \
+    extern "C" __global__ void extreme_cols_##S(u64 reduced, u64 kept, u64 parts, int greater, \
+                                                const T* in, T* pv, i64* pi, T* values,        \
+                                                i64* indices) {                                \
+        extreme_cols<T>(reduced, kept, parts, greater, in, pv, pi, values, indices);           \
+    }                                                                                          \
+    extern "C" __global__ void extreme_cols_finish_##S(u64 kept, u64 parts, int greater,       \
+                                                       const T* pv, const i64* pi, T* values,  \
+                                                       i64* indices) {                         \
+        extreme_cols_finish<T>(kept, parts, greater, pv, pi, values, indices);                 \
     }
 FOR_ALL_DTYPES(EXTREME)
 

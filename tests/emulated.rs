@@ -125,6 +125,65 @@ fn the_ops_launch_geometry_gives_the_cpus_results() {
     same_on_both("sum of no rows", &empty, |t| t.sum(1, false));
 }
 
+/// Max, min and their positions over leading dims run down the columns (no transposed copy) and
+/// over the last dims along rows, split over blocks when long: the CPU and the GPU give the
+/// values and first positions a transposed copy's rows give, NaN first, ties to the first.
+#[test]
+fn max_and_argmax_down_columns_and_along_rows_are_the_transposed_rows() {
+    cuda::emulate(2, None).unwrap();
+    manual_seed(9);
+    for (rows, cols) in [(7, 3), (100_000, 4), (3, 200_000), (513, 70)] {
+        // Small integers as floats: many ties. A few NaNs in some columns.
+        let mut data = Tensor::randint(0, 5, [rows, cols], Device::Cpu)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap()
+            .into_iter()
+            .map(|v| v as f32)
+            .collect::<Vec<f32>>();
+        for k in [rows * cols / 3, rows * cols / 2 + 1] {
+            data[k] = f32::NAN;
+        }
+        let x = Tensor::from_vec(data, [rows, cols], Device::Cpu).unwrap();
+        for device in [Device::Cpu, GPU] {
+            let x = x.to(&device).unwrap();
+            let by_rows = x.t().unwrap().contiguous().unwrap();
+            for greater in [true, false] {
+                let pick = |t: &Tensor, dim: i64| match greater {
+                    true => t.max_dim(dim, false).unwrap(),
+                    false => t.min_dim(dim, false).unwrap(),
+                };
+                let ((v, i), (rv, ri)) = (pick(&x, 0), pick(&by_rows, 1));
+                let what = format!("{rows}×{cols} on {device}, greater {greater}");
+                let bits = |t: &Tensor| -> Vec<u32> {
+                    (t.to_vec::<f32>().unwrap().iter())
+                        .map(|v| v.to_bits())
+                        .collect()
+                };
+                assert_eq!(bits(&v), bits(&rv), "values down the columns, {what}");
+                assert_eq!(
+                    i.to_vec::<i64>().unwrap(),
+                    ri.to_vec::<i64>().unwrap(),
+                    "positions down the columns, {what}"
+                );
+            }
+        }
+        same_on_both("argmax down columns", &x, |t| t.argmax(0, false));
+        same_on_both("argmin along rows", &x, |t| t.argmin(1, true));
+        same_on_both("max of all", &x, |t| t.max_all());
+        same_on_both("argmin of all", &x, |t| t.argmin_all());
+    }
+    // Several leading dims at once, and i64 and f16 columns.
+    let x = Tensor::randn([50, 40, 3], Device::Cpu).unwrap();
+    same_on_both("max over two leading dims", &x, |t| t.max([0, 1], false));
+    same_on_both("i64 argmax down columns", &x, |t| {
+        t.mul(4.0)?.to_dtype(DType::I64)?.argmax(0, false)
+    });
+    same_on_both("f16 min down columns", &x, |t| {
+        t.to_dtype(DType::F16)?.min(0, true)
+    });
+}
+
 #[test]
 fn views_the_kernels_cannot_take_are_refused_not_misread() {
     cuda::emulate(2, None).unwrap();

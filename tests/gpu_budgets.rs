@@ -241,9 +241,10 @@ fn fused_updates_give_the_out_of_place_ops_results() {
     }
 }
 
-/// A sum or mean of 10M elements is one launch, or two for a long row or column split over
-/// blocks, whatever the shape and the dims reduced: no transposed copy, no one-thread finish.
-/// Results as the CPU's, within the CPU's own rounding (the GPU accumulates f32 in f64).
+/// A sum, mean, max, min or arg-extreme of 10M elements is one launch, or two for a long row or
+/// column split over blocks, whatever the shape and the dims reduced: no transposed copy, no
+/// one-thread finish. Sums as the CPU's within the CPU's own rounding (the GPU accumulates f32
+/// in f64); max/min and positions exactly the CPU's.
 #[test]
 fn a_reduction_of_ten_million_elements_is_one_or_two_launches() {
     let _serial = serial();
@@ -291,6 +292,41 @@ fn a_reduction_of_ten_million_elements_is_one_or_two_launches() {
         for (w, g) in want.iter().zip(&got) {
             assert!((w - g).abs() <= tolerance, "{what}: cpu {w}, gpu {g}");
         }
+    }
+    // Max, min and their positions: the same shapes, the CPU's results exactly.
+    let extremes: [(&str, Vec<usize>, Reduction); 6] = [
+        ("argmax of all", vec![n], |t| t.argmax_all()),
+        ("max of 10,000 rows", vec![10_000, 1000], |t| {
+            t.max(1, false)
+        }),
+        ("argmin of 1,000 columns", vec![10_000, 1000], |t| {
+            t.argmin(0, false)
+        }),
+        ("max of 4 long columns", vec![n / 4, 4], |t| t.max(0, false)),
+        ("argmax of 4 long rows", vec![4, n / 4], |t| {
+            t.argmax(1, false)
+        }),
+        ("min of 100,000 short columns", vec![100, 100_000], |t| {
+            t.min(0, true)
+        }),
+    ];
+    for (what, shape, reduce) in extremes {
+        let (c, g) = (
+            cpu.reshape(shape.clone()).unwrap(),
+            gpu.reshape(shape).unwrap(),
+        );
+        let mut result = None;
+        let counts = launches_in(|| result = Some(reduce(&g).unwrap()));
+        assert!(
+            (1..=2).contains(&total(&counts)),
+            "{what}: {} launches {counts:?}",
+            total(&counts)
+        );
+        assert_eq!(
+            result.unwrap().to_f64_vec().unwrap(),
+            reduce(&c).unwrap().to_f64_vec().unwrap(),
+            "{what}"
+        );
     }
 }
 

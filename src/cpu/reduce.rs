@@ -1,5 +1,6 @@
 //! Reductions over the rows of a contiguous buffer (`rows × len`): sum, mean, max/min with
-//! their indices, and softmax. Callers move the reduced dims last first.
+//! their indices, and softmax; sums and max/min also down its columns (the reduced dims
+//! leading). Callers move the reduced dims last, or first, as these take them.
 
 use rayon::prelude::*;
 
@@ -241,6 +242,38 @@ pub fn extreme_rows<T: Element>(
         let (bv, bi) = extreme(&data[r * len..(r + 1) * len], 0, greater);
         *v = bv;
         *i = bi as i64;
+    }
+}
+
+/// For each column of a contiguous `reduced × kept` matrix (`reduced ≥ 1`): its max (or min) and
+/// the row of the first one, the first NaN winning, as `extreme_rows` over the transposed matrix
+/// would give, without making it. Columns are split across threads; rows are walked in order.
+pub fn extreme_cols<T: Element>(
+    data: &[T],
+    (reduced, kept): (usize, usize),
+    greater: bool,
+    values: &mut [T],
+    indices: &mut [i64],
+) {
+    #[allow(clippy::eq_op)]
+    let is_nan = |v: T| v != v;
+    chunked(indices, 1, |c0, idx| {
+        let width = idx.len();
+        let mut best = data[c0..c0 + width].to_vec();
+        idx.fill(0);
+        for r in 1..reduced {
+            let row = &data[r * kept + c0..][..width];
+            // Without branches (`&`, `|`, selects), so that the loop can vectorise.
+            for ((b, i), &x) in best.iter_mut().zip(idx.iter_mut()).zip(row) {
+                let better = if greater { x > *b } else { x < *b };
+                let take = !is_nan(*b) & (better | is_nan(x));
+                *b = if take { x } else { *b };
+                *i = if take { r as i64 } else { *i };
+            }
+        }
+    });
+    for (c, (v, &i)) in values.iter_mut().zip(indices.iter()).enumerate() {
+        *v = data[i as usize * kept + c];
     }
 }
 

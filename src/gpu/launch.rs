@@ -72,8 +72,10 @@ kernels! {
     sum_cols in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols_finish in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, partial: u64, out: u64);
     sum_finish in REDUCE for SUMS (rows: u64, parts: u64, mean: i32, len: u64, partial: u64, out: u64);
-    extreme_partials in REDUCE for ALL (chunks: u64, len: u64, parts: u64, greater: i32, input: u64, partial_values: u64, partial_indices: u64);
+    extreme_partials in REDUCE for ALL (chunks: u64, len: u64, parts: u64, greater: i32, input: u64, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
     extreme_finish in REDUCE for ALL (rows: u64, parts: u64, greater: i32, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
+    extreme_cols in REDUCE for ALL (reduced: u64, kept: u64, parts: u64, greater: i32, input: u64, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
+    extreme_cols_finish in REDUCE for ALL (kept: u64, parts: u64, greater: i32, partial_values: u64, partial_indices: u64, values: u64, indices: u64);
     softmax_rows in REDUCE for FLOATS (rows: u64, len: u64, log: i32, input: u64, out: u64);
     softmax_partials in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, input: u64, maxima: u64, sums: u64);
     sgd_step in OPTIM for FLOATS (list: TensorList, lr: u64, momentum: u64, dampening: u64, weight_decay: u64, nesterov: i32);

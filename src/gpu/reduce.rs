@@ -1,12 +1,13 @@
 //! The reductions on a GPU (`kernels/reduce.cu`): sums and means, max/min with their index, and
-//! softmax, over contiguous rows. A long row is split into `reduce_parts` chunks, each a block's
-//! work, whose partial results a second kernel combines in a fixed order (a block per row), so a
-//! result never depends on timing and one long row still fills the GPU. The caller allocates the
-//! partials.
+//! softmax, over contiguous rows, and sums and max/min down the columns of a matrix (a reduction
+//! over leading dims, with no transposed copy). A long row (or column) is split into chunks, each
+//! a block's work, whose partial results a second kernel combines in a fixed order (a block per
+//! row), so a result never depends on timing and one long row still fills the GPU. The caller
+//! allocates the partials.
 
 use super::driver::Grid;
 use super::launch;
-use super::ops::{elementwise_grid, tag};
+use super::ops::tag;
 use super::runtime::Gpu;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -96,11 +97,7 @@ pub(crate) fn sum_cols(
         return Ok(());
     }
     let parts = column_parts(reduced, kept);
-    let grid = |blocks: usize| Grid {
-        blocks: (blocks.clamp(1, 1 << 16) as u32, 1, 1),
-        threads: (32, 8, 1),
-        shared_bytes: 0,
-    };
+    let grid = column_tiles;
     let tiles = kept.div_ceil(32);
     let (t, r, k, p, m) = (
         tag(dtype),
@@ -128,8 +125,10 @@ pub(crate) fn sum_cols(
     launch::sum_cols_finish(g, t, grid(tiles), "sum", r, k, p, m, partial, out)
 }
 
-/// Per-row max (or min) values and their i64 indices of `rows` non-empty contiguous rows, through
-/// `partials` (`rows × reduce_parts(rows, len)` values of `dtype`, and as many i64 indices).
+/// Per-row max (or min) values and their i64 indices of `rows` non-empty contiguous rows: one
+/// launch when a block's share holds a whole row, else two, through `partials`
+/// (`rows × reduce_parts(rows, len)` values of `dtype` and as many i64 indices; unused, and may
+/// be 0, when `reduce_parts` is 1).
 pub(crate) fn extreme_rows(
     g: &Gpu,
     dtype: DType,
@@ -149,32 +148,60 @@ pub(crate) fn extreme_rows(
         parts as u64,
         greater as i32,
     );
+    let (pv, pi) = (partial_values, partial_indices);
+    let op = if greater { "max" } else { "min" };
+    let grid = blocks(rows * parts);
     launch::extreme_partials(
-        g,
-        t,
-        blocks(rows * parts),
-        "max",
-        cn,
-        ln,
-        pn,
-        gr,
-        input,
-        partial_values,
-        partial_indices,
+        g, t, grid, op, cn, ln, pn, gr, input, pv, pi, values, indices,
     )?;
-    launch::extreme_finish(
-        g,
-        t,
-        elementwise_grid(rows),
-        "max",
-        rows as u64,
-        pn,
-        gr,
-        partial_values,
-        partial_indices,
-        values,
-        indices,
-    )
+    if parts == 1 {
+        return Ok(()); // each block finished its row
+    }
+    let rn = rows as u64;
+    launch::extreme_finish(g, t, blocks(rows), op, rn, pn, gr, pv, pi, values, indices)
+}
+
+/// The grid of the column kernels: `count` tiles of 32 columns × 8 row slices.
+fn column_tiles(count: usize) -> Grid {
+    Grid {
+        blocks: (count.clamp(1, 1 << 16) as u32, 1, 1),
+        threads: (32, 8, 1),
+        shared_bytes: 0,
+    }
+}
+
+/// Max (or min) down each column of a contiguous `reduced × kept` matrix (`reduced ≥ 1`), and
+/// the row each is in: one launch, or two when long columns are split (`column_parts`) through
+/// `partials` (`parts × kept` values of `dtype` and as many i64 indices; may be 0 with one part).
+pub(crate) fn extreme_cols(
+    g: &Gpu,
+    dtype: DType,
+    input: u64,
+    (reduced, kept, greater): (usize, usize, bool),
+    (partial_values, partial_indices): (u64, u64),
+    (values, indices): (u64, u64),
+) -> Result<()> {
+    if kept == 0 {
+        return Ok(());
+    }
+    let parts = column_parts(reduced, kept);
+    let tiles = kept.div_ceil(32);
+    let (t, r, k, p, gr) = (
+        tag(dtype),
+        reduced as u64,
+        kept as u64,
+        parts as u64,
+        greater as i32,
+    );
+    let (pv, pi) = (partial_values, partial_indices);
+    let op = if greater { "max" } else { "min" };
+    let grid = column_tiles(tiles * parts);
+    launch::extreme_cols(g, t, grid, op, r, k, p, gr, input, pv, pi, values, indices)?;
+    if parts == 1 {
+        return Ok(());
+    }
+    let grid = column_tiles(tiles);
+    launch::extreme_cols_finish(g, t, grid, op, k, p, gr, pv, pi, values, indices)
 }
 
 /// The f64 values a split softmax keeps per chunk (its max, and its sum of exponentials around

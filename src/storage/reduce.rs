@@ -103,18 +103,17 @@ impl Storage {
         let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
         let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
         if let Some(g) = self.gpu() {
-            if rows == 0 {
-                return Ok((values, indices));
-            }
-            let count = rows * gpu_reduce::reduce_parts(rows, len);
-            let pv = Storage::alloc(self.device(), self.dtype, count)?;
-            let pi = Storage::alloc(self.device(), DType::I64, count)?;
+            let parts = match rows {
+                0 => 1,
+                _ => gpu_reduce::reduce_parts(rows, len),
+            };
+            let partials = self.extreme_partials(rows * parts, parts > 1)?;
             gpu_reduce::extreme_rows(
                 &*g?,
                 self.dtype,
                 self.device_ptr(),
                 (rows, len, greater),
-                (pv.device_ptr(), pi.device_ptr()),
+                partials.pointers(),
                 (values.device_ptr(), indices.device_ptr()),
             )?;
             return Ok((values, indices));
@@ -129,6 +128,53 @@ impl Storage {
             )
         });
         Ok((values, indices))
+    }
+
+    /// Max (or min) down each column of a contiguous `reduced × kept` storage (`reduced ≥ 1`; the
+    /// extreme over a tensor's leading dims) and the row of each, with no transposed copy.
+    pub(crate) fn extreme_cols(
+        &self,
+        reduced: usize,
+        kept: usize,
+        greater: bool,
+    ) -> Result<(Storage, Storage)> {
+        let _op = self.profiled(if greater { "max" } else { "min" }, self.reduction(kept));
+        let mut values = Storage::alloc(self.device(), self.dtype, kept)?;
+        let mut indices = Storage::alloc(self.device(), DType::I64, kept)?;
+        if let Some(g) = self.gpu() {
+            let parts = gpu_reduce::column_parts(reduced, kept);
+            let partials = self.extreme_partials(parts * kept, parts > 1)?;
+            gpu_reduce::extreme_cols(
+                &*g?,
+                self.dtype,
+                self.device_ptr(),
+                (reduced, kept, greater),
+                partials.pointers(),
+                (values.device_ptr(), indices.device_ptr()),
+            )?;
+            return Ok((values, indices));
+        }
+        crate::with_dtype!(self.dtype, T, {
+            reduce::extreme_cols::<T>(
+                self.slice(),
+                (reduced, kept),
+                greater,
+                values.slice_mut(),
+                indices.slice_mut(),
+            )
+        });
+        Ok((values, indices))
+    }
+
+    /// A GPU max/min's `count` partial values and indices, when its rows are split (`needed`).
+    fn extreme_partials(&self, count: usize, needed: bool) -> Result<Partials> {
+        Ok(match needed {
+            false => Partials(None),
+            true => Partials(Some((
+                Storage::alloc(self.device(), self.dtype, count)?,
+                Storage::alloc(self.device(), DType::I64, count)?,
+            ))),
+        })
     }
 
     pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
@@ -211,5 +257,17 @@ impl Storage {
             flops: self.numel as u64,
             dtype: self.dtype,
         }
+    }
+}
+
+/// The partial values and indices a split GPU max/min combines, if it is split.
+struct Partials(Option<(Storage, Storage)>);
+
+impl Partials {
+    /// Their device pointers, 0 when there are none (the kernels then never read them).
+    fn pointers(&self) -> (u64, u64) {
+        self.0
+            .as_ref()
+            .map_or((0, 0), |(v, i)| (v.device_ptr(), i.device_ptr()))
     }
 }

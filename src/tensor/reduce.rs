@@ -25,15 +25,9 @@ struct Rows {
 
 impl Tensor {
     /// This tensor as rows to reduce: the kept dims first, the reduced ones last, copied so when
-    /// they are not. With `reduced_first_ok`, a contiguous tensor reduced over its leading dims
-    /// is taken as it is (`reduced_first`).
-    fn to_rows(
-        &self,
-        op: &'static str,
-        dims: Option<Vec<i64>>,
-        keepdim: bool,
-        reduced_first_ok: bool,
-    ) -> Result<Rows> {
+    /// they are not; a contiguous tensor reduced over its leading dims is taken as it is
+    /// (`reduced_first`).
+    fn to_rows(&self, op: &'static str, dims: Option<Vec<i64>>, keepdim: bool) -> Result<Rows> {
         let rank = self.rank();
         let reduced = match dims {
             None => (0..rank).collect(),
@@ -43,7 +37,7 @@ impl Tensor {
         let reduced: Vec<usize> = reduced.into_iter().filter(|&d| d < rank).collect();
         let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
         let leading = !kept.is_empty() && reduced.iter().enumerate().all(|(i, &d)| i == d);
-        let reduced_first = reduced_first_ok && leading && self.layout().is_contiguous();
+        let reduced_first = leading && self.layout().is_contiguous();
         let data = if reduced_first {
             no_grad(|| self.contiguous())?
         } else {
@@ -99,7 +93,7 @@ impl Tensor {
             DType::F32 | DType::F64 => (dtype, dtype),
             _ => (DType::I64, DType::I64),
         };
-        let r = no_grad(|| self.to_dtype(compute))?.to_rows(op, dims, keepdim, true)?;
+        let r = no_grad(|| self.to_dtype(compute))?.to_rows(op, dims, keepdim)?;
         let s = if r.reduced_first {
             r.data.storage().sum_cols(r.len, r.rows, mean)?
         } else {
@@ -139,7 +133,7 @@ impl Tensor {
         greater: bool,
     ) -> Result<(Tensor, Tensor)> {
         let _op = self.profiled(op);
-        let r = self.to_rows(op, dims, keepdim, false)?;
+        let r = self.to_rows(op, dims, keepdim)?;
         // Over an empty dimension there is no extreme (PyTorch refuses too); an empty tensor
         // reduced over non-empty dimensions gives an empty result.
         if r.len == 0 {
@@ -152,7 +146,10 @@ impl Tensor {
                 ),
             ));
         }
-        let (v, i) = r.data.storage().extreme_rows(r.rows, r.len, greater)?;
+        let (v, i) = match r.reduced_first {
+            true => r.data.storage().extreme_cols(r.len, r.rows, greater)?,
+            false => r.data.storage().extreme_rows(r.rows, r.len, greater)?,
+        };
         let values = Tensor::from_storage(v, r.out_shape.clone());
         let values_kept = no_grad(|| values.reshape(r.kept_shape.clone()))?;
         let (kept, reduced) = (r.kept_shape, r.reduced);
