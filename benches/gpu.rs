@@ -3,8 +3,9 @@
 //! line: host↔device bandwidth, pageable and pinned, from 4 KiB to 1 GiB (CUDA-event time and
 //! the wall time the caller waited), a non-blocking upload (the call's time against the copy's),
 //! with two GPUs a copy between them peer to peer against one staged through pinned host memory,
-//! a few kernels and GEMMs timed with a synchronize, and notebook 04's training step profiled op
-//! by op (CUDA events). Where the GPU is in placelab's table
+//! a few kernels and GEMMs timed with a synchronize, whole SGD steps and pinned-memory workloads
+//! (per call, synchronised once after many), and notebook 04's training step profiled op by op
+//! (CUDA events). Where the GPU is in placelab's table
 //! (`placelab::cost`), each line also carries the cost model's prediction (`predicted_ms`), so
 //! `gpu-check.sh` can report the model's error on this machine.
 
@@ -309,6 +310,104 @@ fn profiled_steps() -> Result<()> {
     Ok(())
 }
 
+/// `f`'s wall time per call, in ms, as the shared H200 run measured whole steps: `n` calls
+/// queued back to back and synchronised once, the median of five such runs (after three warm-up
+/// calls, so that caches, cuBLAS and the pinned-memory cache are warm).
+fn per_call_ms(n: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..3 {
+        f()?;
+    }
+    cuda::synchronize(0)?;
+    let mut runs = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            f()?;
+        }
+        cuda::synchronize(0)?;
+        runs.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
+    }
+    Ok(median(runs))
+}
+
+fn print_op(name: &str, ms: f64) {
+    println!("{{\"bench\":\"op\",\"name\":\"{name}\",\"ms\":{ms:.5}}}");
+}
+
+/// An SGD step (lr 0.01, cross-entropy) of an MLP with `layers` widths on a `batch` of random
+/// inputs, under autocast to `low_precision` when given; its per-step wall time.
+fn step_ms(layers: &[usize], batch: usize, low_precision: Option<DType>) -> Result<f64> {
+    use placelab::nn::{CrossEntropyLoss, Linear, ReLU, Sequential};
+    manual_seed(0);
+    let mut model = Sequential::new();
+    for (i, w) in layers.windows(2).enumerate() {
+        if i > 0 {
+            model = model.add(ReLU);
+        }
+        model = model.add(Linear::new(w[0], w[1], GPU)?);
+    }
+    let mut opt = Sgd::new(model.parameters(), 0.01)?;
+    let x = Tensor::randn([batch, layers[0]], GPU)?;
+    let y = Tensor::randint(0, *layers.last().expect("widths") as i64, [batch], GPU)?;
+    let forward = || CrossEntropyLoss.forward(&model.forward(&x)?, &y);
+    per_call_ms(20, || {
+        opt.zero_grad();
+        let loss = match low_precision {
+            Some(dtype) => autocast(dtype, forward)??,
+            None => forward()?,
+        };
+        loss.backward()?;
+        opt.step()
+    })
+}
+
+/// The whole-step and pinned-memory workloads of the shared H200 run (`perf_*.log`), under its
+/// names: SGD steps of two MLPs (f32, and the large one under bf16 autocast), `pin_memory()` and
+/// a copy into new pinned memory (`cpu_pinned()`) of 64 MiB, and an epoch of 64 pinned
+/// 512×784 batches sent without waiting, each used by a matmul.
+fn whole_steps() -> Result<()> {
+    let small = [784, 128, 10];
+    let large = [1024, 4096, 4096, 10];
+    for (name, layers, batch, autocast) in [
+        ("step 784-128-10 b64", &small[..], 64, None),
+        ("step 784-128-10 b1024", &small[..], 1024, None),
+        ("step 1024-4096-4096-10 b1024", &large[..], 1024, None),
+        (
+            "step 1024-4096-4096-10 b1024 bf16 autocast",
+            &large[..],
+            1024,
+            Some(DType::BF16),
+        ),
+    ] {
+        print_op(name, step_ms(layers, batch, autocast)?);
+    }
+    let host = Tensor::zeros([16 << 20], Device::Cpu)?;
+    print_op(
+        "pin_memory 64 MiB",
+        per_call_ms(10, || host.pin_memory().map(drop))?,
+    );
+    let on_gpu = Tensor::zeros([16 << 20], GPU)?;
+    print_op(
+        "cpu_pinned 64 MiB",
+        per_call_ms(10, || on_gpu.cpu_pinned().map(drop))?,
+    );
+    let inputs = Tensor::randn([64 * 512, 784], Device::Cpu)?;
+    let targets = Tensor::zeros([64 * 512], (DType::I64, &Device::Cpu))?;
+    let loader = DataLoader::new(&inputs, &targets, 512)?
+        .pin_memory(true)?
+        .to_device(&GPU);
+    let w = Tensor::randn([784, 128], GPU)?;
+    let epoch_ms = per_call_ms(1, || {
+        for batch in loader.epoch()? {
+            let (x, _) = batch?;
+            drop(x.matmul(&w)?);
+        }
+        Ok(())
+    })?;
+    print_op("loader 64 pinned batches 512x784 + matmul", epoch_ms);
+    Ok(())
+}
+
 fn main() -> Result<()> {
     if !cuda::is_available() || Device::Cuda(0).is_simulated() {
         eprintln!(
@@ -332,5 +431,6 @@ fn main() -> Result<()> {
         peer()?;
     }
     ops()?;
+    whole_steps()?;
     profiled_steps()
 }

@@ -132,9 +132,76 @@ def ops():
     timed("matmul 4096^3 f32 tf32", 2 * 4096.0 ** 3, lambda: m @ m)
 
 
+def per_call_ms(n, fn):
+    """fn's wall time per call as benches/gpu.rs measures it: n calls queued back to back and
+    synchronised once, the median of five such runs, after three warm-up calls."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        runs.append((time.perf_counter() - t0) * 1e3 / n)
+    return statistics.median(runs)
+
+
+def op(name, ms):
+    print(json.dumps({"bench": "op", "name": name, "ms": ms}))
+
+
+def step_ms(layers, batch, autocast):
+    torch.manual_seed(0)
+    mods = []
+    for i, (a, b) in enumerate(zip(layers, layers[1:])):
+        if i > 0:
+            mods.append(torch.nn.ReLU())
+        mods.append(torch.nn.Linear(a, b))
+    model = torch.nn.Sequential(*mods).to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(batch, layers[0], device=dev)
+    y = torch.randint(0, layers[-1], (batch,), device=dev)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return per_call_ms(20, step)
+
+
+def whole_steps():
+    small, large = [784, 128, 10], [1024, 4096, 4096, 10]
+    op("step 784-128-10 b64", step_ms(small, 64, False))
+    op("step 784-128-10 b1024", step_ms(small, 1024, False))
+    op("step 1024-4096-4096-10 b1024", step_ms(large, 1024, False))
+    op("step 1024-4096-4096-10 b1024 bf16 autocast", step_ms(large, 1024, True))
+    host = torch.zeros(16 << 20)
+    op("pin_memory 64 MiB", per_call_ms(10, lambda: host.pin_memory()))
+    on_gpu = torch.zeros(16 << 20, device=dev)
+    op("cpu_pinned 64 MiB", per_call_ms(
+        10, lambda: torch.empty(16 << 20, pin_memory=True).copy_(on_gpu)))
+    data = torch.utils.data.TensorDataset(torch.randn(64 * 512, 784),
+                                          torch.zeros(64 * 512, dtype=torch.int64))
+    loader = torch.utils.data.DataLoader(data, batch_size=512, pin_memory=True)
+    w = torch.randn(784, 128, device=dev)
+
+    def epoch():
+        for x, _ in loader:
+            x.to(dev, non_blocking=True) @ w
+
+    op("loader 64 pinned batches 512x784 + matmul", per_call_ms(1, epoch))
+
+
 if __name__ == "__main__":
     transfers()
     non_blocking()
     if torch.cuda.device_count() >= 2:
         peer()
     ops()
+    whole_steps()
