@@ -206,6 +206,16 @@ fn every_differentiable_op_matches_finite_differences() {
             Box::new(|x| x[0].matmul(&x[1])),
         ),
         (
+            "addmm with a bias row",
+            vec![t(&[2], 70), t(&[3, 4], 71), t(&[2, 4], 72)],
+            Box::new(|x| x[0].addmm(&x[1], &x[2].t()?)),
+        ),
+        (
+            "addmm with a full matrix",
+            vec![t(&[3, 2], 73), t(&[3, 4], 74), t(&[4, 2], 75)],
+            Box::new(|x| x[0].addmm(&x[1], &x[2])),
+        ),
+        (
             "reshape",
             vec![t(&[2, 6], 48)],
             Box::new(|x| x[0].reshape([3, -1])?.exp()),

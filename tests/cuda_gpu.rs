@@ -218,6 +218,11 @@ fn cublas_matmul_in_every_float_dtype() {
         check(&format!("matrix · vector {dtype}"), tol, &[&a, &b], |t| {
             t[0].matmul(&t[1].narrow(1, 0, 1)?.squeeze(1)?)
         });
+        // cuBLAS with β = 1 adding the product onto a broadcast bias row (a Linear's forward).
+        let bias = b.narrow(0, 0, 1).unwrap().squeeze(0).unwrap();
+        check(&format!("addmm {dtype}"), tol, &[&bias, &a, &b], |t| {
+            t[0].addmm(&t[1], &t[2])
+        });
     }
     cuda::set_allow_tf32(true);
     check("matmul tf32", 3e-3, &[&a, &b], |t| t[0].matmul(&t[1]));

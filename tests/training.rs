@@ -488,12 +488,20 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
                 .find(|r| r.phase == phase && r.name == name && r.device == device)
                 .unwrap_or_else(|| panic!("no {name} row in {phase:?} on {device}:\n{}", p.text()))
         };
-        // Each Linear's x·Wᵀ: once forward, and backward once for the weight's gradient and once
+        // Each Linear's b + x·Wᵀ: once forward, one GEMM adding the product onto the bias (no
+        // separate add, as PyTorch's addmm), and backward once for the weight's gradient and once
         // for the input's
-        assert_eq!(row(Phase::Forward, "matmul").calls, 2, "{}", p.text());
+        assert_eq!(row(Phase::Forward, "addmm").calls, 2, "{}", p.text());
+        assert!(
+            !rows
+                .iter()
+                .any(|r| r.phase == Phase::Forward && r.name == "add"),
+            "{}",
+            p.text()
+        );
         // (the first layer's input needs no gradient: x is data).
         assert_eq!(
-            row(Phase::Backward, "matmul (in matmul's backward)").calls,
+            row(Phase::Backward, "matmul (in addmm's backward)").calls,
             3,
             "{}",
             p.text()
@@ -530,18 +538,21 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             "what the step made and held covers its rise"
         );
         // Predicted times only where the device stands for a named GPU: the first forward
-        // matmul (512×784 by 784×128) priced by the cost model with its own dims.
-        let first = p.ops().iter().find(|o| o.name == "matmul").unwrap();
+        // addmm (512×784 by 784×128) priced by the cost model with its own dims: its GEMM and
+        // the copy of the bias into its output.
+        let first = p.ops().iter().find(|o| o.name == "addmm").unwrap();
+        let addmm = |gpu| {
+            let gemm = cost::matmul(gpu, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
+            let bias = 512 * 128;
+            let copy = cost::kernel(gpu, 2 * 4 * bias, bias as f64, cost::Arithmetic::F32);
+            let d = std::time::Duration::from_secs_f64;
+            Some(d(copy) + d(gemm))
+        };
         let simulated_h100 =
             device.is_cuda() && stand_in::kind() == placelab::device::StandIn::Simulated;
         match simulated_h100 {
             true => {
-                let gpu = gpus::find("h100").unwrap();
-                let want = cost::matmul(gpu, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
-                assert_eq!(
-                    first.predicted,
-                    Some(std::time::Duration::from_secs_f64(want))
-                );
+                assert_eq!(first.predicted, addmm(gpus::find("h100").unwrap()));
                 assert!(p.text().contains("predicted"), "{}", p.text());
             }
             false => assert_eq!(p.predicted_total(), None),
@@ -563,12 +574,8 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             let h100 = gpus::find("h100").unwrap();
             let priced =
                 placelab::profile::profile_as(h100, || sgd_step(&model, &mut opt, (&x, &y)));
-            let first = priced.ops().iter().find(|o| o.name == "matmul").unwrap();
-            let want = cost::matmul(h100, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
-            assert_eq!(
-                first.predicted,
-                Some(std::time::Duration::from_secs_f64(want))
-            );
+            let first = priced.ops().iter().find(|o| o.name == "addmm").unwrap();
+            assert_eq!(first.predicted, addmm(h100));
             assert!(first.gpu_time.is_some(), "{first:?}");
         }
     }

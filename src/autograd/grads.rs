@@ -319,6 +319,23 @@ pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> Backward {
     })
 }
 
+/// `bias + a·b` (addmm): the bias's gradient is the incoming one summed to the bias's shape (a
+/// `Linear`'s bias gradient, one reduction down the columns), computed first as the separate
+/// add's backward was; the matrices' as `matmul`'s.
+pub(crate) fn addmm(bias: &Tensor, a: &Tensor, b: &Tensor) -> Backward {
+    let (needs_bias, bias_shape) = (bias.requires_grad(), bias.shape().to_vec());
+    let Backward { saved, f } = matmul(a, b);
+    Backward::new(saved, move |g: &Tensor, s: Vec<Option<Tensor>>| {
+        let gbias = match needs_bias {
+            true => Some(g.sum_to(&bias_shape)?),
+            false => None,
+        };
+        let mut grads = f(g, s)?;
+        grads.insert(0, gbias);
+        Ok(grads)
+    })
+}
+
 /// Whether `l` is a 2-D view whose transpose is contiguous (and it is not contiguous itself).
 fn is_transposed_matrix(l: &Layout) -> bool {
     l.shape.len() == 2 && !l.is_contiguous() && l.permuted(&[1, 0]).is_contiguous()

@@ -23,8 +23,16 @@ const SPLIT_FLOPS: usize = 1 << 20;
 const MIN_SPLIT_ROWS: usize = 16;
 
 pub trait Matmul: Element {
-    /// `out[b] = a[b] · rhs[b]` for every batch `b`; `out` is contiguous `batch × m × n`.
-    fn matmul(a: &Operand<Self>, b: &Operand<Self>, m: usize, n: usize, k: usize, out: &mut [Self]);
+    /// `out[b] = a[b] · rhs[b]` for every batch `b`, or with `accumulate` `out[b] += a[b] · b[b]`
+    /// (the product rounded, then added: the addition `matmul` then `add` would make); `out` is
+    /// contiguous `batch × m × n`.
+    fn matmul(
+        a: &Operand<Self>,
+        b: &Operand<Self>,
+        dims: (usize, usize, usize),
+        accumulate: bool,
+        out: &mut [Self],
+    );
 }
 
 macro_rules! gemm_float {
@@ -33,9 +41,8 @@ macro_rules! gemm_float {
             fn matmul(
                 a: &Operand<$t>,
                 b: &Operand<$t>,
-                m: usize,
-                n: usize,
-                k: usize,
+                (m, n, k): (usize, usize, usize),
+                accumulate: bool,
                 out: &mut [$t],
             ) {
                 let batch = a.offsets.len();
@@ -45,7 +52,9 @@ macro_rules! gemm_float {
                         return;
                     }
                     if k == 0 {
-                        dst.fill(<$t as Element>::zero());
+                        if !accumulate {
+                            dst.fill(<$t as Element>::zero());
+                        }
                         return;
                     }
                     // SAFETY: every index the strides reach was bounds-checked by the tensor layer
@@ -58,14 +67,15 @@ macro_rules! gemm_float {
                             dst.as_mut_ptr(),
                             1,
                             n as isize,
-                            false,
+                            accumulate,
                             a.data.as_ptr().add(a.offsets[i] + skip),
                             a.col_stride as isize,
                             a.row_stride as isize,
                             b.data.as_ptr().add(b.offsets[i]),
                             b.col_stride as isize,
                             b.row_stride as isize,
-                            <$t as Element>::zero(),
+                            // dst = alpha·dst + beta·a·b, dst read only with `accumulate`.
+                            $one,
                             $one,
                             false,
                             false,
@@ -124,9 +134,8 @@ macro_rules! int_matmul {
             fn matmul(
                 a: &Operand<$t>,
                 b: &Operand<$t>,
-                m: usize,
-                n: usize,
-                k: usize,
+                (m, n, k): (usize, usize, usize),
+                accumulate: bool,
                 out: &mut [$t],
             ) {
                 for (bi, dst) in out
@@ -143,7 +152,12 @@ macro_rules! int_matmul {
                                 let y = b.data[bo + p * b.row_stride + j * b.col_stride] as i64;
                                 acc = acc.wrapping_add(x.wrapping_mul(y));
                             }
-                            dst[i * n + j] = acc as $t;
+                            let d = &mut dst[i * n + j];
+                            *d = if accumulate {
+                                d.wrapping_add(acc as $t)
+                            } else {
+                                acc as $t
+                            };
                         }
                     }
                 }

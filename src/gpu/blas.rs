@@ -94,15 +94,16 @@ fn workspace_of(g: &Gpu, workspace: WorkspaceSource) -> Result<(u64, usize)> {
     Ok((*ptr, *bytes))
 }
 
-/// `a · b` for each batch into the contiguous `batch × m × n` buffer at `out`; the batch count
-/// is `a`'s number of offsets.
+/// `a · b` for each batch into the contiguous `batch × m × n` buffer at `out`, or with
+/// `accumulate` added onto what it holds (β = 1: PyTorch's `addmm`); the batch count is `a`'s
+/// number of offsets.
 pub(crate) fn matmul(
     g: &Gpu,
     dtype: DType,
     (pa, a_off, (a_rs, a_cs)): Operand,
     (pb, b_off, (b_rs, b_cs)): Operand,
     (m, n, k): (usize, usize, usize),
-    out: u64,
+    (out, accumulate): (u64, bool),
     workspace: WorkspaceSource,
 ) -> Result<()> {
     check_dtype(dtype)?;
@@ -111,7 +112,11 @@ pub(crate) fn matmul(
         return Ok(());
     }
     if k == 0 {
-        return super::ops::fill(g, dtype, out, batches * m * n, crate::dtype::Scalar::Int(0));
+        // An empty sum: zeros, or nothing to add.
+        return match accumulate {
+            true => Ok(()),
+            false => super::ops::fill(g, dtype, out, batches * m * n, crate::dtype::Scalar::Int(0)),
+        };
     }
     let (Some((trans_a, lda)), Some((trans_b, ldb))) =
         (operand(m, k, a_rs, a_cs), operand(k, n, b_rs, b_cs))
@@ -162,6 +167,7 @@ pub(crate) fn matmul(
             ldc: n,
             stride_c: (m * n) as i64,
             batch: count,
+            accumulate,
             allow_tf32: allow_tf32(),
         };
         // SAFETY: the storage layer hands over live blocks holding every matrix the offsets

@@ -325,16 +325,20 @@ impl Driver for CudaDriver {
             DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
             d => return Err(format!("cuBLAS has no {d} GEMM")),
         };
-        let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+        let (one32, one64) = (1.0f32, 1.0f64);
+        let (beta32, beta64) = match c.accumulate {
+            true => (1.0f32, 1.0f64),
+            false => (0.0f32, 0.0f64),
+        };
         let (alpha, beta) = if c.dtype == DType::F64 {
             (
                 &one64 as *const f64 as *const _,
-                &zero64 as *const f64 as *const _,
+                &beta64 as *const f64 as *const _,
             )
         } else {
             (
                 &one32 as *const f32 as *const _,
-                &zero32 as *const f32 as *const _,
+                &beta32 as *const f32 as *const _,
             )
         };
         let op = |t: bool| {

@@ -32,7 +32,8 @@ pub enum AllocFailure {
 }
 
 /// A batched GEMM as cuBLAS takes it (column-major): `C[i] = op(A[i]) · op(B[i])` for `batch`
-/// matrices, with `alpha = 1`, `beta = 0`. `trans_*`: the operand is read transposed.
+/// matrices, with `alpha = 1` and `beta = 0`, or `beta = 1` with `accumulate` (`C[i] += …`).
+/// `trans_*`: the operand is read transposed.
 #[derive(Debug, Clone, Copy)]
 pub struct Gemm {
     pub dtype: DType,
@@ -51,6 +52,8 @@ pub struct Gemm {
     pub ldc: usize,
     pub stride_c: i64,
     pub batch: usize,
+    /// Add the product onto C (`beta = 1`) instead of overwriting it.
+    pub accumulate: bool,
     /// f32 products may use TF32 tensor cores.
     pub allow_tf32: bool,
 }

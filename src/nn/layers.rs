@@ -71,15 +71,24 @@ impl Module for Linear {
                 ),
             });
         }
-        let y = x.matmul(&self.weight.t()?)?;
+        let w = self.weight.t()?;
         match &self.bias {
-            // Under autocast the whole layer runs in the low precision, bias included.
-            Some(b) => y.add(
+            // As PyTorch's `linear`: the bias joins the GEMM (`addmm`), the leading dims of a
+            // batch of sequences folded into rows. Under autocast the whole layer runs in the low
+            // precision, bias included.
+            Some(b) if x.rank() == 2 => b.addmm(x, &w),
+            Some(b) if x.rank() > 2 => {
+                let rows = x.reshape([-1, features as i64])?;
+                let mut shape = x.shape().to_vec();
+                *shape.last_mut().expect("rank > 2") = self.out_features();
+                b.addmm(&rows, &w)?.reshape(shape)
+            }
+            Some(b) => x.matmul(&w)?.add(
                 crate::tensor::autocast::for_matmul(b)?
                     .as_ref()
                     .unwrap_or(b),
             ),
-            None => Ok(y),
+            None => x.matmul(&w),
         }
     }
 

@@ -5,6 +5,7 @@
 //! are in `reduce.rs`, copies to other devices in `copy.rs`.
 
 mod copy;
+mod matmul;
 mod ops;
 mod optim;
 mod reduce;

@@ -1,17 +1,15 @@
 //! Each op the tensor layer needs, once: on host memory it runs the `cpu` kernels, on a real GPU
-//! the CUDA backend's (`gpu::ops`, `gpu::blas`), into a buffer allocated here.
-
-use half::f16;
+//! the CUDA backend's (`gpu::ops`), into a buffer allocated here. Matrix products are in
+//! `matmul.rs`, reductions in `reduce.rs`.
 
 use super::Storage;
+use crate::cpu;
 use crate::cpu::elementwise as ew;
-use crate::cpu::{self, matmul::Matmul};
 use crate::device::Device;
 use crate::dtype::{DType, Element, Scalar};
 use crate::error::Result;
 use crate::gpu::{blas, ops as gpu};
 use crate::layout::Layout;
-use crate::memory::Block;
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::profile::Work;
 
@@ -81,18 +79,6 @@ impl Storage {
         Ok(())
     }
 
-    /// Whether `matmul` reads a `rows × cols` matrix of this storage with strides `(rs, cs)` as
-    /// it is: the CPU's GEMM takes any strides, cuBLAS needs a unit stride in one dim.
-    pub(crate) fn matmul_reads_in_place(
-        &self,
-        rows: usize,
-        cols: usize,
-        rs: usize,
-        cs: usize,
-    ) -> bool {
-        self.is_host() || blas::reads_in_place(rows, cols, rs, cs)
-    }
-
     /// `numel` copies of `value`, converted to `dtype`.
     pub(crate) fn full(
         device: Device,
@@ -124,8 +110,12 @@ impl Storage {
 
     /// A contiguous copy of the view `l`, converted to `dtype`.
     pub(crate) fn copy_as(&self, l: &Layout, dtype: DType) -> Result<Storage> {
-        let name = if dtype == self.dtype { "copy" } else { "cast" };
-        let _op = self.profiled(name, Work::elementwise(l.numel(), 1, dtype));
+        let (name, work) = match dtype == self.dtype {
+            // `write_view` prices the copy's kernel: priced here too, it would count twice.
+            true => ("copy", Work::Unpriced),
+            false => ("cast", Work::elementwise(l.numel(), 1, dtype)),
+        };
+        let _op = self.profiled(name, work);
         if dtype == self.dtype {
             // The same dtype moves bits: a cast through f64 would quiet signalling NaNs (and
             // cost a GPU 64-bit arithmetic per element).
@@ -441,52 +431,6 @@ impl Storage {
         )
     }
 
-    /// Batched `a · b` into a contiguous `batch × m × n` storage. `a_off`/`b_off` give each
-    /// batch's matrix offset; `(rs, cs)` are row and column strides.
-    pub(crate) fn matmul(
-        (a, a_off, a_strides): (&Storage, &[usize], (usize, usize)),
-        (b, b_off, b_strides): (&Storage, &[usize], (usize, usize)),
-        (m, n, k): (usize, usize, usize),
-    ) -> Result<Storage> {
-        let device = a.device();
-        let dims = (a_off.len() as u64, m as u64, n as u64, k as u64);
-        let work = Work::Matmul {
-            dims,
-            dtype: a.dtype,
-            tf32: blas::allow_tf32(),
-        };
-        let _op = a.profiled("matmul", work);
-        a.produce(
-            a.dtype,
-            a_off.len() * m * n,
-            |out| {
-                let a = (a, a_off, a_strides);
-                let b = (b, b_off, b_strides);
-                match a.0.dtype {
-                    DType::F32 => host_matmul::<f32>(a, b, (m, n, k), out),
-                    DType::F64 => host_matmul::<f64>(a, b, (m, n, k), out),
-                    DType::F16 => host_matmul_in_f32::<f16>(a, b, (m, n, k), out),
-                    DType::BF16 => host_matmul_in_f32::<half::bf16>(a, b, (m, n, k), out),
-                    DType::I64 => host_matmul::<i64>(a, b, (m, n, k), out),
-                    DType::I32 => host_matmul::<i32>(a, b, (m, n, k), out),
-                    DType::U8 => host_matmul::<u8>(a, b, (m, n, k), out),
-                    DType::Bool => unreachable!("matmul of bool is refused before it runs"),
-                }
-            },
-            |g, out| {
-                // Like PyTorch, the first GEMM on a device takes cuBLAS's workspace from the
-                // caching allocator, so it shows in `memory_allocated` from then on.
-                let workspace = |bytes| {
-                    let block = Block::alloc_engine_buffer(device, bytes, "cuBLAS workspace")?;
-                    Ok((block.ptr() as u64, Box::new(block) as Box<dyn Send>))
-                };
-                let pa = (a.device_ptr(), a_off, a_strides);
-                let pb = (b.device_ptr(), b_off, b_strides);
-                blas::matmul(g, a.dtype, pa, pb, (m, n, k), out, &workspace)
-            },
-        )
-    }
-
     /// The elements of the view `l` of a host storage, in row-major order, as `T` (the
     /// storage's element type).
     pub(crate) fn read_vec<T: Element>(&self, l: &Layout) -> Result<Vec<T>> {
@@ -520,67 +464,4 @@ impl Storage {
             offsets.iter().map(|&o| s[o].to_f64()).collect()
         })
     }
-}
-
-/// One operand of a host GEMM: the storage, each batch's matrix offset, (row, column) strides.
-type HostOperand<'a> = (&'a Storage, &'a [usize], (usize, usize));
-
-fn host_matmul<T: Matmul>(
-    (a, a_off, (a_rs, a_cs)): HostOperand,
-    (b, b_off, (b_rs, b_cs)): HostOperand,
-    (m, n, k): (usize, usize, usize),
-    out: &mut Storage,
-) {
-    let a = cpu::matmul::Operand {
-        data: a.slice::<T>(),
-        offsets: a_off,
-        row_stride: a_rs,
-        col_stride: a_cs,
-    };
-    let b = cpu::matmul::Operand {
-        data: b.slice::<T>(),
-        offsets: b_off,
-        row_stride: b_rs,
-        col_stride: b_cs,
-    };
-    T::matmul(&a, &b, m, n, k, out.slice_mut::<T>());
-}
-
-/// A half-precision product on the host: both operands widened to f32, multiplied and summed
-/// there, and rounded once at the end, as PyTorch's CPU GEMM and cuBLAS accumulate halves (a
-/// GEMM in f16 itself loses a unit or two wherever its terms cancel).
-fn host_matmul_in_f32<H: Element>(
-    (a, a_off, a_strides): HostOperand,
-    (b, b_off, b_strides): HostOperand,
-    (m, n, k): (usize, usize, usize),
-    out: &mut Storage,
-) {
-    let widen = |s: &Storage| {
-        let h = s.slice::<H>();
-        let mut w = vec![0f32; h.len()];
-        cpu::cast(h, &Layout::contiguous(vec![h.len()]), &mut w);
-        w
-    };
-    let (wa, wb) = (widen(a), widen(b));
-    let operand = |data, offsets, (row_stride, col_stride)| cpu::matmul::Operand {
-        data,
-        offsets,
-        row_stride,
-        col_stride,
-    };
-    let mut wide_out = vec![0f32; out.numel()];
-    f32::matmul(
-        &operand(&wa, a_off, a_strides),
-        &operand(&wb, b_off, b_strides),
-        m,
-        n,
-        k,
-        &mut wide_out,
-    );
-    let len = wide_out.len();
-    cpu::cast(
-        &wide_out,
-        &Layout::contiguous(vec![len]),
-        out.slice_mut::<H>(),
-    );
 }

@@ -5,6 +5,7 @@ pub(crate) mod autocast;
 mod create;
 mod data;
 mod math;
+mod matmul;
 mod reduce;
 mod shape_ops;
 mod to;

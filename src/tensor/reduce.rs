@@ -1,11 +1,11 @@
 //! Reductions (sum, mean, max, min, argmax, argmin) over all or given dims, softmax and
-//! log-softmax, and matmul.
+//! log-softmax.
 
-use super::{Tensor, same_device};
+use super::Tensor;
 use crate::autograd::{grads, no_grad, record};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::layout::{Dim, Dims, Layout, broadcast_shapes, resolve_dim, resolve_dims};
+use crate::layout::{Dim, Dims, resolve_dim, resolve_dims};
 use crate::storage::Storage;
 
 /// A tensor rearranged so the reduced dims are last and contiguous: `rows × len` elements.
@@ -313,129 +313,5 @@ impl Tensor {
     /// `log(softmax(x))` along `dim`, without the intermediate rounding.
     pub fn log_softmax(&self, dim: impl Dim) -> Result<Tensor> {
         self.softmax_recorded(dim.as_i64(), true)
-    }
-
-    /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
-    /// batch dims and broadcast.
-    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        let _op = self.profiled("matmul");
-        same_device("matmul", &[("self", self), ("other", other)])?;
-        let (a, b) = (
-            super::autocast::for_matmul(self)?,
-            super::autocast::for_matmul(other)?,
-        );
-        if a.is_some() || b.is_some() {
-            return a
-                .as_ref()
-                .unwrap_or(self)
-                .matmul(b.as_ref().unwrap_or(other));
-        }
-        if self.dtype() != other.dtype() {
-            return Err(Error::DTypeMismatch {
-                op: "matmul",
-                lhs: self.dtype(),
-                rhs: other.dtype(),
-                hint: format!(
-                    "matmul needs both operands of one dtype; convert one, e.g. `other.to_dtype(DType::{})?`.",
-                    self.dtype().variant_name()
-                ),
-            });
-        }
-        let dtype = self.dtype();
-        if dtype == DType::Bool {
-            return Err(Error::UnsupportedDType {
-                op: "matmul",
-                dtype,
-                hint: "Convert to a numeric dtype first.".into(),
-            });
-        }
-        if self.device().is_cuda() {
-            // Simulated GPUs refuse what cuBLAS refuses, so a lesson behaves the same on both.
-            Storage::check_matmul_dtype(self.device(), dtype)?;
-        }
-        if self.rank() == 0 || other.rank() == 0 {
-            return Err(Error::ShapeMismatch {
-                op: "matmul",
-                lhs: self.shape().to_vec(),
-                rhs: other.shape().to_vec(),
-                why: "both operands need at least one dimension; use `mul` for scalars".into(),
-            });
-        }
-        let a = if self.rank() == 1 {
-            self.unsqueeze(0)?
-        } else {
-            self.clone()
-        };
-        let b = if other.rank() == 1 {
-            other.unsqueeze(1)?
-        } else {
-            other.clone()
-        };
-        let (ra, rb) = (a.rank(), b.rank());
-        let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
-        let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
-        if k != k2 {
-            return Err(Error::ShapeMismatch {
-                op: "matmul",
-                lhs: self.shape().to_vec(),
-                rhs: other.shape().to_vec(),
-                why: format!(
-                    "a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."
-                ),
-            });
-        }
-        let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
-        // Broadcast views can name more matrices than memory holds: checked before any buffer.
-        let batches = crate::layout::numel_checked("matmul", &batch)?;
-        crate::layout::numel_checked("matmul", &[batches, m, n])?;
-        let (a2, b2) = (a, b);
-        let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(&a2)?, gemm_ready(&b2)?)))?;
-        let full = |t: &Tensor, r: usize, c: usize| {
-            let mut shape = batch.clone();
-            shape.extend([r, c]);
-            t.layout().broadcast_to(&shape)
-        };
-        let (la, lb) = (full(&a, m, k), full(&b, k, n));
-        let nb = batch.len();
-        let offsets = |l: &Layout| -> Result<Vec<usize>> {
-            let bl = Layout {
-                shape: batch.clone(),
-                strides: l.strides[..nb].to_vec(),
-                offset: l.offset,
-            };
-            let mut v = crate::memory::host_vec_with_capacity("matmul", batches)?;
-            v.extend((0..batches).map(|i| bl.offset_of(i)));
-            Ok(v)
-        };
-        let (a_off, b_off) = (offsets(&la)?, offsets(&lb)?);
-        let s = Storage::matmul(
-            (a.storage(), &a_off, (la.strides[nb], la.strides[nb + 1])),
-            (b.storage(), &b_off, (lb.strides[nb], lb.strides[nb + 1])),
-            (m, n, k),
-        )?;
-        let mut shape = batch;
-        shape.extend([m, n]);
-        let out = Tensor::from_storage(s, shape);
-        let mut out = record(out, "matmul", &[&a2, &b2], || grads::matmul(&a2, &b2));
-        if other.rank() == 1 {
-            out = out.squeeze(-1)?;
-        }
-        if self.rank() == 1 {
-            out = out.squeeze(if other.rank() == 1 { -1 } else { -2 })?;
-        }
-        Ok(out)
-    }
-}
-
-/// `t` as a GEMM operand: cuBLAS needs a unit stride in one of the two matrix dims (a broadcast
-/// or strided view gets a contiguous copy); the CPU's GEMM takes any strides.
-fn gemm_ready(t: &Tensor) -> Result<Tensor> {
-    let r = t.rank();
-    let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
-    let (rs, cs) = (t.layout().strides[r - 2], t.layout().strides[r - 1]);
-    if t.storage().matmul_reads_in_place(rows, cols, rs, cs) {
-        Ok(t.clone())
-    } else {
-        t.contiguous()
     }
 }

@@ -384,15 +384,32 @@ unsafe fn gemm_as<S: Copy, T: Matmul>(c: &Gemm, load: fn(S) -> T, store: fn(T) -
     let a_strides = if c.trans_a { (1, c.lda) } else { (c.lda, 1) };
     let lhs = unsafe { read_operand(c.b, (n, k), b_strides, (c.batch, c.stride_b), load) };
     let rhs = unsafe { read_operand(c.a, (k, m), a_strides, (c.batch, c.stride_a), load) };
-    let mut out = vec![T::zero(); c.batch * m * n];
-    T::matmul(&lhs.operand(), &rhs.operand(), n, m, k, &mut out);
     let dst = c.c as *mut S;
+    // C as the CPU's matmul writes it (row-major n × m per batch), read in when added onto.
+    let at = |b: usize, j: usize, i: usize| b as i64 * c.stride_c + (i + j * c.ldc) as i64;
+    let mut out = vec![T::zero(); c.batch * m * n];
+    if c.accumulate {
+        for b in 0..c.batch {
+            for j in 0..n {
+                for i in 0..m {
+                    // SAFETY: the caller vouches for C's extent.
+                    out[(b * n + j) * m + i] = load(unsafe { *dst.offset(at(b, j, i) as isize) });
+                }
+            }
+        }
+    }
+    T::matmul(
+        &lhs.operand(),
+        &rhs.operand(),
+        (n, m, k),
+        c.accumulate,
+        &mut out,
+    );
     for b in 0..c.batch {
         for j in 0..n {
             for i in 0..m {
-                let at = b as i64 * c.stride_c + (i + j * c.ldc) as i64;
                 // SAFETY: the caller vouches for C's extent.
-                unsafe { *dst.offset(at as isize) = store(out[(b * n + j) * m + i]) };
+                unsafe { *dst.offset(at(b, j, i) as isize) = store(out[(b * n + j) * m + i]) };
             }
         }
     }

@@ -1,0 +1,211 @@
+//! Matrix products: `matmul` with `torch.matmul`'s rules, and `addmm`, a bias plus a product in
+//! one GEMM (what `Linear` runs, as PyTorch's `linear` does).
+
+use super::{Tensor, same_device};
+use crate::autograd::{grads, no_grad, record};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::{Layout, broadcast_shapes};
+use crate::storage::Storage;
+
+impl Tensor {
+    /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
+    /// batch dims and broadcast.
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        let _op = self.profiled("matmul");
+        same_device("matmul", &[("self", self), ("other", other)])?;
+        let (a, b) = (
+            super::autocast::for_matmul(self)?,
+            super::autocast::for_matmul(other)?,
+        );
+        if a.is_some() || b.is_some() {
+            return a
+                .as_ref()
+                .unwrap_or(self)
+                .matmul(b.as_ref().unwrap_or(other));
+        }
+        check_gemm_dtypes("matmul", &[self, other])?;
+        if self.rank() == 0 || other.rank() == 0 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+                why: "both operands need at least one dimension; use `mul` for scalars".into(),
+            });
+        }
+        let a = if self.rank() == 1 {
+            self.unsqueeze(0)?
+        } else {
+            self.clone()
+        };
+        let b = if other.rank() == 1 {
+            other.unsqueeze(1)?
+        } else {
+            other.clone()
+        };
+        let (ra, rb) = (a.rank(), b.rank());
+        let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+        let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
+        if k != k2 {
+            return Err(Error::ShapeMismatch {
+                op: "matmul",
+                lhs: self.shape().to_vec(),
+                rhs: other.shape().to_vec(),
+                why: format!(
+                    "a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."
+                ),
+            });
+        }
+        let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+        // Broadcast views can name more matrices than memory holds: checked before any buffer.
+        let batches = crate::layout::numel_checked("matmul", &batch)?;
+        crate::layout::numel_checked("matmul", &[batches, m, n])?;
+        let (a2, b2) = (a, b);
+        let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(&a2)?, gemm_ready(&b2)?)))?;
+        let full = |t: &Tensor, r: usize, c: usize| {
+            let mut shape = batch.clone();
+            shape.extend([r, c]);
+            t.layout().broadcast_to(&shape)
+        };
+        let (la, lb) = (full(&a, m, k), full(&b, k, n));
+        let nb = batch.len();
+        let offsets = |l: &Layout| -> Result<Vec<usize>> {
+            let bl = Layout {
+                shape: batch.clone(),
+                strides: l.strides[..nb].to_vec(),
+                offset: l.offset,
+            };
+            let mut v = crate::memory::host_vec_with_capacity("matmul", batches)?;
+            v.extend((0..batches).map(|i| bl.offset_of(i)));
+            Ok(v)
+        };
+        let (a_off, b_off) = (offsets(&la)?, offsets(&lb)?);
+        let s = Storage::matmul(
+            (a.storage(), &a_off, (la.strides[nb], la.strides[nb + 1])),
+            (b.storage(), &b_off, (lb.strides[nb], lb.strides[nb + 1])),
+            (m, n, k),
+            None,
+        )?;
+        let mut shape = batch;
+        shape.extend([m, n]);
+        let out = Tensor::from_storage(s, shape);
+        let mut out = record(out, "matmul", &[&a2, &b2], || grads::matmul(&a2, &b2));
+        if other.rank() == 1 {
+            out = out.squeeze(-1)?;
+        }
+        if self.rank() == 1 {
+            out = out.squeeze(if other.rank() == 1 { -1 } else { -2 })?;
+        }
+        Ok(out)
+    }
+
+    /// `self + mat1 · mat2` (`torch.addmm`, β = α = 1) for an `m × k` and a `k × n` matrix, `self`
+    /// broadcastable to `m × n` (a bias row): the bias is broadcast into the output and the
+    /// product is added onto it by the GEMM itself, so no second `m × n` tensor is made and no
+    /// add runs. `Linear` runs through it.
+    pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor) -> Result<Tensor> {
+        let _op = self.profiled("addmm");
+        let tensors = [("self", self), ("mat1", mat1), ("mat2", mat2)];
+        same_device("addmm", &tensors)?;
+        let cast = [self, mat1, mat2].map(super::autocast::for_matmul);
+        if cast.iter().any(|c| matches!(c, Ok(Some(_)))) {
+            let [c, a, b] = cast;
+            let (c, a, b) = (c?, a?, b?);
+            let pick =
+                |cast: &Option<Tensor>, t: &Tensor| cast.clone().unwrap_or_else(|| t.clone());
+            return pick(&c, self).addmm(&pick(&a, mat1), &pick(&b, mat2));
+        }
+        check_gemm_dtypes("addmm", &[self, mat1, mat2])?;
+        let mismatch = |why: String| Error::ShapeMismatch {
+            op: "addmm",
+            lhs: mat1.shape().to_vec(),
+            rhs: mat2.shape().to_vec(),
+            why,
+        };
+        if mat1.rank() != 2 || mat2.rank() != 2 {
+            return Err(mismatch(
+                "addmm multiplies two matrices (2-D); for vectors or batches use `mat1.matmul(&mat2)?.add(&bias)?`".into(),
+            ));
+        }
+        let (m, k, n) = (mat1.shape()[0], mat1.shape()[1], mat2.shape()[1]);
+        if mat2.shape()[0] != k {
+            return Err(mismatch(format!(
+                "a {m}×{k} matrix cannot multiply a {}×{n} one: the inner sizes must match",
+                mat2.shape()[0]
+            )));
+        }
+        if broadcast_shapes("addmm", self.shape(), &[m, n])
+            .ok()
+            .as_deref()
+            != Some(&[m, n][..])
+        {
+            return Err(Error::ShapeMismatch {
+                op: "addmm",
+                lhs: self.shape().to_vec(),
+                rhs: vec![m, n],
+                why: format!(
+                    "the added tensor must broadcast to the product's shape [{m}, {n}] (a bias of {n}, or a [{m}, {n}] matrix)"
+                ),
+            });
+        }
+        crate::layout::numel_checked("addmm", &[m, n])?;
+        let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(mat1)?, gemm_ready(mat2)?)))?;
+        // The bias in every row of a new output, which the GEMM then adds the product onto.
+        let onto = self
+            .storage()
+            .copy_as(&self.layout().broadcast_to(&[m, n]), self.dtype())?;
+        let (la, lb) = (a.layout(), b.layout());
+        let s = Storage::matmul(
+            (a.storage(), &[la.offset], (la.strides[0], la.strides[1])),
+            (b.storage(), &[lb.offset], (lb.strides[0], lb.strides[1])),
+            (m, n, k),
+            Some(onto),
+        )?;
+        let out = Tensor::from_storage(s, vec![m, n]);
+        Ok(record(out, "addmm", &[self, mat1, mat2], || {
+            grads::addmm(self, mat1, mat2)
+        }))
+    }
+}
+
+/// The operands of a GEMM share one dtype, and one that the device multiplies (cuBLAS takes
+/// floats only; simulated GPUs refuse what cuBLAS refuses, so a lesson behaves the same on both).
+fn check_gemm_dtypes(op: &'static str, operands: &[&Tensor]) -> Result<()> {
+    let first = operands[0];
+    let dtype = first.dtype();
+    if let Some(other) = operands.iter().find(|t| t.dtype() != dtype) {
+        return Err(Error::DTypeMismatch {
+            op,
+            lhs: dtype,
+            rhs: other.dtype(),
+            hint: format!(
+                "{op} needs all its operands of one dtype; convert one, e.g. `other.to_dtype(DType::{})?`.",
+                dtype.variant_name()
+            ),
+        });
+    }
+    if dtype == DType::Bool {
+        return Err(Error::UnsupportedDType {
+            op,
+            dtype,
+            hint: "Convert to a numeric dtype first.".into(),
+        });
+    }
+    if first.device().is_cuda() {
+        Storage::check_matmul_dtype(first.device(), dtype)?;
+    }
+    Ok(())
+}
+
+/// `t` as a GEMM operand: cuBLAS needs a unit stride in one of the two matrix dims (a broadcast
+/// or strided view gets a contiguous copy); the CPU's GEMM takes any strides.
+fn gemm_ready(t: &Tensor) -> Result<Tensor> {
+    let r = t.rank();
+    let (rows, cols) = (t.shape()[r - 2], t.shape()[r - 1]);
+    let (rs, cs) = (t.layout().strides[r - 2], t.layout().strides[r - 1]);
+    if t.storage().matmul_reads_in_place(rows, cols, rs, cs) {
+        Ok(t.clone())
+    } else {
+        t.contiguous()
+    }
+}
