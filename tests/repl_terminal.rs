@@ -110,6 +110,10 @@ send("let e = Tensor::ey\t")
 time.sleep(2)
 send("(2, &Device::Cpu)?;\r")
 wait_for(">> ", 120)
+# Ctrl-Space (a NUL byte, as a Ctrl-D typed ahead becomes) at a prompt the user is at: nothing.
+time.sleep(1)
+send("\x00")
+time.sleep(0.5)
 send("e.shape().to_vec()\r")
 wait_for("[2, 2]", 120)
 # Ctrl-D typed ahead while a cell still compiles and runs: the terminal is in cooked mode then

@@ -24,8 +24,8 @@ const MIN_SPLIT_ROWS: usize = 16;
 
 pub trait Matmul: Element {
     /// `out[b] = a[b] · rhs[b]` for every batch `b`, or with `accumulate` `out[b] += a[b] · b[b]`
-    /// (the product rounded, then added: the addition `matmul` then `add` would make); `out` is
-    /// contiguous `batch × m × n`.
+    /// (added as the GEMM goes, a block of `k` at a time, or in f32 and rounded once for halves:
+    /// not always the bits `matmul` then `add` give); `out` is contiguous `batch × m × n`.
     fn matmul(
         a: &Operand<Self>,
         b: &Operand<Self>,

@@ -4,6 +4,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustyline::completion::{Completer, Pair};
@@ -11,7 +12,10 @@ use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
-use rustyline::{Cmd, Context, Editor, Helper, KeyEvent};
+use rustyline::{
+    Cmd, ConditionalEventHandler, Context, Editor, Event, EventContext, EventHandler, Helper,
+    KeyEvent, RepeatCount,
+};
 
 use super::cell::LIVE_AFTER;
 use super::cell_check::{Completeness, check};
@@ -80,13 +84,14 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     editor.set_helper(Some(CellHelper {
         evaluator: evaluator.clone(),
     }));
-    // Ctrl-D typed while a cell runs reaches the terminal in cooked mode, whose line discipline
-    // keeps it as a NUL byte that the next prompt reads as Ctrl-@: on an empty line it is the
-    // Ctrl-D the user meant (on a non-empty one EndOfFile does nothing).
-    editor.bind_sequence(KeyEvent::ctrl('@'), Cmd::EndOfFile);
+    let typed_ahead = Arc::new(AtomicBool::new(false));
+    editor.bind_sequence(
+        KeyEvent::ctrl('@'),
+        EventHandler::Conditional(Box::new(TypedAheadEof(typed_ahead.clone()))),
+    );
     let history = super::setup::cache_dir().join("history.txt");
     let _ = editor.load_history(&history);
-    let code = read_eval_print(&mut editor, &evaluator, colour);
+    let code = read_eval_print(&mut editor, &evaluator, colour, &typed_ahead);
     let _ = std::fs::create_dir_all(super::setup::cache_dir());
     let _ = editor.save_history(&history);
     drop(editor);
@@ -97,6 +102,36 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     };
     evaluator.finish(limit);
     code
+}
+
+/// Ctrl-D typed while a cell runs reaches the terminal in cooked mode, whose line discipline
+/// keeps it as a NUL byte that the next prompt reads as Ctrl-@. On an empty line, and only when
+/// it was typed ahead (input was waiting as the prompt appeared), it is the Ctrl-D the user
+/// meant; Ctrl-Space, which also sends NUL, does nothing at a prompt the user is typing at.
+struct TypedAheadEof(Arc<AtomicBool>);
+
+impl ConditionalEventHandler for TypedAheadEof {
+    fn handle(&self, _: &Event, _: RepeatCount, _: bool, ctx: &EventContext) -> Option<Cmd> {
+        let ahead = self.0.swap(false, Ordering::Relaxed);
+        // Noop, not the default: rustyline would take the next key along with it.
+        Some(match ahead && ctx.line().is_empty() {
+            true => Cmd::EndOfFile,
+            false => Cmd::Noop,
+        })
+    }
+}
+
+/// Whether input is already waiting on stdin (typed while a cell ran). `poll`, not `FIONREAD`:
+/// in cooked mode the line discipline's count leaves out a pending end-of-file.
+fn input_waiting() -> bool {
+    let mut stdin = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut stdin, 1, 0) };
+    ready == 1 && stdin.revents & libc::POLLIN != 0
 }
 
 /// Where the cells' own output goes: on a terminal each line first clears the running cell's
@@ -114,9 +149,15 @@ fn sink(colour: bool) -> Sink {
 
 /// The loop: a line (or several, until brackets balance), then its report. Returns the exit
 /// code.
-fn read_eval_print(editor: &mut LineEditor, evaluator: &Evaluator, colour: bool) -> i32 {
+fn read_eval_print(
+    editor: &mut LineEditor,
+    evaluator: &Evaluator,
+    colour: bool,
+    typed_ahead: &AtomicBool,
+) -> i32 {
     let mut first = true;
     loop {
+        typed_ahead.store(input_waiting(), Ordering::Relaxed);
         let line = match editor.readline(">> ") {
             Ok(line) if line.trim().is_empty() => continue,
             Ok(line) => line,

@@ -78,7 +78,9 @@ impl Module for Linear {
             // precision, bias included.
             Some(b) if x.rank() == 2 => b.addmm(x, &w),
             Some(b) if x.rank() > 2 => {
-                let rows = x.reshape([-1, features as i64])?;
+                // Every leading dim folds into the rows.
+                let lead: usize = x.shape()[..x.rank() - 1].iter().product();
+                let rows = x.reshape([lead as i64, features as i64])?;
                 let mut shape = x.shape().to_vec();
                 *shape.last_mut().expect("rank > 2") = self.out_features();
                 b.addmm(&rows, &w)?.reshape(shape)

@@ -107,13 +107,11 @@ impl Tensor {
         let _op = self.profiled("addmm");
         let tensors = [("self", self), ("mat1", mat1), ("mat2", mat2)];
         same_device("addmm", &tensors)?;
-        let cast = [self, mat1, mat2].map(super::autocast::for_matmul);
-        if cast.iter().any(|c| matches!(c, Ok(Some(_)))) {
-            let [c, a, b] = cast;
-            let (c, a, b) = (c?, a?, b?);
-            let pick =
-                |cast: &Option<Tensor>, t: &Tensor| cast.clone().unwrap_or_else(|| t.clone());
-            return pick(&c, self).addmm(&pick(&a, mat1), &pick(&b, mat2));
+        let [c, a, b] = [self, mat1, mat2].map(super::autocast::for_matmul);
+        let (c, a, b) = (c?, a?, b?);
+        if c.is_some() || a.is_some() || b.is_some() {
+            let pick = |cast: Option<Tensor>, t: &Tensor| cast.unwrap_or_else(|| t.clone());
+            return pick(c, self).addmm(&pick(a, mat1), &pick(b, mat2));
         }
         check_gemm_dtypes("addmm", &[self, mat1, mat2])?;
         let mismatch = |why: String| Error::ShapeMismatch {
