@@ -261,24 +261,39 @@ fn ops() -> Result<()> {
         Model::Gemm(4096, DType::F32, true),
         || m.matmul(&m),
     )?;
+    // The whole steps after this measure f32 as f32, as the shared H200 run did.
+    cuda::set_allow_tf32(false);
     Ok(())
 }
 
-/// One SGD step of the 784-128-10 MLP (notebook 04's) at batch 64 and 1024, profiled with every
-/// op priced as this GPU: each row's time between CUDA events against the model's.
+/// One SGD step of notebook 04's 784-128-10 MLP at batch 64 and 1024, and of the shared H200
+/// run's 1024-4096-4096-10 MLP at batch 1024, profiled with every op priced as this GPU: each
+/// row's time between CUDA events against the model's.
 fn profiled_steps() -> Result<()> {
     use placelab::nn::{CrossEntropyLoss, Linear, ReLU, Sequential};
     let Some(gpu) = spec() else {
         return Ok(());
     };
-    for batch in [64, 1024] {
-        let model = Sequential::new()
-            .add(Linear::new(784, 128, GPU)?)
-            .add(ReLU)
-            .add(Linear::new(128, 10, GPU)?);
+    let steps: [(&str, &[usize], usize); 3] = [
+        ("batch 64", &[784, 128, 10], 64),
+        ("batch 1024", &[784, 128, 10], 1024),
+        (
+            "1024-4096-4096-10 batch 1024",
+            &[1024, 4096, 4096, 10],
+            1024,
+        ),
+    ];
+    for (label, layers, batch) in steps {
+        let mut model = Sequential::new();
+        for (i, w) in layers.windows(2).enumerate() {
+            if i > 0 {
+                model = model.add(ReLU);
+            }
+            model = model.add(Linear::new(w[0], w[1], GPU)?);
+        }
         let mut opt = Sgd::new(model.parameters(), 0.01)?;
         let (x, y) = (
-            Tensor::randn([batch, 784], GPU)?,
+            Tensor::randn([batch, layers[0]], GPU)?,
             Tensor::randint(0, 10, [batch], GPU)?,
         );
         let mut step = || -> Result<()> {
@@ -298,7 +313,7 @@ fn profiled_steps() -> Result<()> {
                 continue;
             };
             println!(
-                "{{\"bench\":\"profile\",\"name\":\"batch {batch}, {}: {}\",\"calls\":{},\"ms\":{:.5},\"predicted_ms\":{:.5}}}",
+                "{{\"bench\":\"profile\",\"name\":\"{label}, {}: {}\",\"calls\":{},\"ms\":{:.5},\"predicted_ms\":{:.5}}}",
                 r.phase.name(),
                 r.name,
                 r.calls,
@@ -408,6 +423,35 @@ fn whole_steps() -> Result<()> {
     Ok(())
 }
 
+/// The points the cost model is fitted to (issue 41): the host's time to queue one op (10,000
+/// queued adds of one element), a round trip that waits for its value, and add and sum of f32
+/// from 1 Ki to 64 Mi elements, each queued 50 times and synchronised once, so that a small op's
+/// row is the host's issue time and a large one's the kernel's own.
+fn sweeps() -> Result<()> {
+    let one = Tensor::ones([1], GPU)?;
+    print_op(
+        "queued add [1]",
+        per_call_ms(10_000, || (&one + &one).map(drop))?,
+    );
+    print_op(
+        "add [1] + sum + item",
+        per_call_ms(200, || (&one + &one)?.sum_all()?.item::<f32>().map(drop))?,
+    );
+    for shift in [10, 14, 18, 22, 26] {
+        let n = 1usize << shift;
+        let a = Tensor::randn([n], GPU)?;
+        print_op(
+            &format!("add 2^{shift} f32 queued"),
+            per_call_ms(50, || (&a + &a).map(drop))?,
+        );
+        print_op(
+            &format!("sum 2^{shift} f32 queued"),
+            per_call_ms(50, || a.sum_all().map(drop))?,
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
     if !cuda::is_available() || Device::Cuda(0).is_simulated() {
         eprintln!(
@@ -432,5 +476,6 @@ fn main() -> Result<()> {
     }
     ops()?;
     whole_steps()?;
+    sweeps()?;
     profiled_steps()
 }

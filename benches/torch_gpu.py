@@ -130,6 +130,7 @@ def ops():
     torch.backends.cuda.matmul.allow_tf32 = True
     m = torch.randn(4096, 4096, device=dev)
     timed("matmul 4096^3 f32 tf32", 2 * 4096.0 ** 3, lambda: m @ m)
+    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def per_call_ms(n, fn):
@@ -198,6 +199,16 @@ def whole_steps():
     op("loader 64 pinned batches 512x784 + matmul", per_call_ms(1, epoch))
 
 
+def sweeps():
+    one = torch.ones(1, device=dev)
+    op("queued add [1]", per_call_ms(10_000, lambda: one + one))
+    op("add [1] + sum + item", per_call_ms(200, lambda: (one + one).sum().item()))
+    for shift in [10, 14, 18, 22, 26]:
+        a = torch.randn(1 << shift, device=dev)
+        op(f"add 2^{shift} f32 queued", per_call_ms(50, lambda: a + a))
+        op(f"sum 2^{shift} f32 queued", per_call_ms(50, lambda: a.sum()))
+
+
 if __name__ == "__main__":
     transfers()
     non_blocking()
@@ -205,3 +216,4 @@ if __name__ == "__main__":
         peer()
     ops()
     whole_steps()
+    sweeps()
