@@ -24,8 +24,15 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Under the home folder, as a user's `~/.cache/placelab` is, beside the toolchain (rustup's
+/// `~/.rustup`). evcxr's dylibs find `libstd` through run paths relative to where they were
+/// compiled, and a session compiles one level deeper under the cache than the engine it publishes
+/// to: from a cache under the repository's `target`, deep below `/`, the surplus ".." collapse
+/// at the root and the wrong path still reached the toolchain, which hid the fault from this
+/// test while every user's second start failed with "can't find crate for `placelab`".
 fn cache() -> PathBuf {
-    repo().join("target/placelab-second-start")
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    PathBuf::from(home).join(".cache/placelab-test-second-start")
 }
 
 fn engine() -> PathBuf {

@@ -305,6 +305,13 @@ fn sysroot() -> Option<PathBuf> {
     rustc_says(&["--print", "sysroot"]).map(|s| PathBuf::from(s.trim()))
 }
 
+/// The toolchain's folder of target libraries (`libstd-*.so` among them).
+pub fn target_libdir() -> Option<PathBuf> {
+    rustc_says(&["--print", "target-libdir"])
+        .map(|s| PathBuf::from(s.trim()))
+        .filter(|d| d.is_dir())
+}
+
 /// What `rustc ARGS` prints, when it succeeds.
 fn rustc_says(args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("rustc")

@@ -52,6 +52,7 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
     })?;
     setup::remove_stale_probes(&root);
     setup::forget_cargos_environment();
+    setup::put_std_on_the_library_path();
     let engine = engine::dir();
     let slots::Claimed {
         work: workdir,
@@ -185,10 +186,18 @@ impl Session {
         {
             // The engine's crates were built apart (issue 38): a manifest cannot see every such
             // mix, so a compile that meets one starts the build over, with nothing linked.
+            let rustc_said = e
+                .to_string()
+                .lines()
+                .find(|l| l.contains("can't find crate for `"))
+                .unwrap_or("can't find crate")
+                .trim()
+                .to_string();
             let notice = engine_rebuild_notice(
                 &s.prepared.engine,
-                "its crates come from different builds (rustc: \"can't find crate\")",
+                &format!("its crates come from different builds (rustc: \"{rustc_said}\")"),
             );
+
             eprintln!("placelab: {notice}");
             let mut prepared = s.into_prepared();
             if !engine::is_shared(&prepared.engine) {

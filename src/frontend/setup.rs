@@ -107,6 +107,31 @@ pub fn forget_cargos_environment() {
     }
 }
 
+/// Puts the toolchain's standard library folder (`rustc --print target-libdir`, which holds
+/// `libstd-*.so`) first on `LD_LIBRARY_PATH`, for every start alike. evcxr builds every crate as
+/// a dylib linked to `libstd-*.so` and found through a *relative* run path (`-C rpath`), fixed
+/// where the crate was compiled: in a session's directory, one level deeper under the cache than
+/// the engine it is then published to (or anywhere at all, for a shared `PLACELAB_ENGINE`). From
+/// the engine the relative path misses the toolchain, rustc cannot load the engine's proc
+/// macros, and every later start failed with "can't find crate for `placelab`" (issue 38 again,
+/// for starts outside cargo: `cargo run` and `cargo test` put this folder on the path, and a
+/// cache deep enough below `/` hides it, as the ".." past the root collapse). Call before any
+/// thread starts.
+pub fn put_std_on_the_library_path() {
+    let Some(std_dir) = super::engine::target_libdir() else {
+        return;
+    };
+    let current = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::split_paths(&current)
+        .filter(|d| !d.as_os_str().is_empty() && *d != std_dir)
+        .collect();
+    dirs.insert(0, std_dir);
+    if let Ok(joined) = std::env::join_paths(dirs) {
+        // SAFETY: the caller runs this before any other thread exists.
+        unsafe { std::env::set_var("LD_LIBRARY_PATH", joined) };
+    }
+}
+
 /// A folder cargo puts on `LD_LIBRARY_PATH`: a toolchain's libraries (`…/lib` beside
 /// `…/lib/rustlib`), or this binary's target directory (`target/release`, its `deps`).
 fn is_cargos_library_folder(dir: &Path, ours: Option<&Path>) -> bool {
