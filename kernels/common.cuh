@@ -36,6 +36,18 @@ __device__ __forceinline__ u64 offset_of(const Strided& l, u64 i) {
     return off;
 }
 
+// 16 bytes of elements, read or written in one access (`ld.global.v4`): the contiguous case of
+// the element-wise kernels moves a pack per thread, as PyTorch's vectorized loops do.
+template <typename T> struct __align__(16) Pack {
+    enum { N = 16 / sizeof(T) };
+    T v[N];
+};
+
+// Whether the view `l` of `base` is gap-free from an address a `Pack` can be read at.
+template <typename T> __device__ __forceinline__ bool packable(const T* base, const Strided& l) {
+    return l.rank == 1 && l.strides[0] == 1 && ((u64)(base + l.offset) & 15) == 0;
+}
+
 #define PL_INFINITY __int_as_float(0x7f800000)
 
 #define GRID_STRIDE(i, n) \

@@ -78,6 +78,22 @@ template <typename T>
 __device__ void binary_kernel(int op, u64 n, T* out, const T* a, const Strided& la, const T* b,
                               const Strided& lb) {
     typedef Math<T> M;
+    typedef Binary<typename M::Acc> B;
+    if (packable(a, la) && packable(b, lb) && ((u64)out & 15) == 0) {
+        const u64 packs = n / Pack<T>::N;
+        const Pack<T>* pa = (const Pack<T>*)(a + la.offset);
+        const Pack<T>* pb = (const Pack<T>*)(b + lb.offset);
+        GRID_STRIDE(p, packs) {
+            Pack<T> x = pa[p], y = pb[p], r;
+            for (int k = 0; k < Pack<T>::N; ++k) r.v[k] = M::store(B::apply(op, M::load(x.v[k]), M::load(y.v[k])));
+            ((Pack<T>*)out)[p] = r;
+        }
+        GRID_STRIDE(j, n - packs * Pack<T>::N) {
+            const u64 i = packs * Pack<T>::N + j;
+            out[i] = M::store(B::apply(op, M::load(a[la.offset + i]), M::load(b[lb.offset + i])));
+        }
+        return;
+    }
     GRID_STRIDE(i, n) {
         out[i] = M::store(Binary<typename M::Acc>::apply(op, M::load(a[offset_of(la, i)]),
                                                          M::load(b[offset_of(lb, i)])));
@@ -183,12 +199,30 @@ template <> struct Unary<bool> {
     static __device__ __forceinline__ bool apply(int, bool x) { return x; }
 };
 
+template <typename T>
+__device__ void unary_kernel(int op, u64 n, T* out, const T* a, const Strided& la) {
+    typedef Math<T> M;
+    typedef Unary<typename M::Acc> U;
+    if (packable(a, la) && ((u64)out & 15) == 0) {
+        const u64 packs = n / Pack<T>::N;
+        const Pack<T>* pa = (const Pack<T>*)(a + la.offset);
+        GRID_STRIDE(p, packs) {
+            Pack<T> x = pa[p], r;
+            for (int k = 0; k < Pack<T>::N; ++k) r.v[k] = M::store(U::apply(op, M::load(x.v[k])));
+            ((Pack<T>*)out)[p] = r;
+        }
+        GRID_STRIDE(j, n - packs * Pack<T>::N) {
+            const u64 i = packs * Pack<T>::N + j;
+            out[i] = M::store(U::apply(op, M::load(a[la.offset + i])));
+        }
+        return;
+    }
+    GRID_STRIDE(i, n) { out[i] = M::store(U::apply(op, M::load(a[offset_of(la, i)]))); }
+}
+
 #define UNARY(T, S)                                                                            \
     extern "C" __global__ void unary_##S(int op, u64 n, T* out, const T* a, Strided la) {      \
-        typedef Math<T> M;                                                                     \
-        GRID_STRIDE(i, n) {                                                                    \
-            out[i] = M::store(Unary<typename M::Acc>::apply(op, M::load(a[offset_of(la, i)])));\
-        }                                                                                      \
+        unary_kernel<T>(op, n, out, a, la);                                                    \
     }
 FOR_ALL_DTYPES(UNARY)
 

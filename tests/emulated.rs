@@ -125,6 +125,70 @@ fn the_ops_launch_geometry_gives_the_cpus_results() {
     same_on_both("sum of no rows", &empty, |t| t.sum(1, false));
 }
 
+/// Contiguous operands are read and written 16 bytes at a time (a pack: 4 f32, 8 f16, 16 u8),
+/// the tail that does not fill a pack one element at a time, and an operand that does not start
+/// on a 16-byte boundary (a view with an offset) element by element: in every dtype, for lengths
+/// around a pack, aligned or not, as on the CPU bit for bit. index_select copies whole rows the
+/// same way (a block a row, packs where both ends allow).
+#[test]
+fn contiguous_kernels_move_16_byte_packs_and_their_tails_as_the_cpu() {
+    cuda::emulate(2, None).unwrap();
+    let dtypes = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I64,
+        DType::I32,
+        DType::U8,
+        DType::Bool,
+    ];
+    for dtype in dtypes {
+        for n in [1usize, 3, 4, 5, 8, 15, 16, 17, 33, 1027] {
+            let x = Tensor::randn([n + 2], Device::Cpu)
+                .unwrap()
+                .mul(5.0)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            // Starting at element 0 (a fresh block: 16-byte aligned) and at 1 (not).
+            for (a, b) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                let name = format!("{dtype} add of {n}, starts {a} and {b}");
+                same_on_both(&name, &x, |t| t.narrow(0, a, n)?.add(&t.narrow(0, b, n)?));
+                if dtype != DType::Bool {
+                    let name = format!("{dtype} relu of {n}, start {a}");
+                    same_on_both(&name, &x, |t| t.narrow(0, a, n)?.relu());
+                }
+            }
+            if dtype.is_float() {
+                same_on_both(&format!("{dtype} abs of {n}"), &x, |t| t.abs());
+            }
+        }
+    }
+    let idx = Tensor::from_vec(vec![4i64, 0, -1, 4, 7], [5], Device::Cpu).unwrap();
+    for dtype in [DType::F32, DType::F16, DType::U8, DType::F64] {
+        for inner in [128usize, 130, 259] {
+            let x = Tensor::randn([9, inner + 1], Device::Cpu)
+                .unwrap()
+                .mul(9.0)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap();
+            let name = format!("{dtype} index_select of rows of {inner}");
+            same_on_both(&name, &x, |t| {
+                // Rows from column 0 (packs while the row length allows) and from column 1.
+                let a = t
+                    .narrow(1, 0, inner)?
+                    .index_select(0, &idx.to(&t.device())?)?;
+                let b = t
+                    .narrow(1, 1, inner)?
+                    .index_select(0, &idx.to(&t.device())?)?;
+                Tensor::cat(&[&a, &b], 0)
+            });
+        }
+    }
+}
+
 /// Max, min and their positions over leading dims run down the columns (no transposed copy) and
 /// over the last dims along rows, split over blocks when long: the CPU and the GPU give the
 /// values and first positions a transposed copy's rows give, NaN first, ties to the first.

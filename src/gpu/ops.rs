@@ -71,8 +71,10 @@ pub(crate) fn scalar_bits(dtype: DType, value: Scalar) -> u64 {
 }
 
 pub(super) fn elementwise_grid(n: usize) -> Grid {
-    // Grid-stride loops: enough blocks to fill any GPU, never more than the work needs.
-    let blocks = n.div_ceil(256).clamp(1, 1 << 16) as u32;
+    // Grid-stride loops, four elements a thread: one 16-byte pack of f32 where the kernel reads
+    // packs (contiguous operands), four turns of the loop where it cannot. At most 2^16 blocks,
+    // which fill any GPU many times over.
+    let blocks = n.div_ceil(4 * 256).clamp(1, 1 << 16) as u32;
     Grid {
         blocks: (blocks, 1, 1),
         threads: (256, 1, 1),
@@ -362,8 +364,20 @@ pub(crate) fn index_select(
     strides.push(l.strides[dim]);
     shape.extend(inner_shape);
     strides.extend(inner_strides);
+    // Whole rows after `dim` (one gap-free run of at least GATHER_ROW_MIN elements in
+    // kernels/cast.cu): the kernel copies a row per block, so the grid counts rows.
+    let row = (strides.len() == at + 2 && strides[at + 1] == 1 && shape[at + 1] >= 128)
+        .then(|| shape[at + 1]);
     let v = strided("index_select", l.offset, &shape, &strides)?;
-    let (grid, nn) = (elementwise_grid(n), n as u64);
+    let grid = match row {
+        Some(inner) => Grid {
+            blocks: ((n / inner).clamp(1, 1 << 16) as u32, 1, 1),
+            threads: (256, 1, 1),
+            shared_bytes: 0,
+        },
+        None => elementwise_grid(n),
+    };
+    let nn = n as u64;
     let t = width_tag(dtype);
     launch::index_select(
         g,
