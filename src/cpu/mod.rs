@@ -378,6 +378,16 @@ pub(crate) fn copy_strided_at<T: Copy + Send + Sync>(
         // rows and the tiled transpose. The identity moves each value as it is, so NaN payloads
         // and signalling NaNs survive bit for bit (no conversion quiets them).
         let n = ld.numel();
+        if n > 0 && ls.is_contiguous() {
+            // Gap-free to gap-free (`pin_memory()`, a clone): `memcpy` in each thread's chunk,
+            // whose large-copy path writes around the cache instead of reading every
+            // destination line first.
+            let from = &src[ls.offset..ls.offset + n];
+            chunked(&mut dst[ld.offset..ld.offset + n], 1, |start, o| {
+                o.copy_from_slice(&from[start..start + o.len()])
+            });
+            return;
+        }
         if n > 0 {
             map1_at(width, src, ls, &mut dst[ld.offset..ld.offset + n], |x| x);
         }
