@@ -254,6 +254,15 @@ fn ops() -> Result<()> {
             || m.matmul(&m),
         )?;
     }
+    // Where a matmul's time goes (issue 40, item 4): its host time and the GPU time between the
+    // CUDA events around it, for one warm bf16 and one f32 call; the log shows both.
+    for dtype in [DType::BF16, DType::F32] {
+        let m = Tensor::randn([4096, 4096], GPU)?.to_dtype(dtype)?;
+        drop(m.matmul(&m)?);
+        cuda::synchronize(0)?;
+        let p = placelab::profile::profile(|| m.matmul(&m));
+        eprintln!("matmul 4096^3 {dtype}, profiled:\n{}", p.text());
+    }
     cuda::set_allow_tf32(true);
     let m = Tensor::randn([4096, 4096], GPU)?;
     timed(
