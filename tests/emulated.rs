@@ -133,17 +133,7 @@ fn the_ops_launch_geometry_gives_the_cpus_results() {
 #[test]
 fn contiguous_kernels_move_16_byte_packs_and_their_tails_as_the_cpu() {
     cuda::emulate(2, None).unwrap();
-    let dtypes = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I64,
-        DType::I32,
-        DType::U8,
-        DType::Bool,
-    ];
-    for dtype in dtypes {
+    for dtype in DType::ALL {
         for n in [1usize, 3, 4, 5, 8, 15, 16, 17, 33, 1027] {
             let x = Tensor::randn([n + 2], Device::Cpu)
                 .unwrap()

@@ -354,34 +354,6 @@ impl Driver for CudaDriver {
                 c.batch
             )
         })?;
-        // One matrix: `cublasGemmEx`, the call PyTorch's `mm` makes (on an H100 it ran the same
-        // kernel in the same time as the strided-batched call with a batch of one).
-        if batch == 1 {
-            return unsafe {
-                blas_result::gemm_ex(
-                    handle,
-                    op(c.trans_a),
-                    op(c.trans_b),
-                    c.m as i32,
-                    c.n as i32,
-                    c.k as i32,
-                    alpha,
-                    c.a as *const _,
-                    data_type,
-                    c.lda as i32,
-                    c.b as *const _,
-                    data_type,
-                    c.ldb as i32,
-                    beta,
-                    c.c as *mut _,
-                    data_type,
-                    c.ldc as i32,
-                    compute,
-                    blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| e.to_string());
-        }
         unsafe {
             blas_result::gemm_strided_batched_ex(
                 handle,
