@@ -12,7 +12,7 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use placelab::cost::{self, Arithmetic, CopyRoute, GpuSpec};
+use placelab::cost::{self, Access, Arithmetic, CopyRoute, GpuSpec};
 use placelab::prelude::*;
 
 const GPU: Device = Device::Cuda(0);
@@ -30,8 +30,7 @@ fn predicted(ms: impl FnOnce(&GpuSpec) -> f64) -> String {
 
 /// The model's time for a copy of `bytes` along `route`, in ms.
 fn copy_ms(g: &GpuSpec, route: CopyRoute, bytes: usize) -> f64 {
-    let host = transfer::predicted::host_memcpy_gbps();
-    cost::model::copy(g, route, bytes as u64, host).seconds * 1e3
+    cost::model::copy(g, route, bytes as u64).seconds * 1e3
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -71,11 +70,7 @@ fn transfers() -> Result<()> {
                 wall.push(tr.wall.as_secs_f64() * 1e3);
             }
             let (e, w) = (median(event), median(wall));
-            let route = if kind.ends_with("pinned") {
-                CopyRoute::Pinned
-            } else {
-                CopyRoute::Pageable
-            };
+            let route = CopyRoute::host(kind.ends_with("pinned"), kind.starts_with("h2d"));
             println!(
                 "{{\"bench\":\"transfer\",\"kind\":\"{kind}\",\"bytes\":{bytes},\"event_ms\":{e:.5},\"wall_ms\":{w:.5},\"event_gbps\":{:.3},\"wall_gbps\":{:.3}{}}}",
                 bytes as f64 / e / 1e6,
@@ -177,7 +172,7 @@ impl Model {
     fn ms(&self, g: &GpuSpec) -> f64 {
         1e3 * match *self {
             Model::Kernel(bytes, flops) => {
-                cost::model::kernel(g, bytes as u64, flops, Arithmetic::F32)
+                cost::model::kernel(g, Access::Streaming, bytes as u64, flops, Arithmetic::F32)
             }
             Model::Gemm(n, dtype, tf32) => {
                 let n = n as u64;

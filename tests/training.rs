@@ -544,7 +544,13 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         let addmm = |gpu| {
             let gemm = cost::matmul(gpu, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
             let bias = 512 * 128;
-            let copy = cost::kernel(gpu, 2 * 4 * bias, bias as f64, cost::Arithmetic::F32);
+            let copy = cost::kernel(
+                gpu,
+                cost::Access::Streaming,
+                2 * 4 * bias,
+                bias as f64,
+                cost::Arithmetic::F32,
+            );
             let d = std::time::Duration::from_secs_f64;
             Some(d(copy) + d(gemm))
         };

@@ -84,15 +84,16 @@ fn transfer_series(log: &[TransferLine], axis: TransferAxis) -> BTreeMap<String,
 
 /// The name of a predicted curve's series: drawn dashed, without dots.
 const PREDICTED: &str = "predicted";
+/// The name of a series of points measured on a real GPU: drawn as points, without a line.
+const MEASURED: &str = "measured by placelab";
 
 /// Where `log` has copies timed on a device standing for a named GPU: that GPU's predicted
-/// host-to-device curves, pinned and pageable, from `xmin` to `xmax` bytes. The pageable one is
-/// bounded by `host_gbps`, this host's memcpy rate.
+/// curves (pinned, and pageable each way) from `xmin` to `xmax` bytes, and the points placelab
+/// measured on that GPU (its newest kept run), for the nearest real figures.
 fn predicted_series(
     log: &[TransferLine],
     axis: TransferAxis,
     (xmin, xmax): (f64, f64),
-    host_gbps: f64,
 ) -> BTreeMap<String, Vec<(f64, f64)>> {
     let Some(gpu) = log
         .iter()
@@ -101,29 +102,48 @@ fn predicted_series(
     else {
         return BTreeMap::new();
     };
+    let y = |bytes: f64, seconds: f64| match axis {
+        TransferAxis::Time => seconds * 1e6,
+        TransferAxis::Bandwidth => bytes / seconds / 1e9,
+    };
     let steps = 48;
     let sizes: Vec<f64> = (0..=steps)
         .map(|i| xmin * (xmax / xmin).powf(i as f64 / steps as f64))
         .collect();
-    [
-        (CopyRoute::Pinned, "pinned"),
-        (CopyRoute::Pageable, "pageable"),
-    ]
-    .into_iter()
-    .map(|(route, kind)| {
-        let points = (sizes.iter())
-            .map(|&bytes| {
-                let s = crate::cost::model::copy(gpu, route, bytes as u64, host_gbps).seconds;
-                let y = match axis {
-                    TransferAxis::Time => s * 1e6,
-                    TransferAxis::Bandwidth => bytes / s / 1e9,
-                };
-                (bytes, y)
-            })
-            .collect();
-        (format!("{} {PREDICTED}, {kind}", gpu.name), points)
-    })
-    .collect()
+    let routes = [
+        (CopyRoute::Pinned, "pinned", "h2d_pinned"),
+        (
+            CopyRoute::PageableToDevice,
+            "pageable → GPU",
+            "h2d_pageable",
+        ),
+        (CopyRoute::PageableToHost, "pageable → host", "d2h_pageable"),
+    ];
+    let mut series: BTreeMap<String, Vec<(f64, f64)>> = (routes.iter())
+        .map(|&(route, kind, _)| {
+            let points = (sizes.iter())
+                .map(|&bytes| {
+                    let s = crate::cost::model::copy(gpu, route, bytes as u64).seconds;
+                    (bytes, y(bytes, s))
+                })
+                .collect();
+            (format!("{} {PREDICTED}, {kind}", gpu.name), points)
+        })
+        .collect();
+    if let Some(run) = crate::cost::measured::newest_on(gpu.key) {
+        for (_, kind, row_kind) in routes {
+            let points: Vec<(f64, f64)> = (run.rows.iter())
+                .filter(|r| r.bench == "transfer" && r.name == row_kind)
+                .filter(|r| (xmin..=xmax).contains(&(r.bytes as f64)))
+                .map(|r| (r.bytes as f64, y(r.bytes as f64, r.seconds)))
+                .collect();
+            if !points.is_empty() {
+                let label = format!("{} {MEASURED} {}, {kind}", gpu.name, run.date);
+                series.insert(label, points);
+            }
+        }
+    }
+    series
 }
 
 /// Transfer time (µs, log) or bandwidth (GB/s) against size (bytes, log), a line per route and
@@ -137,11 +157,10 @@ pub fn transfers(dir: &Path, log: &[TransferLine], axis: TransferAxis) -> Result
         let xs = series.values().flatten().map(|p| p.0);
         xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)))
     };
-    let host_gbps = crate::transfer::predicted::host_memcpy_gbps();
     // Whole decades, so that even one transfer gets labelled ticks on both axes; a predicted
     // curve spans the whole axis.
     let (xmin, xmax) = decades(measured(&series));
-    series.extend(predicted_series(log, axis, (xmin, xmax), host_gbps));
+    series.extend(predicted_series(log, axis, (xmin, xmax)));
     let points = || series.values().flatten();
     let (ymin, ymax) = points().fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
     let (name, caption) = match axis {
@@ -235,6 +254,20 @@ where
                 });
             continue;
         }
+        if route.contains(MEASURED) {
+            // Another machine's measurements: crosses, no line, so they read as points to
+            // compare the curves with, not as this session's copies.
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Cross::new(p, 5, c.stroke_width(2))),
+                )
+                .map_err(err)?
+                .label(route)
+                .legend(move |(x, y)| Cross::new((x, y), 5, c.stroke_width(2)));
+            continue;
+        }
         chart
             .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))
             .map_err(err)?
@@ -316,37 +349,47 @@ mod tests {
     }
 
     /// On devices standing for an H100, `:plot bandwidth` draws its predicted curves beside the
-    /// measured points: pinned above pageable once copies are large (for a host that copies at
-    /// 10 GB/s), and both rising to the link's plateau.
+    /// measured points: pinned far above pageable once copies are large, both rising to their
+    /// plateaus, and the points placelab measured on a real H100 beside them.
     #[test]
-    fn bandwidth_plots_carry_the_named_gpus_predicted_curves() {
+    fn bandwidth_plots_carry_the_named_gpus_predicted_curves_and_measured_points() {
         let log = [
             line(1 << 20, 100_000, false),
             line(64 << 20, 6_710_886, true),
         ];
         let series = transfer_series(&log, TransferAxis::Bandwidth);
-        let predicted = predicted_series(&log, TransferAxis::Bandwidth, (1e6, 7e7), 10.0);
+        let predicted = predicted_series(&log, TransferAxis::Bandwidth, (1e6, 7e7));
         let pinned = &predicted["H100 SXM predicted, pinned"];
-        let pageable = &predicted["H100 SXM predicted, pageable"];
+        let pageable = &predicted["H100 SXM predicted, pageable → GPU"];
         let (p, q) = (pinned.last().unwrap(), pageable.last().unwrap());
         assert!(p.1 > 50.0 && p.1 < 56.0, "PCIe 5 ×16 plateau: {p:?}");
-        assert!(
-            (q.1 - 10.0).abs() < 0.5,
-            "the host's memcpy bounds pageable: {q:?}"
-        );
+        assert!(q.1 > 5.0 && q.1 < 15.0, "the driver's staging: {q:?}");
+        assert!(p.1 > 4.0 * q.1, "pinned is several times pageable");
         assert!(
             pinned.first().unwrap().1 < p.1,
             "small copies are latency-bound"
         );
-        assert_eq!(series.len(), 2, "the measured series stay as they were");
+        let measured = &predicted["H100 SXM measured by placelab 2026-11-27, pinned"];
+        assert_eq!(
+            measured.iter().map(|m| m.0).collect::<Vec<_>>(),
+            [(1 << 20) as f64, (16 << 20) as f64],
+            "the H100 run's pinned uploads inside the axis"
+        );
+        assert!(
+            measured.iter().all(|m| m.1 > 20.0 && m.1 < 60.0),
+            "{measured:?}"
+        );
+        assert_eq!(series.len(), 2, "the session's series stay as they were");
         let dir = std::env::temp_dir().join(format!("placelab-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let svg = std::fs::read_to_string(transfers(&dir, &log, TransferAxis::Bandwidth).unwrap())
             .unwrap();
-        assert!(
-            svg.contains("H100 SXM predicted, pinned"),
-            "the legend names the curve"
-        );
+        for legend in [
+            "H100 SXM predicted, pinned",
+            "H100 SXM measured by placelab",
+        ] {
+            assert!(svg.contains(legend), "the legend names {legend:?}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -371,7 +414,7 @@ mod tests {
         for label in ["1 MB", "10 MB", "100", "1000"] {
             assert!(texts.contains(&label), "no tick {label:?} in the plot");
         }
-        let predicted = predicted_series(&log, TransferAxis::Time, decades((4e6, 4e6)), 10.0);
+        let predicted = predicted_series(&log, TransferAxis::Time, decades((4e6, 4e6)));
         let pinned = &predicted["H100 SXM predicted, pinned"];
         assert_eq!(
             (pinned.first().unwrap().0, pinned.last().unwrap().0),

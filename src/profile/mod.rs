@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::cost::gpus::GpuSpec;
-use crate::cost::model::{self, Arithmetic};
+use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
 use crate::dtype::DType;
 
@@ -53,8 +53,14 @@ pub enum Work {
     /// Nothing priced here: a tensor op (the storage ops inside it price their kernels) or a
     /// copy (priced once it ran).
     Unpriced,
-    /// An element-wise op or a reduction: bytes read and written, and its arithmetic.
+    /// An element-wise op, a cast or a gather: bytes read and written, and its arithmetic.
     Kernel {
+        bytes: u64,
+        flops: u64,
+        dtype: DType,
+    },
+    /// A reduction (a sum, a max, a softmax): bytes read and written, and its arithmetic.
+    Reduction {
         bytes: u64,
         flops: u64,
         dtype: DType,
@@ -78,6 +84,22 @@ impl Work {
         }
     }
 
+    /// A reduction over `numel` values that reads `inputs` tensors of that size and writes one.
+    pub fn reduction(numel: usize, inputs: u64, dtype: DType) -> Work {
+        match Work::elementwise(numel, inputs, dtype) {
+            Work::Kernel {
+                bytes,
+                flops,
+                dtype,
+            } => Work::Reduction {
+                bytes,
+                flops,
+                dtype,
+            },
+            other => other,
+        }
+    }
+
     fn predict(self, gpu: &GpuSpec) -> Option<Duration> {
         let arithmetic = |dtype: DType| match dtype {
             DType::F64 => Arithmetic::F64,
@@ -89,7 +111,24 @@ impl Work {
                 bytes,
                 flops,
                 dtype,
-            } => model::kernel(gpu, bytes, flops as f64, arithmetic(dtype)),
+            } => model::kernel(
+                gpu,
+                Access::Streaming,
+                bytes,
+                flops as f64,
+                arithmetic(dtype),
+            ),
+            Work::Reduction {
+                bytes,
+                flops,
+                dtype,
+            } => model::kernel(
+                gpu,
+                Access::Reduction,
+                bytes,
+                flops as f64,
+                arithmetic(dtype),
+            ),
             Work::Matmul { dims, dtype, tf32 } => model::matmul(
                 gpu,
                 dims,
@@ -208,6 +247,19 @@ impl Profile {
         let mut priced = self.ops.iter().filter_map(|o| o.predicted).peekable();
         priced.peek()?;
         Some(priced.sum())
+    }
+
+    /// What the code would take as a step on the named GPU its devices stand for: the host
+    /// queues the priced ops while the GPU runs their kernels, so it takes the larger of the
+    /// host's time and the GPU's, and the prediction says which binds (`None` when no op ran
+    /// on such a device).
+    pub fn predicted_step(&self) -> Option<model::StepPrediction> {
+        self.predicted_total()?;
+        let priced: Vec<f64> = (self.ops.iter())
+            .filter_map(|o| o.predicted)
+            .map(|p| model::queued(p.as_secs_f64()))
+            .collect();
+        Some(model::step(priced.len(), priced.iter().sum()))
     }
 
     /// The peak of `device`'s allocated bytes during the profile, if it allocated anything.

@@ -180,7 +180,7 @@ impl Storage {
     pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
         let name = if log { "log_softmax" } else { "softmax" };
         // Read twice (the max, then the sum) and written once.
-        let _op = self.profiled(name, Work::elementwise(self.numel, 2, self.dtype));
+        let _op = self.profiled(name, Work::reduction(self.numel, 2, self.dtype));
         let rows = self.numel.checked_div(len).unwrap_or(0);
         // A GPU splits long rows, keeping each chunk's max and sum here.
         let partials = match (self.gpu(), gpu_reduce::softmax_partials(rows, len)) {
@@ -220,7 +220,7 @@ impl Storage {
         } else {
             "softmax_backward"
         };
-        let _op = grad.profiled(name, Work::elementwise(grad.numel, 2, grad.dtype));
+        let _op = grad.profiled(name, Work::reduction(grad.numel, 2, grad.dtype));
         let rows = grad.numel.checked_div(len).unwrap_or(0);
         grad.produce(
             grad.dtype,
@@ -252,7 +252,7 @@ impl Storage {
     /// A reduction's work: this whole storage read, `outputs` values written.
     fn reduction(&self, outputs: usize) -> Work {
         let size = self.dtype.size_in_bytes() as u64;
-        Work::Kernel {
+        Work::Reduction {
             bytes: (self.numel + outputs) as u64 * size,
             flops: self.numel as u64,
             dtype: self.dtype,

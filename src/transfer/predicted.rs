@@ -3,8 +3,7 @@
 //! labelled as predicted. Nothing is predicted for real or emulated GPUs, the CPU, or a
 //! simulated device that stands for no named GPU.
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::cost::GpuSpec;
 use crate::cost::model::{self, CopyRoute};
@@ -27,36 +26,13 @@ pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option
     let gpu = stands_for(&to).or_else(|| stands_for(&from))?;
     let route = if from.is_cuda() && to.is_cuda() {
         CopyRoute::BetweenGpus
-    } else if pinned {
-        CopyRoute::Pinned
     } else {
-        CopyRoute::Pageable
+        CopyRoute::host(pinned, to.is_cuda())
     };
-    let p = model::copy(gpu, route, bytes as u64, host_memcpy_gbps());
+    let p = model::copy(gpu, route, bytes as u64);
     Some(PredictedCopy {
         gpu,
         duration: Duration::from_secs_f64(p.seconds),
         link: p.link,
-    })
-}
-
-/// This host's memcpy rate in GB/s, measured once per process: one thread copying 32 MiB
-/// between two buffers it has already touched, best of three. The driver stages pageable memory
-/// through its pinned buffer at about this rate. (A simulated copy's own time is no measure of
-/// it: it includes the first touch of the device's fresh pages.)
-pub fn host_memcpy_gbps() -> f64 {
-    static RATE: OnceLock<f64> = OnceLock::new();
-    *RATE.get_or_init(|| {
-        let n = 32 << 20;
-        let src = vec![1u8; n];
-        let mut dst = vec![0u8; n];
-        (0..3)
-            .map(|_| {
-                let start = Instant::now();
-                dst.copy_from_slice(&src);
-                std::hint::black_box(&mut dst);
-                n as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e9
-            })
-            .fold(0.0, f64::max)
     })
 }
