@@ -324,16 +324,28 @@ fn devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one() {
         "pinned is never slower: {pn:?} {pg:?}"
     );
     assert!(nv.duration * 4 < pn.duration, "{nv:?} against {pn:?}");
-    // 64 MiB at 0.883 × 63.0 GB/s, plus 10 µs.
-    let expected = 10e-6 + (64 << 20) as f64 / (0.883 * 63.015e9);
+    // 64 MiB at the fitted share of 63.0 GB/s, plus the fitted latency.
+    let fitted = placelab::cost::model::FITTED;
+    let expected = fitted.pinned_latency + (64 << 20) as f64 / (fitted.pcie_efficiency * 63.015e9);
     assert!(
         (pn.duration.as_secs_f64() - expected).abs() < 1e-6,
         "{pn:?}"
     );
+    // Beside it, the nearest copy placelab measured on a real H100 (16 MiB and 256 MiB are as
+    // near to 64 MiB: the smaller is taken), with the model's error there.
+    let measured = pn.measured.clone().expect("an H100 run is kept");
+    assert_eq!(
+        (measured.bytes, measured.date.as_str()),
+        (16 << 20, "2026-11-27")
+    );
+    assert!(measured.model_error.abs() < 0.25, "{measured:?}");
+    assert!(nv.measured.is_none(), "no run on two GPUs is kept: {nv:?}");
     let shown = pinned.last_transfer().unwrap().to_string();
     assert!(
         shown.contains("simulated: host copy time")
-            && shown.contains("≈ 1.22 ms on an H100 SXM (predicted: PCIe 5 ×16, pinned)"),
+            && shown.contains("≈ 1.22 ms on an H100 SXM (predicted: PCIe 5 ×16, pinned)")
+            && shown.contains("; placelab measured ")
+            && shown.contains(" for 16.00 MiB there on 2026-11-27 (the model: "),
         "{shown}"
     );
     // The CPU's own copies predict nothing.

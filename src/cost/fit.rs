@@ -284,7 +284,7 @@ mod tests {
     use crate::cost::model::FITTED;
 
     fn h200() -> (Run, &'static GpuSpec) {
-        let run = runs().remove(0);
+        let run = runs()[0].clone();
         let gpu = find(&run.spec).unwrap();
         (run, gpu)
     }
@@ -390,8 +390,8 @@ mod tests {
         );
         assert!(points.iter().all(|p| p.row.name != "softmax 1x10M f32"));
         // A later run's add is its own.
-        let c = runs().pop().unwrap();
-        let add = points_of(&c, "add 10M f32");
+        let c = runs().last().unwrap();
+        let add = points_of(c, "add 10M f32");
         assert_eq!(add.measured, add.row.seconds);
     }
 

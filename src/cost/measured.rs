@@ -36,27 +36,39 @@ pub struct Row {
     pub torch_seconds: Option<f64>,
 }
 
-/// The runs kept in the repository, oldest first.
-pub fn runs() -> Vec<Run> {
-    [
-        include_str!("measured/h200-2026-11-26.jsonl"),
-        include_str!("measured/h100-2026-11-27-a.jsonl"),
-        include_str!("measured/h100-2026-11-27-b.jsonl"),
-        include_str!("measured/h100-2026-11-27-c.jsonl"),
-    ]
-    .into_iter()
-    .map(|text| parse(text).expect("a kept run parses"))
-    .collect()
+/// The runs kept in the repository, oldest first (parsed once per process).
+pub fn runs() -> &'static [Run] {
+    static RUNS: std::sync::OnceLock<Vec<Run>> = std::sync::OnceLock::new();
+    RUNS.get_or_init(|| {
+        [
+            include_str!("measured/h200-2026-11-26.jsonl"),
+            include_str!("measured/h100-2026-11-27-a.jsonl"),
+            include_str!("measured/h100-2026-11-27-b.jsonl"),
+            include_str!("measured/h100-2026-11-27-c.jsonl"),
+        ]
+        .into_iter()
+        .map(|text| parse(text).expect("a kept run parses"))
+        .collect()
+    })
 }
 
 /// The run named `name` (`h200-2026-11-26`).
-pub fn run(name: &str) -> Option<Run> {
-    runs().into_iter().find(|r| r.name == name)
+pub fn run(name: &str) -> Option<&'static Run> {
+    runs().iter().find(|r| r.name == name)
 }
 
 /// The newest kept run on the GPU with table key `spec`, if any.
-pub fn newest_on(spec: &str) -> Option<Run> {
-    runs().into_iter().rev().find(|r| r.spec == spec)
+pub fn newest_on(spec: &str) -> Option<&'static Run> {
+    runs().iter().rev().find(|r| r.spec == spec)
+}
+
+/// The transfer of `kind` (`h2d_pinned`, …) measured in `run` nearest in size to `bytes`
+/// (nearest on a logarithmic scale).
+pub fn nearest_transfer<'a>(run: &'a Run, kind: &str, bytes: u64) -> Option<&'a Row> {
+    let distance = |r: &Row| ((r.bytes.max(1) as f64) / (bytes.max(1) as f64)).ln().abs();
+    (run.rows.iter())
+        .filter(|r| r.bench == "transfer" && r.name == kind)
+        .min_by(|a, b| distance(a).total_cmp(&distance(b)))
 }
 
 /// A run from its JSON lines: the first names the run, the rest are `gpu-check.sh`'s lines
@@ -184,7 +196,7 @@ mod tests {
         let runs = runs();
         assert_eq!(runs[0].name, "h200-2026-11-26");
         assert_eq!(runs[0].gpu, "NVIDIA H200");
-        for run in &runs {
+        for run in runs {
             let transfers = run.rows.iter().filter(|r| r.bench == "transfer").count();
             assert_eq!(transfers, 24, "{}: 4 kinds × 6 sizes", run.name);
             assert!(run.rows.iter().all(|r| r.seconds > 0.0), "{}", run.name);

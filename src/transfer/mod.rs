@@ -184,6 +184,16 @@ impl fmt::Display for Transfer {
                 p.gpu.with_article(),
                 p.link
             )?;
+            if let Some(m) = &p.measured {
+                write!(
+                    f,
+                    "; placelab measured {} for {} there on {} (the model: {:+.0}%)",
+                    crate::units::human_duration(m.duration),
+                    crate::units::human_bytes(m.bytes as usize),
+                    m.date,
+                    100.0 * m.model_error
+                )?;
+            }
         }
         if let Some(setup) = self.context_setup {
             write!(

@@ -18,6 +18,22 @@ pub struct PredictedCopy {
     pub duration: Duration,
     /// The link the model priced: "PCIe 5 ×16, pinned", "NVLink, 450 GB/s each way".
     pub link: String,
+    /// What placelab measured on that GPU for the nearest case, where it has a run there
+    /// (boxed: every transfer record carries this struct).
+    pub measured: Option<Box<MeasuredCopy>>,
+}
+
+/// A copy placelab measured on a real GPU of the kind predicted: the same route, the size
+/// nearest to the predicted copy's (`cost::measured`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasuredCopy {
+    pub bytes: u64,
+    /// Its time between CUDA events.
+    pub duration: Duration,
+    /// The run's date (`2026-11-27`).
+    pub date: String,
+    /// The model's error on that copy: (predicted − measured) / measured.
+    pub model_error: f64,
 }
 
 /// The prediction for a copy of `bytes` from `from` to `to` (`pinned`: from or to page-locked
@@ -34,5 +50,31 @@ pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option
         gpu,
         duration: Duration::from_secs_f64(p.seconds),
         link: p.link,
+        measured: measured_near(gpu, route, to.is_cuda(), bytes as u64).map(Box::new),
+    })
+}
+
+/// The copy placelab measured on `gpu`'s kind along `route` nearest in size to `bytes`.
+fn measured_near(
+    gpu: &'static GpuSpec,
+    route: CopyRoute,
+    to_device: bool,
+    bytes: u64,
+) -> Option<MeasuredCopy> {
+    let kind = match (route, to_device) {
+        (CopyRoute::Pinned, true) => "h2d_pinned",
+        (CopyRoute::Pinned, false) => "d2h_pinned",
+        (CopyRoute::PageableToDevice, _) => "h2d_pageable",
+        (CopyRoute::PageableToHost, _) => "d2h_pageable",
+        _ => return None,
+    };
+    let run = crate::cost::measured::newest_on(gpu.key)?;
+    let row = crate::cost::measured::nearest_transfer(run, kind, bytes)?;
+    let predicted = model::copy(gpu, route, row.bytes).seconds;
+    Some(MeasuredCopy {
+        bytes: row.bytes,
+        duration: Duration::from_secs_f64(row.seconds),
+        date: run.date.clone(),
+        model_error: predicted / row.seconds - 1.0,
     })
 }
