@@ -134,7 +134,12 @@ else:
 open(f"{out}/bench.md", "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY
-    cat "$out/gpu.txt" "$out/alloc.md" "$out/bench.md" > "$out/gpu-results.md"
+    # The refitted model's error per class of rows, and each whole step beside its prediction
+    # (the same pricing `src/cost/fit.rs` is tested with).
+    "$BIN/gpu" model "$out/bench_placelab.jsonl" "$(cut -d, -f1 "$out/gpu.txt")" > "$out/model.md" \
+        || echo "(no model report: see above)" > "$out/model.md"
+    cat "$out/model.md"
+    cat "$out/gpu.txt" "$out/alloc.md" "$out/bench.md" "$out/model.md" > "$out/gpu-results.md"
     [ "$status" = 0 ] && echo "gpu-check: all GPU tests passed" || echo "gpu-check: FAILURES (see $out)"
     return "$status"
 }

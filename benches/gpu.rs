@@ -456,7 +456,95 @@ fn sweeps() -> Result<()> {
     Ok(())
 }
 
+/// `gpu model FILE GPU`: the cost model's error on a run's JSON lines (this binary's output) as
+/// a report: per class of rows, and each whole step measured against its prediction, with the
+/// host's and the GPU's time and which binds. `GPU` is the driver's name for the GPU measured.
+/// Needs no GPU: `gpu-check.sh run` calls it after the benchmark, and it reads any kept run.
+fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
+    use placelab::cost::fit::{Class, error, median_abs, points};
+    use placelab::cost::rows::Priced;
+    let lines = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    let gpu = cost::gpus::for_device_name(gpu_name)
+        .ok_or_else(|| format!("{gpu_name}: not in placelab's table; nothing to predict"))?;
+    let head = format!(
+        "{{\"run\":\"{file}\",\"gpu\":\"{gpu_name}\",\"spec\":\"{}\",\"date\":\"-\",\"commit\":\"-\"}}",
+        gpu.key
+    );
+    let run = cost::measured::parse(&format!("{head}\n{lines}"))?;
+    let c = cost::model::FITTED;
+    let errors: Vec<_> = (points(&run).into_iter())
+        .map(|p| {
+            let e = error(&c, gpu, &p);
+            (p, e)
+        })
+        .collect();
+    println!(
+        "| rows (cost model fitted on the H200 run, `src/cost`) | rows | median error | largest |"
+    );
+    println!("|---|---|---|---|");
+    let mut classes: Vec<Class> = errors.iter().map(|e| e.0.class).collect();
+    classes.sort();
+    classes.dedup();
+    for class in classes {
+        let e: Vec<f64> = (errors.iter())
+            .filter(|e| e.0.class == class)
+            .map(|e| e.1)
+            .collect();
+        let largest = e
+            .iter()
+            .copied()
+            .fold(0.0f64, |a, b| if b.abs() > a.abs() { b } else { a });
+        println!(
+            "| {} | {} | {:.0}% | {:+.0}% |",
+            class.name(),
+            e.len(),
+            100.0 * median_abs(e.iter().copied()),
+            100.0 * largest
+        );
+    }
+    println!(
+        "| all | {} | {:.0}% | |",
+        errors.len(),
+        100.0 * median_abs(errors.iter().map(|e| e.1))
+    );
+    println!();
+    println!("| whole step (unprofiled) | measured | predicted | host | GPU | bound |");
+    println!("|---|---|---|---|---|---|");
+    for (p, e) in errors.iter().filter(|e| e.0.class == Class::Step) {
+        let Priced::Step { ops, work } = &p.priced else {
+            continue;
+        };
+        let queued = work
+            .iter()
+            .map(|w| cost::model::queued_with(&c, w.seconds(&c, gpu)));
+        let step = cost::model::step_with(&c, 1, *ops, queued.sum());
+        println!(
+            "| {} | {:.3} ms | {:.3} ms ({:+.0}%) | {:.3} ms | {:.3} ms | {:?} |",
+            p.row.name,
+            p.measured * 1e3,
+            step.seconds * 1e3,
+            100.0 * e,
+            step.host_seconds * 1e3,
+            step.gpu_seconds * 1e3,
+            step.bound
+        );
+    }
+    Ok(())
+}
+
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("model") {
+        let (Some(file), Some(gpu)) = (args.get(2), args.get(3)) else {
+            eprintln!("usage: gpu model BENCH_JSONL GPU_NAME");
+            std::process::exit(2);
+        };
+        if let Err(e) = model_report(file, gpu) {
+            eprintln!("gpu model: {e}");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     if !cuda::is_available() || Device::Cuda(0).is_simulated() {
         eprintln!(
             "no real CUDA device ({:?}): nothing to measure",

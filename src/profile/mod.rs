@@ -249,17 +249,21 @@ impl Profile {
         Some(priced.sum())
     }
 
-    /// What the code would take as a step on the named GPU its devices stand for: the host
-    /// queues the priced ops while the GPU runs their kernels, so it takes the larger of the
-    /// host's time and the GPU's, and the prediction says which binds (`None` when no op ran
-    /// on such a device).
+    /// What the code would take on the named GPU its devices stand for: the host queues the
+    /// priced ops while the GPU runs their kernels, so it takes the larger of the host's time
+    /// and the GPU's, and the prediction says which binds (`None` when no op ran on such a
+    /// device). Each optimizer phase ends a training step, which adds the step's own host work.
     pub fn predicted_step(&self) -> Option<model::StepPrediction> {
         self.predicted_total()?;
         let priced: Vec<f64> = (self.ops.iter())
             .filter_map(|o| o.predicted)
             .map(|p| model::queued(p.as_secs_f64()))
             .collect();
-        Some(model::step(priced.len(), priced.iter().sum()))
+        let optimizer = |i: usize| self.ops[i].phase == Phase::Optimizer;
+        let steps = (0..self.ops.len())
+            .filter(|&i| optimizer(i) && (i + 1 == self.ops.len() || !optimizer(i + 1)))
+            .count();
+        Some(model::step(steps.max(1), priced.len(), priced.iter().sum()))
     }
 
     /// The peak of `device`'s allocated bytes during the profile, if it allocated anything.
