@@ -118,6 +118,10 @@ fn a_profiled_step_waits_for_its_gpu_once_not_after_each_op() {
         line.contains("-bound") || line.contains("neither"),
         "{line}"
     );
+    let html = p.html();
+    for shown in ["host (CPU time)", "on the GPU (CUDA events)", "cuda:0 busy"] {
+        assert!(html.contains(shown), "{shown} in {html}");
+    }
 }
 
 #[test]
