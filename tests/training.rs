@@ -564,12 +564,13 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             false => assert_eq!(p.predicted_total(), None),
         }
         // On an emulated GPU (the CUDA backend) each op's work is also timed between CUDA
-        // events on the stream, inside the host time that waited for it; elsewhere nothing is.
+        // events on the stream (read after the step, the host not waiting for it); elsewhere
+        // nothing is.
         let emulated = device.is_cuda() && stand_in::kind() == placelab::device::StandIn::Emulated;
         let on_device = p.ops().iter().filter(|o| o.device == device);
         for op in on_device.filter(|o| o.name != "autograd engine") {
             match (emulated, op.gpu_time) {
-                (true, Some(gpu)) => assert!(gpu <= op.measured, "{op:?}"),
+                (true, Some(gpu)) => assert!(gpu > std::time::Duration::ZERO, "{op:?}"),
                 (false, None) => {}
                 _ => panic!("{op:?} on {device}, emulated: {emulated}"),
             }

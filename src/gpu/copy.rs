@@ -57,39 +57,66 @@ impl Timing {
     }
 }
 
-/// A timing event recorded on `g`'s stream now: `end` records the closing one, waits for the
-/// work queued between them (Ctrl-C ends the wait) and reads their time (a profiled op's).
+/// A timing event recorded on `g`'s stream now, as a profiled op starts: `close` records the
+/// closing one after the op's work, without waiting for it.
 pub(crate) struct OpenTiming {
     gpu: Arc<Gpu>,
     start: Box<dyn DriverEvent>,
-    issued: Instant,
 }
 
 impl OpenTiming {
     pub(crate) fn start(g: &Arc<Gpu>, op: &'static str) -> Result<OpenTiming> {
         let start = timing_event(g)?;
-        let issued = Instant::now();
         g.driver.record(&*start).map_err(|e| g.err(op, e))?;
         Ok(OpenTiming {
             gpu: g.clone(),
             start,
-            issued,
         })
     }
 
-    pub(crate) fn end(self, op: &'static str) -> Result<Duration> {
-        let g = self.gpu.clone();
-        let end = timing_event(&g)?;
+    /// Records the closing event behind the work queued since `start`; never waits.
+    pub(crate) fn close(self, op: &'static str) -> Result<ClosedTiming> {
+        let g = &self.gpu;
+        let end = timing_event(g)?;
         g.driver.record(&*end).map_err(|e| g.err(op, e))?;
-        g.wait_interruptibly(op)?;
-        let timing = Timing {
+        Ok(ClosedTiming {
             gpu: self.gpu,
             start: self.start,
             end,
-            issued: self.issued,
-            peer: None,
-        };
-        Ok(timing.wait()?.events)
+        })
+    }
+}
+
+/// A profiled op's two timing events, both recorded: its time on the stream once the stream has
+/// reached the closing one. Dropping it destroys the events (CUDA lets an event be destroyed
+/// before the stream reaches it).
+pub(crate) struct ClosedTiming {
+    gpu: Arc<Gpu>,
+    start: Box<dyn DriverEvent>,
+    end: Box<dyn DriverEvent>,
+}
+
+impl ClosedTiming {
+    /// Whether the stream has reached the closing event (never waits).
+    pub(crate) fn is_done(&self) -> bool {
+        self.end.is_complete()
+    }
+
+    /// The time between the events, once the stream has reached the closing one (the caller
+    /// waited for the device); never waits: an event not reached yet is an error.
+    pub(crate) fn read(self, op: &'static str) -> Result<Duration> {
+        let g = &self.gpu;
+        if !self.is_done() {
+            return Err(g.err(
+                op,
+                "the stream has not reached the op's closing event".into(),
+            ));
+        }
+        let ms = self
+            .end
+            .elapsed_ms_since(&*self.start)
+            .map_err(|e| g.err(op, e))?;
+        Ok(Duration::from_secs_f64(ms as f64 / 1e3))
     }
 }
 

@@ -4,13 +4,17 @@
 //! `Profile` it returns is a table grouped by op (`report.rs`) and a memory timeline with its
 //! peak (`timeline.rs`).
 //!
-//! Recording costs one atomic load per op and per block while no profile runs. An op is timed
-//! from its start until its work is done: on a GPU (real or emulated) the op waits for the
-//! device's queue before its time is taken, as `CUDA_LAUNCH_BLOCKING=1` would, so each time is
-//! the op's own, and CUDA events around its work give its time on the stream. On a simulated
-//! device standing for a named GPU each op also carries what the cost model predicts it would
-//! take there.
+//! Recording costs one atomic load per op and per block while no profile runs. An op's host
+//! time runs from its call to its return, as torch.profiler's CPU time does. On a GPU (real or
+//! emulated) its work is then only queued, as it is unprofiled: CUDA events recorded on the
+//! stream before and after that work give its GPU time (torch.profiler's CUDA time), read once
+//! the code has returned, after one wait per GPU (`gpu.rs`). Host and GPU times side by side
+//! show whether a step is host-bound (the GPU idle, waiting for work to be queued) or GPU-bound.
+//! `profile_blocking` makes each op wait for its work instead, as `CUDA_LAUNCH_BLOCKING=1`
+//! does: its host time then includes its GPU time. On a simulated device standing for a named
+//! GPU each op also carries what the cost model predicts it would take there.
 
+mod gpu;
 mod record;
 mod report;
 mod timeline;
@@ -23,9 +27,10 @@ use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
 use crate::dtype::DType;
 
+pub use gpu::{Bound, Finish, GpuBusy, GpuClock, PendingGpuTime};
 pub use record::{
-    ACCUMULATE_GRAD, Finish, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed,
-    frame, grad_fn, phase, profile, profile_as, recording,
+    ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
+    grad_fn, phase, profile, profile_as, profile_blocking, recording,
 };
 pub use report::Row;
 
@@ -150,9 +155,12 @@ pub struct OpRecord {
     pub device: Device,
     /// When it started, from the start of the profile.
     pub start: Duration,
-    /// Host time, from its call to its return (on a GPU, until its work on the stream was done).
+    /// Host time, from its call to its return (torch.profiler's CPU time). On a GPU its work is
+    /// only queued by then, unless the profile is a blocking one (`profile_blocking`), where the
+    /// op waited for it.
     pub measured: Duration,
-    /// On a GPU (real or emulated): its work's time on the stream, between CUDA events.
+    /// On a GPU (real or emulated): its work's time on the stream, between CUDA events recorded
+    /// before and after it (torch.profiler's CUDA time), read once the profiled code returned.
     pub gpu_time: Option<Duration>,
     /// What it would take on the named GPU the device stands for.
     pub predicted: Option<Duration>,
@@ -212,6 +220,10 @@ pub struct Profile {
     freed_between_ops: BTreeMap<Phase, u64>,
     allocated_between_ops: BTreeMap<Phase, u64>,
     wall: Duration,
+    /// From the start of the code until the work it queued on its GPUs was done, if it used one.
+    gpu_done: Option<Duration>,
+    /// Whether each GPU op waited for its work (`profile_blocking`).
+    blocking: bool,
     stands_for: BTreeMap<Device, &'static GpuSpec>,
     failure: Option<String>,
 }
@@ -227,7 +239,7 @@ impl Profile {
         self.wall
     }
 
-    /// The ops' measured times added up.
+    /// The ops' measured (host) times added up.
     pub fn ops_total(&self) -> Duration {
         self.ops.iter().map(|o| o.measured).sum()
     }

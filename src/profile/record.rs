@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::gpu::{self, Finish, GpuClock, Pending};
 use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
 use crate::cost::gpus::GpuSpec;
 use crate::device::{Device, registry};
@@ -27,6 +28,9 @@ pub(super) struct Recording {
     live: std::collections::HashMap<(Device, u64), MadeBlock>,
     phase: Phase,
     grad_fn: Option<&'static str>,
+    /// The GPU ops whose CUDA events are still to be read, and how to wait for their devices.
+    pending: std::collections::VecDeque<Pending>,
+    clocks: std::collections::BTreeMap<Device, GpuClock>,
     profile: Profile,
 }
 
@@ -38,14 +42,27 @@ impl Recording {
             live: Default::default(),
             phase: Phase::Forward,
             grad_fn: None,
+            pending: Default::default(),
+            clocks: Default::default(),
             profile: Profile::default(),
         }
     }
 
-    pub(super) fn finish(self, wall: Duration, failure: Option<String>) -> Profile {
+    /// The profile, once the code returned `wall` after `start`: each GPU it used is waited
+    /// for once, and the CUDA events of its ops are read.
+    pub(super) fn finish(
+        mut self,
+        start: Instant,
+        wall: Duration,
+        failure: Option<String>,
+    ) -> Profile {
+        let used_gpu = !self.clocks.is_empty();
+        gpu::settle(&mut self.profile.ops, self.pending, &self.clocks);
         Profile {
             wall,
+            gpu_done: used_gpu.then(|| start.elapsed()),
             failure,
+            blocking: BLOCKING.with(|b| b.get()),
             ..self.profile
         }
     }
@@ -61,6 +78,8 @@ thread_local! {
     /// The GPU `profile_as` prices a GPU's ops as, while it runs.
     pub(super) static PRICED_AS: std::cell::Cell<Option<&'static GpuSpec>> = const { std::cell::Cell::new(None) };
     pub(super) static PROFILING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Whether each GPU op waits for its work (`profile_blocking`), while it runs.
+    static BLOCKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f` on the recording, if one is running.
@@ -86,10 +105,6 @@ thread_local! {
     pub(super) static OPEN: RefCell<Option<OpenOp>> = const { RefCell::new(None) };
 }
 
-/// Ends a GPU op's timing: waits for its work on the stream, and gives its time between CUDA
-/// events, when it has them.
-pub type Finish = Box<dyn FnOnce() -> Option<Duration>>;
-
 /// An op being timed; recorded when it is dropped. `None` from `begin` while nothing records.
 pub struct OpScope {
     outermost: bool,
@@ -98,20 +113,21 @@ pub struct OpScope {
     /// The named GPU the device stands for, if it is a simulated one that does.
     stands_for: Option<&'static GpuSpec>,
     start: Instant,
-    /// Waits for the device's queued work (a GPU's), so the time is the op's own, and gives
-    /// its GPU time (CUDA events) when it has one.
-    finish: Option<Finish>,
+    /// On a GPU, the outermost op's: how its device is timed, and what records the closing
+    /// CUDA event behind its work.
+    gpu: Option<(GpuClock, Finish)>,
 }
 
 /// Starts timing the op `name` on `device`, if a profile is recording. Ops inside it (the
 /// kernels of a tensor op, a copy a cast makes) are part of it: it is recorded once, with its
-/// own time and the predicted times of everything inside added up. `time_on_gpu` (for a GPU)
-/// records a CUDA event on its stream and returns what ends the op's timing there.
+/// own time and the predicted times of everything inside added up. `gpu` (for a GPU) records a
+/// CUDA event on its stream now and another behind the op's work when it ends; the host time
+/// ends there too, without waiting for that work, unless the profile is a blocking one.
 pub fn begin(
     name: &'static str,
     device: Device,
     work: Work,
-    time_on_gpu: Option<fn(Device) -> Finish>,
+    gpu: Option<GpuClock>,
 ) -> Option<OpScope> {
     if !recording() {
         return None;
@@ -141,16 +157,16 @@ pub fn begin(
     });
     // The host clock starts before the first event is recorded: the GPU's time lies inside it.
     let start = Instant::now();
-    let finish = time_on_gpu
+    let gpu = gpu
         .filter(|_| outermost)
-        .map(|start_events| start_events(device));
+        .map(|clock| (clock, (clock.start)(device)));
     Some(OpScope {
         outermost,
         name,
         device,
         stands_for,
         start,
-        finish,
+        gpu,
     })
 }
 
@@ -183,7 +199,21 @@ impl Drop for OpScope {
             });
             return;
         }
-        let gpu_time = self.finish.take().and_then(|finish| finish());
+        // The closing event goes behind the op's work at once. A blocking profile then waits for
+        // that work, so the host time includes it, and reads the events; otherwise they are read
+        // once the code has returned.
+        let blocking = BLOCKING.with(|b| b.get());
+        let mut pending = None;
+        let mut gpu_time = None;
+        if let Some((clock, finish)) = self.gpu.take() {
+            let events = finish();
+            if blocking {
+                let _ = (clock.wait)(self.device);
+                gpu_time = events.and_then(|e| e.read());
+            } else {
+                pending = events.map(|e| (clock, e));
+            }
+        }
         let measured = self.start.elapsed();
         let open = OPEN.with(|o| o.borrow_mut().take());
         let (allocated, freed, predicted) = open
@@ -206,7 +236,15 @@ impl Drop for OpScope {
                 rec.profile.stands_for.insert(self.device, gpu);
             }
             rec.recorded += measured;
+            if let Some((clock, time)) = pending.take() {
+                let op = rec.profile.ops.len();
+                rec.clocks.insert(self.device, clock);
+                rec.pending.push_back(Pending { op, time });
+            }
             rec.profile.ops.push(record);
+            if rec.pending.len() > gpu::READ_REACHED_BEYOND {
+                gpu::read_reached(&mut rec.profile.ops, &mut rec.pending);
+            }
         });
     }
 }
@@ -406,10 +444,29 @@ pub fn profile_as<T>(gpu: &'static GpuSpec, f: impl FnOnce() -> Result<T>) -> Pr
     profile
 }
 
+/// `profile`, with each op on a GPU (real or emulated) waiting for its work before its host time
+/// ends, as every op does under `CUDA_LAUNCH_BLOCKING=1`: each host time then includes the op's
+/// GPU time, and the GPU idles while the host queues the next op, so the step takes longer than
+/// it does unprofiled and its balance between host and GPU is not the step's own.
+pub fn profile_blocking<T>(f: impl FnOnce() -> Result<T>) -> Profile {
+    if lock().is_some() {
+        return profile(f); // inside another profile: says that profiles do not nest
+    }
+    BLOCKING.with(|b| b.set(true));
+    let profile = profile(f);
+    BLOCKING.with(|b| b.set(false));
+    profile
+}
+
 /// Runs `f` once and records where its time and memory went. A failure (an error or a panic)
 /// ends the recording there and is reported with the ops before it; whatever `f` freed is freed.
 /// The value `f` returns is dropped after the recording ends, so what it holds shows as still
 /// allocated at the end of the timeline.
+///
+/// On a GPU (real or emulated) no op waits for its work: each op's host time is its call's, the
+/// work only queued, as the step runs unprofiled. CUDA events around each op's work are read
+/// once `f` has returned (or failed), after one wait for each GPU it used, and give the op's
+/// GPU time; `profile_blocking` makes every op wait instead.
 pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
     let mut state = lock();
     if state.is_some() {
@@ -447,5 +504,5 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
         )),
     };
     drop(outcome);
-    rec.finish(wall, failure)
+    rec.finish(start, wall, failure)
 }

@@ -1,6 +1,8 @@
 //! A profile as a learner reads it: one row per op name within each phase (PyTorch's
-//! `key_averages()`), its calls, measured and predicted time and the memory it took and gave
-//! back; then the phase totals, the wall time and each device's peak. As text and as HTML.
+//! `key_averages()`), its calls, measured time (on a GPU: host time and GPU time apart, as
+//! torch.profiler's CPU and CUDA columns), predicted time and the memory it took and gave back;
+//! then the phase totals, the wall time, how busy each GPU was (host-bound or GPU-bound) and
+//! each device's peak. As text and as HTML.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -20,6 +22,7 @@ pub struct Row {
     pub name: String,
     pub device: Device,
     pub calls: usize,
+    /// Host time (on a GPU, the time to queue the work, unless the profile blocked).
     pub measured: Duration,
     /// On a GPU: the ops' time on its stream, between CUDA events.
     pub gpu_time: Option<Duration>,
@@ -135,6 +138,28 @@ impl Profile {
         lines
     }
 
+    /// The measured column's head: on a GPU the host's time beside the GPU's.
+    fn measured_head(&self) -> &'static str {
+        match self.gpu_total() {
+            Some(_) => "host",
+            None => "measured",
+        }
+    }
+
+    /// A phase's total: "1.20 ms", or on a GPU "1.20 ms host, 310.2 µs on GPU".
+    fn phase_total_text(&self, phase: Phase) -> String {
+        let host = human_duration(self.phase_total(phase));
+        let gpu = self.ops.iter().filter(|o| o.phase == phase);
+        let gpu: Option<Duration> = gpu.filter_map(|o| o.gpu_time).reduce(|a, b| a + b);
+        match (self.gpu_total(), gpu) {
+            (Some(_), g) => format!(
+                "{host} host, {} on GPU",
+                human_duration(g.unwrap_or_default())
+            ),
+            (None, _) => host,
+        }
+    }
+
     /// Ops against wall time: "ops 11.8 ms of 12.3 ms (96%)".
     pub fn coverage_line(&self) -> String {
         let wall = self.wall.as_secs_f64().max(1e-12);
@@ -145,13 +170,6 @@ impl Profile {
             human_duration(self.wall),
             100.0 * self.ops_total().as_secs_f64() / wall
         );
-        if let Some(g) = self.gpu_total() {
-            let _ = write!(
-                line,
-                "; {} of it on the GPU (CUDA events)",
-                human_duration(g)
-            );
-        }
         if let Some(p) = self.predicted_total() {
             let _ = write!(
                 line,
@@ -189,7 +207,12 @@ impl Profile {
         let _ = write!(
             out,
             "{:<10} {:<34} {:<8} {:>5} {:>10} {:>6}",
-            "phase", "op", "device", "calls", "measured", "%"
+            "phase",
+            "op",
+            "device",
+            "calls",
+            self.measured_head(),
+            "%"
         );
         if on_gpu {
             let _ = write!(out, " {:>10}", "on GPU");
@@ -246,10 +269,13 @@ impl Profile {
                 out,
                 "{:<10} total {}",
                 phase.name(),
-                human_duration(self.phase_total(phase))
+                self.phase_total_text(phase)
             );
         }
         let _ = writeln!(out, "{}", self.coverage_line());
+        for line in self.busy_lines() {
+            let _ = writeln!(out, "{line}");
+        }
         for d in self.devices() {
             let _ = writeln!(out, "{d} memory {}", self.sparkline(&d, 48));
         }
@@ -271,9 +297,13 @@ impl Profile {
         });
         let predicts = self.predicts();
         let on_gpu = self.gpu_total().is_some();
-        let mut heads = vec!["phase", "op", "device", "calls", "measured", "% of wall"];
+        let measured_head = match on_gpu {
+            true => "host (CPU time)",
+            false => "measured",
+        };
+        let mut heads = vec!["phase", "op", "device", "calls", measured_head, "% of wall"];
         if on_gpu {
-            heads.push("on the GPU (events)");
+            heads.push("on the GPU (CUDA events)");
         }
         let predicted_head = format!("predicted {}", self.predicted_label());
         if predicts {
@@ -314,7 +344,7 @@ impl Profile {
             let between = self
                 .between_ops(phase)
                 .map_or(String::new(), |b| format!(" (between ops: {b})"));
-            let total = human_duration(self.phase_total(phase));
+            let total = self.phase_total_text(phase);
             table = table.child(
                 el("tr")
                     .style("border-top:1px solid #ccc")
@@ -329,6 +359,7 @@ impl Profile {
             .children(failure)
             .child(table)
             .child(el("div").text(&self.coverage_line()))
+            .children(self.busy_lines().iter().map(|l| el("div").text(l)))
             .child(Html::raw(self.timeline_svg()))
             .children(self.peak_lines().iter().map(|l| el("div").text(l)))
             .into_string()

@@ -197,8 +197,11 @@ impl Storage {
     }
 
     /// A host copy of the view `l` of a GPU storage, contiguous, for reading values: not a
-    /// user's transfer, so nothing is timed or logged.
+    /// user's transfer, so not logged as one. A profile records it as the op `to_vec` (`item`
+    /// and `to_vec` read through it), whose host time holds the wait for the GPU's queued work,
+    /// as PyTorch's profiler shows `aten::item`'s.
     pub(crate) fn read_back(&self, l: &Layout) -> Result<Storage> {
+        let _op = self.profiled("to_vec", crate::profile::Work::Unpriced);
         let whole = l.is_contiguous() && l.offset == 0 && l.numel() == self.numel;
         let contiguous;
         let src = if whole {

@@ -19,7 +19,7 @@ use crate::cpu;
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::gpu::copy::OpenTiming;
+use crate::gpu::copy::{ClosedTiming, OpenTiming};
 use crate::gpu::pinned::PinnedHost;
 use crate::gpu::runtime::Gpu;
 use crate::memory::Block;
@@ -255,14 +255,18 @@ impl Storage {
 }
 
 /// Times the op `name` on `device` while a profile records. On a GPU (real or emulated) the
-/// outermost op also gets CUDA events around its work on the stream, and its time ends when
-/// that work is done: the host time is then the op's own, and the events give its GPU time.
+/// outermost op also gets CUDA events around its work on the stream, read after the profiled
+/// code returned: they give its GPU time, while its host time ends as its work is queued.
 pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option<OpScope> {
     if !profile::recording() {
         return None;
     }
     let on_gpu = crate::device::registry::uses_gpu_backend(device);
-    profile::begin(name, device, work, on_gpu.then_some(time_on_gpu))
+    let clock = profile::GpuClock {
+        start: time_on_gpu,
+        wait: wait_for_queued_work,
+    };
+    profile::begin(name, device, work, on_gpu.then_some(clock))
 }
 
 /// Waits for every kernel and copy queued on `device`'s stream (a GPU's); host-backed
@@ -278,7 +282,8 @@ pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
     }
 }
 
-/// Records a timing event on `device`'s stream; the `Finish` records the closing one and waits.
+/// Records a timing event on `device`'s stream; the `Finish` records the closing one, without
+/// waiting (no events when the device cannot make them: the op then has no GPU time).
 fn time_on_gpu(device: Device) -> profile::Finish {
     let timing = match device {
         Device::Cuda(i) => {
@@ -286,9 +291,18 @@ fn time_on_gpu(device: Device) -> profile::Finish {
         }
         Device::Cpu => unreachable!("only a GPU is timed with events"),
     };
-    Box::new(move || match timing {
-        Ok(t) => t.end("profile").ok(),
-        // No events: wait for the queue all the same, so the host time is the op's own.
-        Err(_) => wait_for_queued_work(device).ok().and(None),
+    Box::new(move || {
+        let closed = timing.ok()?.close("profile").ok()?;
+        Some(Box::new(closed) as Box<dyn profile::PendingGpuTime>)
     })
+}
+
+impl profile::PendingGpuTime for ClosedTiming {
+    fn is_done(&self) -> bool {
+        ClosedTiming::is_done(self)
+    }
+
+    fn read(self: Box<Self>) -> Option<std::time::Duration> {
+        ClosedTiming::read(*self, "profile").ok()
+    }
 }

@@ -77,6 +77,20 @@ pub fn peer_access_enabled() -> Vec<(usize, usize)> {
     lock(peers()).clone()
 }
 
+/// How many times the host has waited for an emulated device's queued work in this process (a
+/// `synchronize`, an event waited for, a copy into pageable memory, a segment released): a test
+/// takes two and subtracts to count the waits some code costs (polls that do not block are not
+/// counted).
+pub fn host_waits() -> u64 {
+    stream::host_waits()
+}
+
+/// How many events emulated devices have made and not yet destroyed in this process (a CUDA
+/// event is a driver resource: a test sees that what makes them destroys them).
+pub fn live_events() -> u64 {
+    stream::live_events()
+}
+
 /// Launches queued on emulated devices in this process, by kernel name.
 fn launched() -> &'static Mutex<BTreeMap<String, u64>> {
     static L: OnceLock<Mutex<BTreeMap<String, u64>>> = OnceLock::new();

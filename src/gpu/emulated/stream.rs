@@ -5,12 +5,22 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::gpu::driver::DriverEvent;
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// Times the host has waited for an emulated stream's work in this process (a stream or an
+/// event synchronized, a copy to pageable memory, a segment released).
+static HOST_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the host has waited for an emulated stream's work in this process.
+pub(crate) fn host_waits() -> u64 {
+    HOST_WAITS.load(Ordering::Relaxed)
+}
 
 #[derive(Default)]
 struct Queue {
@@ -105,8 +115,14 @@ impl Stream {
         lock(&self.queue).done >= ticket
     }
 
-    /// Waits until job `ticket` has finished.
+    /// Waits on the host until job `ticket` has finished (counted in `host_waits`).
     pub(crate) fn wait_for(&self, ticket: u64) -> Result<(), String> {
+        HOST_WAITS.fetch_add(1, Ordering::Relaxed);
+        self.reach(ticket)
+    }
+
+    /// Waits until job `ticket` has finished (on another stream's worker: not a host wait).
+    fn reach(&self, ticket: u64) -> Result<(), String> {
         let mut q = lock(&self.queue);
         while q.done < ticket {
             q = self.changed.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -123,9 +139,31 @@ impl Stream {
 }
 
 /// A point on an emulated stream, timestamped by the host when the stream reaches it.
-#[derive(Default)]
 pub(crate) struct Event {
     state: Mutex<Option<Recorded>>,
+}
+
+/// Emulated events made and not yet destroyed in this process.
+static LIVE_EVENTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many emulated events exist now (made by `new_event`, not yet dropped).
+pub(crate) fn live_events() -> u64 {
+    LIVE_EVENTS.load(Ordering::Relaxed)
+}
+
+impl Default for Event {
+    fn default() -> Event {
+        LIVE_EVENTS.fetch_add(1, Ordering::Relaxed);
+        Event {
+            state: Mutex::default(),
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        LIVE_EVENTS.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Clone)]
@@ -195,6 +233,6 @@ pub(crate) fn wait_event(stream: &Stream, event: &Event) -> Result<(), String> {
     let Some(r) = event.recorded() else {
         return Ok(());
     };
-    stream.enqueue(Box::new(move || r.stream.wait_for(r.ticket)))?;
+    stream.enqueue(Box::new(move || r.stream.reach(r.ticket)))?;
     Ok(())
 }
