@@ -170,12 +170,19 @@ impl Profile {
             human_duration(self.wall),
             100.0 * self.ops_total().as_secs_f64() / wall
         );
-        if let Some(p) = self.predicted_total() {
+        if let Some(step) = self.predicted_step() {
+            let secs = |s: f64| human_duration(Duration::from_secs_f64(s));
+            let bound = match step.bound {
+                crate::cost::Bound::Host => "host-bound: the GPU would wait for the host",
+                crate::cost::Bound::Gpu => "GPU-bound: the host would queue work faster",
+            };
             let _ = write!(
                 line,
-                "; ≈ {} {} (predicted)",
-                human_duration(p),
-                self.predicted_label()
+                "; ≈ {} {} (predicted: the host queues the ops in {}, the GPU runs them in {}; {bound})",
+                secs(step.seconds),
+                self.predicted_label(),
+                secs(step.host_seconds),
+                secs(step.gpu_seconds),
             );
         }
         line
