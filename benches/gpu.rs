@@ -517,7 +517,7 @@ fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
         let queued = work
             .iter()
             .map(|w| cost::model::queued_with(&c, w.seconds(&c, gpu)));
-        let step = cost::model::step_with(&c, 1, *ops, queued.sum());
+        let step = cost::model::step_with(&c, 1, *ops, 0.0, queued.sum());
         println!(
             "| {} | {:.3} ms | {:.3} ms ({:+.0}%) | {:.3} ms | {:.3} ms | {:?} |",
             p.row.name,

@@ -560,6 +560,22 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             true => {
                 assert_eq!(first.predicted, addmm(gpus::find("h100").unwrap()));
                 assert!(p.text().contains("predicted"), "{}", p.text());
+                // The step as a whole: the host's time to queue its ops against the kernels'
+                // time back to back; this small step keeps an H100 waiting for the host.
+                let step = p.predicted_step().unwrap();
+                let ops = p.ops().iter().filter(|o| o.predicted.is_some()).count();
+                let f = cost::FITTED;
+                let host = f.step_overhead + ops as f64 * f.host_op;
+                assert!((step.host_seconds - host).abs() < 1e-9, "{step:?}");
+                assert!(step.gpu_seconds < step.host_seconds, "{step:?}");
+                assert_eq!(
+                    (step.bound, step.seconds),
+                    (cost::Bound::Host, step.host_seconds)
+                );
+                assert!(
+                    p.text()
+                        .contains("host-bound: the GPU would wait for the host")
+                );
             }
             false => assert_eq!(p.predicted_total(), None),
         }

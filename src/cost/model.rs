@@ -311,15 +311,22 @@ pub fn queued(event_seconds: f64) -> f64 {
     queued_with(&FITTED, event_seconds)
 }
 
-/// `steps` training steps' time: `ops` ops issued by the host, plus each step's own host work,
-/// against the kernels' `gpu_seconds` (queued: see `queued`).
-pub fn step(steps: usize, ops: usize, gpu_seconds: f64) -> StepPrediction {
-    step_with(&FITTED, steps, ops, gpu_seconds)
+/// `steps` training steps' time: `ops` ops issued by the host, plus each step's own host work
+/// and `waits`, the time the host spends waiting for blocking copies, against the kernels'
+/// `gpu_seconds` (queued: see `queued`).
+pub fn step(steps: usize, ops: usize, waits: f64, gpu_seconds: f64) -> StepPrediction {
+    step_with(&FITTED, steps, ops, waits, gpu_seconds)
 }
 
 /// `step` under the constants `c`.
-pub fn step_with(c: &Constants, steps: usize, ops: usize, gpu_seconds: f64) -> StepPrediction {
-    let host_seconds = steps as f64 * c.step_overhead + ops as f64 * c.host_op;
+pub fn step_with(
+    c: &Constants,
+    steps: usize,
+    ops: usize,
+    waits: f64,
+    gpu_seconds: f64,
+) -> StepPrediction {
+    let host_seconds = steps as f64 * c.step_overhead + ops as f64 * c.host_op + waits;
     StepPrediction {
         host_seconds,
         gpu_seconds,

@@ -66,7 +66,7 @@ impl Priced {
                 let queued = work
                     .iter()
                     .map(|w| model::queued_with(c, w.seconds(c, gpu)));
-                model::step_with(c, 1, *ops, queued.sum()).seconds
+                model::step_with(c, 1, *ops, 0.0, queued.sum()).seconds
             }
         }
     }

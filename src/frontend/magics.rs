@@ -298,6 +298,7 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
                     None => String::new(),
                 }
             ) + &predicted_line(std::slice::from_ref(t))
+                + &measured_line(t)
         })
         .collect();
     let total = predicted_line(&snap.transfers);
@@ -313,6 +314,35 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
 fn predicted_line(lines: &[crate::frontend::probe_client::TransferLine]) -> String {
     super::strip::predicted_total(lines)
         .map(|t| t.replacen(';', "", 1))
+        .unwrap_or_default()
+}
+
+/// ` · measured by placelab on an H100 SXM: 378.6 µs for 16.00 MiB (2026-11-27)`: the copy
+/// placelab measured on the predicted GPU's kind nearest in size, where it has a run there.
+fn measured_line(t: &crate::frontend::probe_client::TransferLine) -> String {
+    use crate::cost::CopyRoute;
+    let (from_gpu, to_gpu) = (t.from.starts_with("cuda"), t.to.starts_with("cuda"));
+    let Some(gpu) = t
+        .predicted
+        .as_ref()
+        .and_then(|(key, _)| crate::cost::find(key))
+    else {
+        return String::new();
+    };
+    if from_gpu == to_gpu {
+        return String::new();
+    }
+    let route = CopyRoute::host(t.pinned, to_gpu);
+    crate::transfer::predicted::measured_near(gpu, route, to_gpu, t.bytes)
+        .map(|m| {
+            format!(
+                " · measured by placelab on {}: {} for {} ({})",
+                gpu.with_article(),
+                human_duration(m.duration),
+                human_bytes(m.bytes as usize),
+                m.date
+            )
+        })
         .unwrap_or_default()
 }
 
@@ -551,6 +581,33 @@ fn help(_: &mut Session, _: &str) -> CellReport {
 mod tests {
     use super::*;
     use crate::device::{StandIn, registry::parse_simulation};
+
+    /// `:transfers` sets, beside a copy predicted for an H100, what placelab measured on a real
+    /// one for the nearest size on the same route; nothing for the CPU's copies.
+    #[test]
+    fn transfers_show_the_nearest_copy_measured_on_the_predicted_gpu() {
+        let line = |from: &str, to: &str, pinned: bool, predicted: bool| {
+            crate::frontend::probe_client::TransferLine {
+                seq: 1,
+                from: from.into(),
+                to: to.into(),
+                bytes: 1 << 20,
+                nanos: 1,
+                pinned,
+                stand_in: Some(StandIn::Simulated),
+                predicted: predicted.then(|| ("h100".into(), 1)),
+            }
+        };
+        let up = measured_line(&line("cpu", "cuda:0", true, true));
+        assert!(
+            up.starts_with(" · measured by placelab on an H100 SXM: ")
+                && up.ends_with(" for 1.00 MiB (2026-11-27)"),
+            "{up}"
+        );
+        let down = measured_line(&line("cuda:0", "cpu", false, true));
+        assert_ne!(up, down, "each route has its own measurement");
+        assert_eq!(measured_line(&line("cpu", "cuda:0", true, false)), "");
+    }
 
     #[test]
     fn simulate_takes_a_capacity_or_a_gpu_as_the_environment_variable_does() {

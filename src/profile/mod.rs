@@ -267,15 +267,18 @@ impl Profile {
     /// device). Each optimizer phase ends a training step, which adds the step's own host work.
     pub fn predicted_step(&self) -> Option<model::StepPrediction> {
         self.predicted_total()?;
-        let priced: Vec<f64> = (self.ops.iter())
-            .filter_map(|o| o.predicted)
-            .map(|p| model::queued(p.as_secs_f64()))
+        let priced: Vec<(&OpRecord, f64)> = (self.ops.iter())
+            .filter_map(|o| Some((o, o.predicted?.as_secs_f64())))
             .collect();
+        // A blocking `.to()` keeps the host waiting for its copy; the kernels queue.
+        let waits = priced.iter().filter(|(o, _)| o.name == "to").map(|p| p.1);
+        let kernels = priced.iter().filter(|(o, _)| o.name != "to");
+        let gpu = kernels.map(|p| model::queued(p.1)).sum();
         let optimizer = |i: usize| self.ops[i].phase == Phase::Optimizer;
         let steps = (0..self.ops.len())
             .filter(|&i| optimizer(i) && (i + 1 == self.ops.len() || !optimizer(i + 1)))
             .count();
-        Some(model::step(steps.max(1), priced.len(), priced.iter().sum()))
+        Some(model::step(steps.max(1), priced.len(), waits.sum(), gpu))
     }
 
     /// The peak of `device`'s allocated bytes during the profile, if it allocated anything.

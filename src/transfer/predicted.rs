@@ -54,8 +54,9 @@ pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option
     })
 }
 
-/// The copy placelab measured on `gpu`'s kind along `route` nearest in size to `bytes`.
-fn measured_near(
+/// The copy placelab measured on `gpu`'s kind along `route` nearest in size to `bytes`
+/// (`to_device`: which way a pinned copy went).
+pub fn measured_near(
     gpu: &'static GpuSpec,
     route: CopyRoute,
     to_device: bool,
