@@ -15,7 +15,7 @@ use crate::cost::GpuSpec;
 pub const STAND_INS: &[(&str, &str)] = &[
     ("add 10M f32", "16-byte packs since 1bae563"),
     ("exp 10M f32", "16-byte packs since 1bae563"),
-    ("sum 10M f32", "one-pass reduction since 587fe75"),
+    ("sum 10M f32", "one-pass reduction since 297ef58"),
 ];
 
 /// Profiled rows of the H200 run of ops placelab no longer runs, left out of the fit and the

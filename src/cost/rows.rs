@@ -75,7 +75,7 @@ impl Priced {
 const F32: u64 = 4;
 const MIB: u64 = 1 << 20;
 
-fn f32_gemm(m: u64, n: u64, k: u64, arithmetic: Arithmetic) -> Work {
+fn gemm(m: u64, n: u64, k: u64, arithmetic: Arithmetic) -> Work {
     Work::Gemm {
         m,
         n,
@@ -138,7 +138,7 @@ fn whole_op(name: &str, rows: &[Row]) -> Option<Priced> {
             "f16" => Arithmetic::F16,
             _ => return None,
         };
-        return whole(vec![f32_gemm(4096, 4096, 4096, arithmetic)]);
+        return whole(vec![gemm(4096, 4096, 4096, arithmetic)]);
     }
     if let Some(step) = name.strip_prefix("step ") {
         let label = match step {
@@ -247,15 +247,15 @@ fn profiled_row(mlp: &Mlp, phase: &str, op: &str, calls: u64) -> Option<Vec<Work
     let f32 = Arithmetic::F32;
     let layers = mlp.layers().count() as u64;
     let work: Vec<Work> = match op {
-        "matmul" => mlp.layers().map(|(i, o)| f32_gemm(b, o, i, f32)).collect(),
+        "matmul" => mlp.layers().map(|(i, o)| gemm(b, o, i, f32)).collect(),
         // The bias copied into the output, then the GEMM adds the product onto it.
         "addmm" => mlp
             .layers()
-            .flat_map(|(i, o)| [streaming(b * o * F32), f32_gemm(b, o, i, f32)])
+            .flat_map(|(i, o)| [streaming(b * o * F32), gemm(b, o, i, f32)])
             .collect(),
         "matmul (in matmul's backward)" | "matmul (in addmm's backward)" => {
-            let weights = mlp.layers().map(|(i, o)| f32_gemm(i, o, b, f32));
-            let inputs = mlp.layers().skip(1).map(|(i, o)| f32_gemm(b, i, o, f32));
+            let weights = mlp.layers().map(|(i, o)| gemm(i, o, b, f32));
+            let inputs = mlp.layers().skip(1).map(|(i, o)| gemm(b, i, o, f32));
             weights.chain(inputs).collect()
         }
         "add" if phase == "forward" => mlp
