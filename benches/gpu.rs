@@ -12,7 +12,7 @@
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use placelab::cost::{self, Access, Arithmetic, CopyRoute, GpuSpec};
+use placelab::cost::{self, CopyRoute, GpuSpec};
 use placelab::prelude::*;
 
 const GPU: Device = Device::Cuda(0);
@@ -160,34 +160,23 @@ fn peer() -> Result<()> {
     Ok(())
 }
 
-/// What the model predicts for one op, in ms.
-enum Model {
-    /// A streaming kernel: bytes read and written, and its flops in f32.
-    Kernel(usize, f64),
-    /// A GEMM of `n³` in `dtype`, TF32 allowed or not.
-    Gemm(usize, DType, bool),
-}
-
-impl Model {
-    fn ms(&self, g: &GpuSpec) -> f64 {
-        1e3 * match *self {
-            Model::Kernel(bytes, flops) => {
-                cost::model::kernel(g, Access::Streaming, bytes as u64, flops, Arithmetic::F32)
-            }
-            Model::Gemm(n, dtype, tf32) => {
-                let n = n as u64;
-                let arithmetic = Arithmetic::of_matmul(dtype, tf32);
-                cost::model::matmul(g, (1, n, n, n), dtype.size_in_bytes() as u64, arithmetic)
-            }
-        }
-    }
-}
-
-fn timed(name: &str, model: Model, run: impl Fn() -> Result<Tensor>) -> Result<()> {
-    let flops = match model {
-        Model::Gemm(n, ..) => 2.0 * (n as f64).powi(3),
-        Model::Kernel(..) => 0.0,
+/// What the model predicts for the op row `name`, in ms: the pricing `src/cost/rows.rs` gives
+/// the same row when the model is fitted and checked (`None` for a row it does not price).
+fn op_ms(g: &GpuSpec, name: &str) -> Option<f64> {
+    let row = cost::measured::Row {
+        bench: "op".into(),
+        name: name.into(),
+        bytes: 0,
+        calls: 1,
+        seconds: 0.0,
+        torch_seconds: None,
     };
+    let priced = cost::rows::price(&row, &[])?;
+    Some(priced.seconds(&cost::model::FITTED, g) * 1e3)
+}
+
+/// Times `run` (the op row `name`, `flops` of arithmetic) with a synchronize after each call.
+fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()> {
     for _ in 0..3 {
         let _warm_up = run()?;
     }
@@ -204,48 +193,37 @@ fn timed(name: &str, model: Model, run: impl Fn() -> Result<Tensor>) -> Result<(
     println!(
         "{{\"bench\":\"op\",\"name\":\"{name}\",\"ms\":{m:.5},\"tflops\":{:.3}{}}}",
         flops / m / 1e9,
-        predicted(|g| model.ms(g))
+        spec()
+            .and_then(|g| op_ms(g, name))
+            .map_or(String::new(), |ms| format!(",\"predicted_ms\":{ms:.5}"))
     );
     Ok(())
 }
 
 fn ops() -> Result<()> {
-    const MB40: usize = 40_000_000; // 10M f32
-    const MB64: usize = 64 << 20; // 4096² f32
+    // What each row reads and writes, as the model prices it: `src/cost/rows.rs`.
     let a = Tensor::randn([10_000_000], GPU)?;
     let b = Tensor::randn([10_000_000], GPU)?;
-    timed("add 10M f32", Model::Kernel(3 * MB40, 1e7), || &a + &b)?;
-    timed("exp 10M f32", Model::Kernel(2 * MB40, 1e7), || a.exp())?;
-    timed("sum 10M f32", Model::Kernel(MB40, 1e7), || a.sum_all())?;
-    // Softmax reads its input three times (max, sum, write) and writes once.
-    timed("softmax 1x10M f32", Model::Kernel(4 * MB40, 3e7), || {
-        a.softmax(0)
-    })?;
+    timed("add 10M f32", 0.0, || &a + &b)?;
+    timed("exp 10M f32", 0.0, || a.exp())?;
+    timed("sum 10M f32", 0.0, || a.sum_all())?;
+    timed("softmax 1x10M f32", 0.0, || a.softmax(0))?;
     let s = Tensor::randn([4096, 4096], GPU)?;
-    timed(
-        "softmax 4096x4096 f32",
-        Model::Kernel(4 * MB64, 5e7),
-        || s.softmax(1),
-    )?;
+    timed("softmax 4096x4096 f32", 0.0, || s.softmax(1))?;
     let rows: Vec<i64> = (0..1000).map(|i| (i * 7919) % 4096).collect();
     let rows = Tensor::from_vec(rows, [1000], GPU)?;
-    let picked = 1000 * 4096 * 4;
-    timed(
-        "index_select 1000 of 4096 rows f32",
-        Model::Kernel(2 * picked, 0.0),
-        || s.index_select(0, &rows),
-    )?;
-    timed(
-        "transpose contiguous 4096x4096 f32",
-        Model::Kernel(2 * MB64, 0.0),
-        || s.t()?.contiguous(),
-    )?;
+    timed("index_select 1000 of 4096 rows f32", 0.0, || {
+        s.index_select(0, &rows)
+    })?;
+    timed("transpose contiguous 4096x4096 f32", 0.0, || {
+        s.t()?.contiguous()
+    })?;
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         let n = 4096usize;
         let m = Tensor::randn([n, n], GPU)?.to_dtype(dtype)?;
         timed(
             &format!("matmul {n}^3 {dtype}"),
-            Model::Gemm(n, dtype, false),
+            2.0 * (n as f64).powi(3),
             || m.matmul(&m),
         )?;
     }
@@ -260,11 +238,9 @@ fn ops() -> Result<()> {
     }
     cuda::set_allow_tf32(true);
     let m = Tensor::randn([4096, 4096], GPU)?;
-    timed(
-        "matmul 4096^3 f32 tf32",
-        Model::Gemm(4096, DType::F32, true),
-        || m.matmul(&m),
-    )?;
+    timed("matmul 4096^3 f32 tf32", 2.0 * 4096f64.powi(3), || {
+        m.matmul(&m)
+    })?;
     // The whole steps after this measure f32 as f32, as the shared H200 run did.
     cuda::set_allow_tf32(false);
     Ok(())

@@ -59,6 +59,16 @@ impl Step {
 }
 
 /// The ops on the GPU that run work there (the autograd engine's graph walk is host code).
+/// An `n × n` matrix on the emulated GPU whose product has run once (the cuBLAS workspace and
+/// the GEMM's kernel are in place), with nothing left queued.
+fn warm_square(n: usize) -> Tensor {
+    cuda::emulate(1, None).unwrap();
+    let a = Tensor::randn([n, n], GPU).unwrap();
+    drop(a.matmul(&a).unwrap());
+    cuda::synchronize(0).unwrap();
+    a
+}
+
 fn gpu_ops(p: &Profile) -> impl Iterator<Item = &profile::OpRecord> {
     p.ops()
         .iter()
@@ -127,10 +137,7 @@ fn a_profiled_step_waits_for_its_gpu_once_not_after_each_op() {
 #[test]
 fn a_large_op_is_queued_without_waiting_unless_the_profile_blocks() {
     let _serial = serial();
-    cuda::emulate(1, None).unwrap();
-    let a = Tensor::randn([768, 768], GPU).unwrap();
-    drop(a.matmul(&a).unwrap());
-    cuda::synchronize(0).unwrap();
+    let a = warm_square(768);
     // By default the host queues the GEMM and goes on: its host time is a small part of the
     // GPU's (the emulated GEMM runs on the CPU, tens of milliseconds).
     let p = profile::profile(|| a.matmul(&a));
@@ -156,10 +163,7 @@ fn a_large_op_is_queued_without_waiting_unless_the_profile_blocks() {
 #[test]
 fn a_failing_profiled_step_still_reads_its_ops_gpu_times() {
     let _serial = serial();
-    cuda::emulate(1, None).unwrap();
-    let a = Tensor::randn([256, 256], GPU).unwrap();
-    drop(a.matmul(&a).unwrap());
-    cuda::synchronize(0).unwrap();
+    let a = warm_square(256);
     let events = emulated::live_events();
     // An error: the ops before it (and the one that failed its checks) are recorded, the GPU
     // work they queued timed.
