@@ -10,8 +10,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 venv="$repo/target/classroom/venv"
 cd "$repo"
 lscpu | grep -E "Model name|^CPU\(s\)|CPU family|^Model:" | sed "s/  */ /g"
-cargo bench --quiet --bench session -- placelab | grep -E "start|first|RSS"
-cargo bench --quiet --bench session -- plain | grep -E "start|first|RSS"
+cargo bench --quiet --bench session -- placelab | grep -E "start|first|RSS|completion"
+cargo bench --quiet --bench session -- plain | grep -E "start|first|RSS|completion"
 "$venv/bin/python" - <<'PY'
 import os, time
 from jupyter_client.manager import start_new_kernel

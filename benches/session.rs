@@ -1,10 +1,11 @@
 //! The REPL's latency targets, measured through the same `Session` the REPL uses, beside plain
-//! evcxr in the same run (no dependency; it reads the same `evcxr.toml`, so dylib mode and cells
-//! at opt 0): evcxr start, the rust-analyzer warm-up, the first cell's result, a trivial cell,
-//! a cell with no value, and the magics that compile nothing; and the memory each holds after
-//! its first cell (this process and its cell process). `cargo bench --bench session` (the first
-//! run compiles the engine: minutes); `-- placelab` or `-- plain` runs one side only, which is
-//! how `benches/class-footprint.sh` measures each side's memory alone.
+//! evcxr in the same run (no dependency; placelab's `evcxr.toml` less `variable_types`, so dylib
+//! mode and cells at opt 0, and rust-analyzer for variables' types): evcxr start, the first
+//! cell's result, the first completion (which loads rust-analyzer), a trivial cell, a cell with
+//! no value, and the magics that compile nothing; and the memory each holds after its first cell
+//! (this process and its cell process), with rust-analyzer loaded and let go. `cargo bench
+//! --bench session` (the first run compiles the engine: minutes); `-- placelab` or `-- plain`
+//! runs one side only, which is how `benches/class-footprint.sh` measures each side's memory.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,7 +64,7 @@ fn rss_mib() -> (f64, f64) {
 fn print_memory(who: &str) {
     let (own, cells) = rss_mib();
     println!(
-        "{who}: RSS after the first cell (and the warm-up) {:.0} MiB (this process {own:.0} MiB + cell process {cells:.0} MiB)",
+        "{who}: RSS {:.0} MiB (this process {own:.0} MiB + cell process {cells:.0} MiB)",
         own + cells
     );
 }
@@ -74,11 +75,16 @@ fn main() {
     let only = std::env::args()
         .skip(1)
         .find(|a| a == "placelab" || a == "plain");
-    if only.as_deref() != Some("plain") {
-        placelab_side();
-    }
-    if only.as_deref() != Some("placelab") {
-        plain_side();
+    match only.as_deref() {
+        Some("placelab") => placelab_side(),
+        Some("plain") => plain_side(),
+        _ => {
+            placelab_side();
+            // Plain evcxr in a process of its own: its own evcxr.toml, its own memory.
+            let me = std::env::current_exe().expect("this bench's path");
+            let ok = std::process::Command::new(me).arg("plain").status();
+            assert!(ok.is_ok_and(|s| s.success()), "the plain evcxr side failed");
+        }
     }
 }
 
@@ -105,13 +111,19 @@ fn placelab_side() {
         "placelab: start to first result (a cell sent at once) {}",
         ms(started.elapsed())
     );
+    print_memory("placelab: after the first cell,");
+    // rust-analyzer is loaded by the first completion only (cells take their variables' types
+    // from rustc), and let go after a quiet spell.
     let t = Instant::now();
-    s.warm_up();
+    let (_, _, names) = s.completions("x.sha", 5);
+    assert!(names.iter().any(|n| n == "shape"), "{names:?}");
     println!(
-        "placelab: rust-analyzer warm-up (after the first cell, or while the user types) {}",
+        "placelab: first completion (loads rust-analyzer) {}",
         ms(t.elapsed())
     );
-    print_memory("placelab");
+    print_memory("placelab: rust-analyzer loaded,");
+    s.release_analyzer();
+    print_memory("placelab: rust-analyzer let go,");
     let trivial = median_of(15, || {
         assert!(cell::execute(&mut s, "x.shape().to_vec()").ok());
     });
@@ -142,18 +154,21 @@ fn placelab_side() {
     drop(s);
 }
 
-/// Plain evcxr: no dependency, the same evcxr.toml.
+/// Plain evcxr: no dependency; placelab's evcxr.toml less `variable_types`, so evcxr's own
+/// defaults otherwise (rust-analyzer for variables' types, the toolchain's library sources).
 fn plain_side() {
-    if std::env::var_os("EVCXR_CONFIG_DIR").is_none() {
-        // Run alone (`-- plain`): the configuration a placelab session uses, and evcxr's own
-        // defaults otherwise (the toolchain's library sources for rust-analyzer).
-        let root = setup::cache_dir();
-        let config = setup::write_config(&root).expect("the evcxr config");
-        // SAFETY: no other thread exists yet.
-        unsafe {
-            std::env::set_var("EVCXR_CONFIG_DIR", config);
-            std::env::set_var("EVCXR_TMPDIR", root.join("bench-plain-evcxr"));
-        }
+    let root = setup::cache_dir();
+    let config = root.join("bench-plain-config");
+    std::fs::create_dir_all(&config).expect("the evcxr config");
+    std::fs::write(
+        config.join("evcxr.toml"),
+        "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\n",
+    )
+    .expect("the evcxr config");
+    // SAFETY: no other thread exists yet (this side runs in a process of its own).
+    unsafe {
+        std::env::set_var("EVCXR_CONFIG_DIR", config);
+        std::env::set_var("EVCXR_TMPDIR", root.join("bench-plain-evcxr"));
     }
     let t = Instant::now();
     let started = t;
@@ -167,7 +182,7 @@ fn plain_side() {
         "plain evcxr: start to first result {}",
         ms(started.elapsed())
     );
-    print_memory("plain evcxr");
+    print_memory("plain evcxr: after the first cell,");
     let trivial = median_of(15, || {
         ctx.execute("v.clone()").expect("a cell");
     });

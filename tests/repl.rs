@@ -106,6 +106,50 @@ fn first_steps_through_the_session() {
     );
 }
 
+/// Every kind of variable a notebook keeps gets its type from rustc (vendor/evcxr/PATCH.md),
+/// with no rust-analyzer in the session: the values come back in a later cell, `:vars` names
+/// each type, the kinds that cannot be kept say why, and the session's process stays small.
+#[test]
+fn variables_keep_their_types_without_rust_analyzer() {
+    let _one = one_session_at_a_time();
+    let (out, ok) = run_script("variable_types.plrs");
+    assert!(!ok, "three cells fail on purpose:\n{out}");
+    for var in [
+        "x: Tensor",
+        "r: Result<placelab::Tensor, placelab::Error>",
+        "pair: (placelab::Tensor, u8)",
+        "double: Box<dyn Fn(f32) -> f32>",
+        "it: std::vec::IntoIter<i32>",
+        "net: nn::Sequential",
+        "s: Scaled",
+        "counts: std::collections::BTreeMap<String, usize>",
+        "n: i32",
+        "f: f64",
+    ] {
+        assert!(
+            out.contains(&format!("\n{var}\n")),
+            "`:vars` lacks {var}:\n{out}"
+        );
+    }
+    expect(
+        &out,
+        &[
+            "\n([2, 4], [2], 3, 4.0, 6, 12.0, 0, 5, 2.5)\n",
+            "error: The variable `add_one` is a closure, which cannot be persisted.",
+            "error: Couldn't automatically determine type of variable `guess`.",
+            "error: The variable `evens` has type `Map<std::ops::Range<i32>, {closure}>` which cannot be persisted.",
+        ],
+    );
+    // rust-analyzer's database alone is hundreds of MiB (benches/class-footprint.sh).
+    let rss = out
+        .rsplit("\"session RSS: ")
+        .next()
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no session RSS line:\n{out}"));
+    assert!(rss < 150, "the session holds {rss} MiB:\n{out}");
+}
+
 /// A class on one machine: an admin prebuilds the engine once, read-only (`prebuild --shared`);
 /// every learner's session links to it. A second session beside an open one (a second notebook)
 /// and another learner's session both reach their first result without compiling the engine,

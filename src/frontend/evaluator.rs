@@ -1,9 +1,9 @@
 //! The one start path every shell uses (the REPL, scripts, the kernel): a thread owns the
 //! `Session` (evcxr is blocking and not `Send`-friendly), starts it once, then runs jobs one at a
 //! time and answers each on a oneshot channel. The prompt (or the kernel's sockets) are up at
-//! once; a cell sent while the session starts waits for it, and runs before rust-analyzer's
-//! warm-up. The interrupter is published as soon as the session exists, so Ctrl-C or Jupyter's
-//! control channel can stop a cell without waiting for this thread.
+//! once; a cell sent while the session starts waits for it. The interrupter is published as soon
+//! as the session exists, so Ctrl-C or Jupyter's control channel can stop a cell without waiting
+//! for this thread.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
@@ -233,29 +233,40 @@ fn interrupt(start: &Mutex<Start>) -> bool {
     }
 }
 
-/// The thread's loop: jobs in order; rust-analyzer is warmed up at the first moment no job waits,
-/// so a cell already sent (typed ahead, Run All, a class opening notebooks at once) gets its
-/// result first. Ends when every `Evaluator` handle is gone; dropping the session then ends the
-/// cell's process.
+/// How long rust-analyzer stays loaded after the last completion or inspection that needed it.
+/// Loading it again takes a few seconds of CPU; keeping it holds a few hundred MiB per learner.
+const ANALYZER_QUIET: Duration = Duration::from_secs(120);
+
+/// The thread's loop: jobs in order. rust-analyzer, loaded by a completion or an inspection, is
+/// let go once none has come for [`ANALYZER_QUIET`]. Ends when every `Evaluator` handle is gone;
+/// dropping the session then ends the cell's process.
 fn serve(mut session: Result<Session, String>, queue: mpsc::Receiver<Job>) {
-    let mut warm = session.is_err();
+    let mut release_at: Option<Instant> = None;
     loop {
-        let job = match queue.try_recv() {
-            Ok(job) => job,
-            Err(mpsc::TryRecvError::Empty) if !warm => {
-                if let Ok(s) = &mut session {
-                    s.warm_up();
+        let job = match release_at {
+            Some(at) => match queue.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Ok(s) = &mut session {
+                        s.release_analyzer();
+                    }
+                    release_at = None;
+                    continue;
                 }
-                warm = true;
-                continue;
-            }
-            Err(mpsc::TryRecvError::Empty) => match queue.recv() {
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+            None => match queue.recv() {
                 Ok(job) => job,
                 Err(_) => break,
             },
-            Err(mpsc::TryRecvError::Disconnected) => break,
         };
+        let asks_analyzer = matches!(job, Job::Complete { .. } | Job::Inspect { .. });
         run(&mut session, job);
+        // A cell loads it too, rarely: when rustc's name for a variable's type does not resolve.
+        let loaded = session.as_ref().is_ok_and(|s| s.analyzer_loaded());
+        if loaded && (asks_analyzer || release_at.is_none()) {
+            release_at = Some(Instant::now() + ANALYZER_QUIET);
+        }
     }
     drop(session);
 }

@@ -297,14 +297,25 @@ impl Session {
         code
     }
 
-    /// Has rust-analyzer index the engine and its dependencies now. evcxr asks it for the type of
-    /// every new `let` variable, and the first time costs 3–4 s of CPU on a 2-core machine
-    /// (`benches/session.rs`); the front ends call this after the start while the user reads or
-    /// types (the kernel once no cell waits), so the first cell does not pay it. Changes no
-    /// state.
-    pub fn warm_up(&mut self) {
-        let code = "let warm_up = Tensor::randn([1], &Device::Cpu)?;\nwarm_up.";
-        let _ = self.ctx.completions(code, code.len());
+    /// Whether rust-analyzer holds the engine's and std's sources: loaded by the first
+    /// completion or inspection (cells take their variables' types from rustc), and kept until
+    /// [`Session::release_analyzer`].
+    pub fn analyzer_loaded(&self) -> bool {
+        self.ctx.analyzer_loaded()
+    }
+
+    /// Lets rust-analyzer's database go, and hands the freed pages back to the system: most of
+    /// a kernel's memory once a completion loaded it (`benches/class-footprint.sh`). The next
+    /// completion loads it again (a few seconds). Changes no state.
+    pub fn release_analyzer(&mut self) {
+        if self.ctx.release_analyzer().is_ok() {
+            // glibc keeps freed pages for reuse; without this the kernel's RSS would not fall.
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: malloc_trim only returns free memory to the system.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
     }
 
     /// Sends the cells' `clear_output()` to `clear` (the kernel's iopub); without it (the REPL,

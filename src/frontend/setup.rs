@@ -170,7 +170,9 @@ pub fn write_config(root: &Path) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&config)?;
     std::fs::write(
         config.join("evcxr.toml"),
-        "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\n",
+        // `variable_types`: vendor/evcxr/PATCH.md. rust-analyzer is loaded only to complete and
+        // inspect, which keeps a kernel small.
+        "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\nvariable_types = \"rustc\"\n",
     )?;
     let cargo = root.join(".cargo");
     std::fs::create_dir_all(&cargo)?;

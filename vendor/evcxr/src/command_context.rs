@@ -213,6 +213,16 @@ Panic detected. Here's some useful information if you're filing a bug report.
         }
     }
 
+    /// placelab's patch: see [`EvalContext::release_analyzer`].
+    pub fn release_analyzer(&mut self) -> Result<(), Error> {
+        self.eval_context.release_analyzer()
+    }
+
+    /// placelab's patch: see [`EvalContext::analyzer_loaded`].
+    pub fn analyzer_loaded(&self) -> bool {
+        self.eval_context.analyzer_loaded()
+    }
+
     pub fn set_opt_level(&mut self, level: &str) -> Result<(), Error> {
         self.eval_context.set_opt_level(level)
     }

@@ -182,7 +182,13 @@ impl CompilationError {
         if let Value::Array(children) = &json["children"] {
             for child in children {
                 let child_origins = get_code_origins(child, code_block);
+                // placelab's patch: an error storing a variable stays that variable's, so that
+                // a type rustc named but the cell did not import (E0412) can be fixed.
+                let stores_variable = code_origins
+                    .iter()
+                    .any(|k| matches!(k, CodeKind::PackVariable { .. }));
                 if !code_origins.iter().any(|k| k.is_user_supplied())
+                    && !stores_variable
                     && child_origins.iter().any(|k| k.is_user_supplied())
                 {
                     // Use the child instead of the top-level error.
@@ -341,6 +347,46 @@ impl CompilationError {
         } else {
             vec![]
         }
+    }
+
+    /// placelab's patch: for a mismatched-types error, the type rustc found, as it wrote it
+    /// (`i32` and `f64` for unsuffixed literals). The note spells the whole type ("expected
+    /// struct `A`\n   found struct `B`"); the label may shorten it, and is all there is when both
+    /// types are plain names.
+    pub(crate) fn found_type(&self) -> Option<String> {
+        let between_backticks = |s: &str| {
+            let (start, end) = (s.find('`')?, s.rfind('`')?);
+            (start < end).then(|| s[start + 1..end].to_owned())
+        };
+        for child in self.json["children"].as_array().into_iter().flatten() {
+            let message = child["message"].as_str().unwrap_or("");
+            if let Some((_, found)) = message.split_once('\n')
+                && found.trim_start().starts_with("found ")
+            {
+                return between_backticks(found);
+            }
+        }
+        let spans = self.json["spans"].as_array()?;
+        let primary = spans
+            .iter()
+            .find(|s| s["is_primary"].as_bool() == Some(true))?;
+        let (_, found) = primary["label"].as_str()?.split_once(", found ")?;
+        match found {
+            "integer" => Some("i32".to_owned()),
+            "floating-point number" => Some("f64".to_owned()),
+            _ => between_backticks(found),
+        }
+    }
+
+    /// placelab's patch: the paths rustc suggests importing (`consider importing this struct:
+    /// use std::collections::BTreeMap;`), as paths.
+    pub(crate) fn import_suggestions(&self) -> Vec<String> {
+        let children = self.json["children"].as_array().into_iter().flatten();
+        children
+            .flat_map(|child| child["spans"].as_array().into_iter().flatten())
+            .filter_map(|span| span["suggested_replacement"].as_str())
+            .filter_map(|s| Some(s.trim().strip_prefix("use ")?.strip_suffix(';')?.to_owned()))
+            .collect()
     }
 
     pub fn rendered(&self) -> String {

@@ -59,6 +59,9 @@ pub struct EvalContext {
     committed_state: ContextState,
     stdout_sender: crossbeam_channel::Sender<String>,
     analyzer: RustAnalyzer,
+    /// Whether the cell being run has already asked rust-analyzer for its variables' types
+    /// (placelab's patch: the fallback when rustc's type names do not resolve).
+    analyzer_asked_this_cell: bool,
     initial_config: Config,
 }
 
@@ -70,6 +73,9 @@ pub(crate) struct Config {
     // Sounds good, but unfortunately doing so currently requires an extra build
     // attempt to determine if the type of the variable is copy.
     pub(crate) preserve_vars_on_panic: bool,
+    /// placelab's patch: take the types of new variables from rustc's errors (a placeholder
+    /// type, then the type rustc found), not from rust-analyzer.
+    pub(crate) types_from_rustc: bool,
     output_format: String,
     display_types: bool,
     /// Whether to try to display the final expression. Currently this needs to
@@ -126,6 +132,7 @@ impl Config {
             tmpdir,
             debug_mode: false,
             preserve_vars_on_panic: true,
+            types_from_rustc: false,
             output_format: "{:?}".to_owned(),
             display_types: false,
             display_final_expression: true,
@@ -441,6 +448,7 @@ impl EvalContext {
             child_process,
             stdout_sender,
             analyzer,
+            analyzer_asked_this_cell: false,
             initial_config,
         };
         let outputs = EvalContextOutputs {
@@ -626,6 +634,18 @@ impl EvalContext {
         self.committed_state.set_opt_level(level)
     }
 
+    /// placelab's patch: lets rust-analyzer's database go (the sources of std and of every
+    /// dependency, and all it derived from them); the next completion or hover loads it again.
+    pub fn release_analyzer(&mut self) -> Result<(), Error> {
+        self.analyzer = RustAnalyzer::new(&self.committed_state.config.tmpdir)?;
+        Ok(())
+    }
+
+    /// placelab's patch: whether rust-analyzer holds a loaded workspace.
+    pub fn analyzer_loaded(&self) -> bool {
+        self.analyzer.is_loaded()
+    }
+
     pub fn set_time_passes(&mut self, value: bool) {
         self.committed_state.set_time_passes(value);
     }
@@ -706,8 +726,14 @@ impl EvalContext {
         callbacks: &mut EvalCallbacks,
     ) -> Result<EvalOutputs, Error> {
         self.write_cargo_toml(state)?;
+        self.analyzer_asked_this_cell = false;
         let analysis_code = state.analysis_code(user_code.clone());
-        if let Err(errors) = self.fix_variable_types(state, analysis_code) {
+        let typed = if state.config.types_from_rustc {
+            Ok(())
+        } else {
+            self.fix_variable_types(state, analysis_code)
+        };
+        if let Err(errors) = typed {
             let mut check_res = self.check(user_code.clone(), state.clone(), code_info)?;
             if !check_res.is_empty() {
                 // Do one round of trying to fix errors, otherwise code like the following can end
@@ -758,6 +784,7 @@ impl EvalContext {
                         for error in &errors {
                             self.attempt_to_fix_error(error, &mut user_code, state, &mut fixed)?;
                         }
+                        type_left_to_inference(&errors, state)?;
                         if !fixed.is_empty() {
                             remaining_retries -= 1;
                             let fixed_sorted: Vec<_> = fixed.into_iter().collect();
@@ -845,19 +872,8 @@ impl EvalContext {
             }
             let type_name = match type_name {
                 TypeName::Named(x) => x,
-                TypeName::Closure => bail!(
-                    "The variable `{}` is a closure, which cannot be persisted.\n\
-                     You can however persist closures if you box them. e.g.:\n\
-                     let f: Box<dyn Fn()> = Box::new(|| {{println!(\"foo\")}});\n\
-                     Alternatively, you can prevent evcxr from attempting to persist\n\
-                     the variable by wrapping your code in braces.",
-                    variable_name
-                ),
-                TypeName::Unknown => bail!(
-                    "Couldn't automatically determine type of variable `{}`.\n\
-                     Please give it an explicit type.",
-                    variable_name
-                ),
+                TypeName::Closure => return Err(closure_type_error(&variable_name)),
+                TypeName::Unknown => return Err(unknown_type_error(&variable_name)),
             };
             // For now, we need to look for and escape any reserved words. This should probably in
             // theory be done in rust analyzer in a less hacky way.
@@ -979,6 +995,12 @@ impl EvalContext {
     ) -> Result<(), Error> {
         for code_origin in &error.code_origins {
             match code_origin {
+                CodeKind::PackVariable { variable_name }
+                    if state.config.types_from_rustc
+                        && self.type_from_rustc(error, variable_name, user_code, state)? =>
+                {
+                    fixed_errors.insert("Variable type");
+                }
                 CodeKind::PackVariable { variable_name } => {
                     if error.code() == Some("E0382") {
                         // Use of moved value.
@@ -1049,6 +1071,151 @@ impl EvalContext {
         }
         Ok(())
     }
+
+    /// placelab's patch: storing a new variable failed to compile. Under the placeholder type
+    /// (E0308) the type rustc found becomes the variable's. Where rustc's name for it does not
+    /// resolve here (E0412, E0425, E0433, E0603: a type the cell did not import) or was shortened,
+    /// rust-analyzer is asked, once a cell. Returns whether a type changed.
+    fn type_from_rustc(
+        &mut self,
+        error: &CompilationError,
+        variable_name: &str,
+        user_code: &CodeBlock,
+        state: &mut ContextState,
+    ) -> Result<bool, Error> {
+        let Some(variable) = state.variable_states.get_mut(variable_name) else {
+            return Ok(false);
+        };
+        let found = match error.code() {
+            Some("E0308") if variable.type_name == TYPE_PLACEHOLDER => error.found_type(),
+            Some("E0412" | "E0425") if error.message().starts_with("cannot find type") => {
+                // A name the cell did not import: the path rustc suggests, when it is one.
+                let cell = user_code.code_string();
+                if let Some(qualified) = qualify_type_name(&variable.type_name, error, &cell) {
+                    variable.type_name = qualified;
+                    return Ok(true);
+                }
+                None
+            }
+            Some("E0412" | "E0433" | "E0603") => None,
+            _ => return Ok(false),
+        };
+        if let Some(found) = found {
+            let found = found.replace("{integer}", "i32").replace("{float}", "f64");
+            if found == "closure" || found.starts_with("{closure@") {
+                return Err(closure_type_error(variable_name));
+            }
+            if found.contains("{closure@") {
+                // An iterator over a closure, say: name the closure as rust-analyzer does.
+                let closure = Regex::new(r"\{closure@[^}]*\}").unwrap();
+                non_persistable_type_error(
+                    variable_name,
+                    &closure.replace_all(&found, "{closure}"),
+                )?;
+            }
+            if has_inference_hole(&found) {
+                return Err(unknown_type_error(variable_name));
+            }
+            if !found.contains("...") {
+                variable.type_name = replace_reserved_words_in_type(&found);
+                return Ok(true);
+            }
+        }
+        if self.analyzer_asked_this_cell {
+            return Ok(false);
+        }
+        self.analyzer_asked_this_cell = true;
+        let analysis_code = state.analysis_code(user_code.clone());
+        self.fix_variable_types(state, analysis_code)?;
+        Ok(true)
+    }
+}
+
+/// placelab's patch: the type a new variable has until rustc says what it is. Nothing converts
+/// into it, so a type that only inference would fix (`let n = s.parse()?;`) fails to compile
+/// instead of becoming this.
+const TYPE_PLACEHOLDER: &str = "::core::convert::Infallible";
+
+/// placelab's patch: the placeholder type reached the user's code through inference (`let n =
+/// s.parse()?;`). Once every variable rustc named a type for has it, a variable still holding
+/// the placeholder is one whose type is written nowhere.
+fn type_left_to_inference(errors: &[CompilationError], state: &ContextState) -> Result<(), Error> {
+    let inferred = errors.iter().any(|e| {
+        e.rendered().contains("Infallible")
+            && !e
+                .code_origins
+                .iter()
+                .any(|o| matches!(o, CodeKind::PackVariable { .. }))
+    });
+    let unnamed = state
+        .variable_states
+        .iter()
+        .find(|(_, v)| v.type_name == TYPE_PLACEHOLDER);
+    match unnamed {
+        Some((name, _)) if inferred && state.config.types_from_rustc => {
+            Err(unknown_type_error(name))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn closure_type_error(variable_name: &str) -> Error {
+    Error::from(format!(
+        "The variable `{}` is a closure, which cannot be persisted.\n\
+         You can however persist closures if you box them. e.g.:\n\
+         let f: Box<dyn Fn()> = Box::new(|| {{println!(\"foo\")}});\n\
+         Alternatively, you can prevent evcxr from attempting to persist\n\
+         the variable by wrapping your code in braces.",
+        variable_name
+    ))
+}
+
+fn unknown_type_error(variable_name: &str) -> Error {
+    Error::from(format!(
+        "Couldn't automatically determine type of variable `{}`.\n\
+         Please give it an explicit type.",
+        variable_name
+    ))
+}
+
+/// placelab's patch: `type_name` with the name an unresolved-type error is about written as a
+/// path: the one rustc suggests importing, else the one the cell itself wrote
+/// (`nn::Sequential::new()` names `nn::Sequential`; rustc suggests no paths into other crates).
+fn qualify_type_name(type_name: &str, error: &CompilationError, cell: &str) -> Option<String> {
+    let message = error.message();
+    let name = message.split('`').nth(1)?;
+    let suffix = format!("::{name}");
+    let mut suggested = error
+        .import_suggestions()
+        .into_iter()
+        .filter(|p| p.ends_with(&suffix));
+    let path = match (suggested.next(), suggested.next()) {
+        (Some(path), None) => path,
+        (Some(_), Some(_)) => return None,
+        (None, _) => {
+            let written = Regex::new(&format!(
+                r"(?:^|[^\w:])((?:\w+::)+){}\b",
+                regex::escape(name)
+            ))
+            .ok()?;
+            format!("{}{name}", written.captures(cell)?.get(1)?.as_str())
+        }
+    };
+    let whole_name = Regex::new(&format!(r"(^|[^:\w]){}\b", regex::escape(name))).ok()?;
+    let qualified =
+        whole_name.replace_all(type_name, |c: &regex::Captures| format!("{}{path}", &c[1]));
+    (qualified != type_name).then(|| qualified.into_owned())
+}
+
+/// Whether a type rustc wrote has a part it could not infer (`Vec<_>`).
+fn has_inference_hole(type_name: &str) -> bool {
+    let bytes = type_name.as_bytes();
+    let ident = |i: usize| {
+        bytes
+            .get(i)
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    };
+    (0..bytes.len()).any(|i| bytes[i] == b'_' && (i == 0 || !ident(i - 1)) && !ident(i + 1))
 }
 
 fn non_persistable_type_error(variable_name: &str, actual_type: &str) -> Result<(), Error> {
@@ -2009,6 +2176,7 @@ impl ContextState {
         // force the type if rustc is giving us a bad suggestion.
         let type_name = match opt_ty {
             Some(ty) if type_is_fully_specified(&ty) => format!("{}", AstNode::syntax(&ty).text()),
+            _ if self.config.types_from_rustc => TYPE_PLACEHOLDER.to_owned(),
             _ => "String".to_owned(),
         };
         if let Some(name) = ast::HasName::name(&pat_ident) {

@@ -108,6 +108,11 @@ impl RustAnalyzer {
         })
     }
 
+    /// placelab's patch: whether a workspace (Cargo.toml, std) has been loaded.
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.last_cargo_toml.is_some()
+    }
+
     pub(crate) fn set_source(&mut self, source: String) -> Result<()> {
         self.current_source = source;
         let mut change = ra_hir::ChangeWithProcMacros::default();

@@ -31,6 +31,9 @@ struct EvcxrToml {
     prelude: Option<String>,
     #[serde(default = "default_value::opt_level")]
     opt_level: String,
+    /// placelab's patch: "rustc" takes the types of new variables from the compiler's errors,
+    /// so rust-analyzer is loaded only for completions and hover. Default "rust-analyzer".
+    variable_types: Option<String>,
 }
 
 pub(crate) enum TmpDirVar {
@@ -114,6 +117,13 @@ impl ConfigToml {
         config.sccache = self.evcxr.sccache.map(PathBuf::from);
         config.allow_static_linking = self.evcxr.allow_static_linking;
         config.opt_level = self.evcxr.opt_level;
+        config.types_from_rustc = match self.evcxr.variable_types.as_deref() {
+            None | Some("rust-analyzer") => false,
+            Some("rustc") => true,
+            Some(other) => anyhow::bail!(
+                "evcxr.toml: variable_types = \"{other}\" is not known; use \"rustc\" or \"rust-analyzer\""
+            ),
+        };
         Ok(())
     }
 
