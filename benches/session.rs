@@ -124,6 +124,20 @@ fn placelab_side() {
     print_memory("placelab: rust-analyzer loaded,");
     s.release_analyzer();
     print_memory("placelab: rust-analyzer let go,");
+    // Loaded and let go again, as a learner who pauses between completions makes it: what the
+    // kernel keeps after each time.
+    for round in 2..=5 {
+        let t = Instant::now();
+        let _ = s.completions("x.sha", 5);
+        let took = t.elapsed();
+        s.release_analyzer();
+        let (own, cells) = rss_mib();
+        println!(
+            "placelab: completion {round} (loads rust-analyzer again) {}, then let go: RSS {:.0} MiB",
+            ms(took),
+            own + cells
+        );
+    }
     let trivial = median_of(15, || {
         assert!(cell::execute(&mut s, "x.shape().to_vec()").ok());
     });
@@ -137,6 +151,14 @@ fn placelab_side() {
     println!(
         "placelab: statement cell `x.shape();` (no value) median of 15: {}",
         ms(statement)
+    );
+    // A new variable: its type comes from rustc, at the price of a compile that fails.
+    let with_let = median_of(15, || {
+        assert!(cell::execute(&mut s, "let n = x.shape().len();").ok());
+    });
+    println!(
+        "placelab: cell with a `let` (`let n = x.shape().len();`) median of 15: {}",
+        ms(with_let)
     );
     for magic in [":mem", ":transfers", ":empty_cache"] {
         let v = median_of(50, || {
@@ -193,5 +215,12 @@ fn plain_side() {
     println!(
         "plain evcxr: statement cell `v.len();` (no value) median of 15: {}",
         ms(statement)
+    );
+    let with_let = median_of(15, || {
+        ctx.execute("let n = v.len();").expect("a cell");
+    });
+    println!(
+        "plain evcxr: cell with a `let` (`let n = v.len();`) median of 15: {}",
+        ms(with_let)
     );
 }
