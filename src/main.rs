@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use placelab::frontend::cell_output::Sink;
-use placelab::frontend::evaluator::Evaluator;
+use placelab::frontend::evaluator::{Analyzer, Evaluator};
 use placelab::frontend::kernel::{self, install::Place};
 use placelab::frontend::{devices_banner, prebuild, repl, script, session, setup};
 
@@ -247,7 +247,7 @@ fn run_script(file: &std::path::Path) -> i32 {
             println!("{line}")
         }
     });
-    let evaluator = Evaluator::spawn(prepared, sink, None);
+    let evaluator = Evaluator::spawn(prepared, sink, None, Analyzer::OnDemand);
     let code = match evaluator.wait_started() {
         Err(e) => fail(&e),
         Ok(()) => i32::from(!script::run(&evaluator, &text)),

@@ -68,7 +68,12 @@ impl Evaluator {
     /// one, a clear takes nothing back) as they run. From now on SIGINT (a terminal's Ctrl-C, or
     /// a client using interrupt_mode "signal") interrupts the running cell instead of ending the
     /// process.
-    pub fn spawn(prepared: Prepared, sink: Sink, clear: Option<ClearSink>) -> Evaluator {
+    pub fn spawn(
+        prepared: Prepared,
+        sink: Sink,
+        clear: Option<ClearSink>,
+        analyzer: Analyzer,
+    ) -> Evaluator {
         let (jobs, queue) = mpsc::channel::<Job>();
         let start = Arc::new((Mutex::new(Start::Starting), Condvar::new()));
         let published = start.clone();
@@ -94,7 +99,7 @@ impl Evaluator {
                 *published.0.lock().unwrap_or_else(|e| e.into_inner()) = state;
                 published.1.notify_all();
                 drop(failed);
-                serve(session, queue);
+                serve(session, queue, analyzer);
             })
             .expect("the evaluator thread starts");
         Evaluator {
@@ -220,7 +225,9 @@ fn interrupt_on_sigint(start: Arc<(Mutex<Start>, Condvar)>) {
             let now = interrupter::sigints();
             if now != seen {
                 seen = now;
-                interrupt(&start.0);
+                if let Start::Ready(i) = &*start.0.lock().unwrap_or_else(|e| e.into_inner()) {
+                    i.interrupt_for_sigint(now);
+                }
             }
         }
     });
@@ -237,34 +244,55 @@ fn interrupt(start: &Mutex<Start>) -> bool {
 /// Loading it again takes a few seconds of CPU; keeping it holds a few hundred MiB per learner.
 const ANALYZER_QUIET: Duration = Duration::from_secs(120);
 
-/// The thread's loop: jobs in order. rust-analyzer, loaded by a completion or an inspection, is
-/// let go once none has come for [`ANALYZER_QUIET`]. Ends when every `Evaluator` handle is gone;
-/// dropping the session then ends the cell's process.
-fn serve(mut session: Result<Session, String>, queue: mpsc::Receiver<Job>) {
+/// When rust-analyzer (completion and inspection only: cells never need it) is loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Analyzer {
+    /// By the first completion or inspection, and let go after [`ANALYZER_QUIET`] without one:
+    /// kernels, of which a class runs many.
+    OnDemand,
+    /// As soon as no cell waits after the start, and kept: a terminal's Tab answers within its
+    /// two seconds, and there is one REPL per user.
+    Warm,
+}
+
+/// The thread's loop: jobs in order. On demand, rust-analyzer is let go once no completion or
+/// inspection has come for [`ANALYZER_QUIET`]; warm, it is loaded at the first moment no job
+/// waits, so a cell already sent (typed ahead) gets its result first. Ends when every
+/// `Evaluator` handle is gone; dropping the session then ends the cell's process.
+fn serve(mut session: Result<Session, String>, queue: mpsc::Receiver<Job>, analyzer: Analyzer) {
     let mut release_at: Option<Instant> = None;
+    let mut warm = analyzer == Analyzer::OnDemand || session.is_err();
     loop {
-        let job = match release_at {
-            Some(at) => match queue.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                Ok(job) => job,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if let Ok(s) = &mut session {
-                        s.release_analyzer();
+        let next = match release_at {
+            _ if !warm => queue.try_recv().map_err(|e| match e {
+                mpsc::TryRecvError::Empty => mpsc::RecvTimeoutError::Timeout,
+                mpsc::TryRecvError::Disconnected => mpsc::RecvTimeoutError::Disconnected,
+            }),
+            Some(at) => queue.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => queue
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        let job = match next {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            // Nothing waits: the moment to load rust-analyzer (warm) or to let it go.
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Ok(s) = &mut session {
+                    match warm {
+                        false => s.warm_up(),
+                        true => s.release_analyzer(),
                     }
-                    release_at = None;
-                    continue;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            },
-            None => match queue.recv() {
-                Ok(job) => job,
-                Err(_) => break,
-            },
+                (warm, release_at) = (true, None);
+                continue;
+            }
         };
         let asks_analyzer = matches!(job, Job::Complete { .. } | Job::Inspect { .. });
         run(&mut session, job);
         // A cell loads it too, rarely: when rustc's name for a variable's type does not resolve.
         let loaded = session.as_ref().is_ok_and(|s| s.analyzer_loaded());
-        if loaded && (asks_analyzer || release_at.is_none()) {
+        if analyzer == Analyzer::OnDemand && loaded && (asks_analyzer || release_at.is_none()) {
             release_at = Some(Instant::now() + ANALYZER_QUIET);
         }
     }

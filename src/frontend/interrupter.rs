@@ -46,6 +46,8 @@ pub(super) struct RunningCell {
     pub(super) compile_stopped: AtomicBool,
     /// Set when the user interrupted the running cell (by any route).
     pub(super) requested: AtomicBool,
+    /// How many SIGINTs had arrived when the running cell started.
+    pub(super) sigints_at_start: AtomicU64,
 }
 
 /// How long an interrupted cell may take to stop before its process is killed:
@@ -59,6 +61,17 @@ pub fn interrupt_grace() -> Duration {
 }
 
 impl Interrupter {
+    /// For the SIGINT counted as number `count` (`sigints()`): interrupts the running cell only
+    /// if it started before that signal. A terminal's Ctrl-C reaches cargo, rustc and the cell's
+    /// process directly too, so the interrupted cell may have ended, and a cell typed ahead
+    /// begun to compile, before the signal is seen here. Returns whether a cell was interrupted.
+    pub fn interrupt_for_sigint(&self, count: u64) -> bool {
+        if self.running.sigints_at_start.load(Ordering::Acquire) >= count {
+            return false;
+        }
+        self.interrupt()
+    }
+
     /// Returns whether a cell was running.
     pub fn interrupt(&self) -> bool {
         let pid = self.running.pid.load(Ordering::Acquire);

@@ -20,7 +20,7 @@ use rustyline::{
 use super::cell::LIVE_AFTER;
 use super::cell_check::{Completeness, check};
 use super::cell_output::Sink;
-use super::evaluator::Evaluator;
+use super::evaluator::{Analyzer, Evaluator};
 use super::render::render;
 use super::session::Prepared;
 
@@ -73,7 +73,7 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     println!("Rust cells with placelab preloaded. :help for commands, Ctrl-D to quit.");
     let colour = std::io::stdout().is_terminal();
     // The prompt is there at once; the first cell waits for the session to start.
-    let evaluator = Evaluator::spawn(prepared, sink(colour), None);
+    let evaluator = Evaluator::spawn(prepared, sink(colour), None, Analyzer::Warm);
     let mut editor: LineEditor = match Editor::new() {
         Ok(e) => e,
         Err(e) => {

@@ -297,6 +297,14 @@ impl Session {
         code
     }
 
+    /// Loads rust-analyzer now (the engine's and std's sources, 8–10 s of CPU on a 2-core
+    /// machine, `benches/session.rs`), so that the next completion answers at once: the REPL
+    /// does it after the start, while the user reads or types. Changes no state.
+    pub fn warm_up(&mut self) {
+        let code = "let warm_up = Tensor::randn([1], &Device::Cpu)?;\nwarm_up.";
+        let _ = self.ctx.completions(code, code.len());
+    }
+
     /// Whether rust-analyzer holds the engine's and std's sources: loaded by the first
     /// completion or inspection (cells take their variables' types from rustc), and kept until
     /// [`Session::release_analyzer`].
@@ -436,8 +444,9 @@ impl Session {
         running.killed.store(false, Ordering::Release);
         running.compile_stopped.store(false, Ordering::Release);
         running.requested.store(false, Ordering::Release);
-        running.pid.store(pid, Ordering::Release);
         let sigints = interrupter::sigints();
+        running.sigints_at_start.store(sigints, Ordering::Release);
+        running.pid.store(pid, Ordering::Release);
         let result = self.ctx.execute(code);
         running.pid.store(0, Ordering::Release);
         // A Ctrl-C at a terminal also reaches cargo and rustc directly, and may end them before

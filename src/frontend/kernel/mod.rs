@@ -27,7 +27,7 @@ use jupyter_zmq_client::{
 };
 use tokio::sync::mpsc;
 
-use super::evaluator::Evaluator;
+use super::evaluator::{Analyzer, Evaluator};
 use super::history::History;
 use super::interrupter::interrupt_grace;
 use super::session::Prepared;
@@ -158,7 +158,12 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> (i32, Option<Evaluat
     let iopub = Iopub::start(iopub);
     tokio::spawn(async move { while heartbeat.single_heartbeat().await.is_ok() {} });
     let streams = Streams::start(iopub.clone());
-    let evaluator = Evaluator::spawn(prepared, streams.sink(), Some(streams.clear_sink()));
+    let evaluator = Evaluator::spawn(
+        prepared,
+        streams.sink(),
+        Some(streams.clear_sink()),
+        Analyzer::OnDemand,
+    );
     let history = History::open(match std::env::var_os("PLACELAB_HISTORY") {
         Some(path) => path.into(),
         None => super::setup::cache_dir().join("kernel-history.jsonl"),
