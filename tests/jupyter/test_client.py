@@ -363,6 +363,21 @@ class TestSharedKernel:
         assert statuses == ["ok", "error", "aborted", "aborted"], statuses
         # Later requests run again.
         assert execute_ok(self.kc, "5").result() == "5"
+        # A request sent once the failed cell's reply has come is the learner's next step (Shift-
+        # Enter right after the error): it runs. Only requests already waiting were aborted. Sent
+        # the moment the reply is read, ten times, since it was a race with the kernel's drain.
+        for i in range(10):
+            bad = self.kc.execute('let a: i32 = "s";', stop_on_error=True)
+            deadline = time.monotonic() + CELL_TIMEOUT
+            while True:
+                m = self.kc.get_shell_msg(timeout=deadline - time.monotonic())
+                if m["parent_header"].get("msg_id") == bad:
+                    break
+            assert m["content"]["status"] == "error", m["content"]
+            after = Cell(self.kc.execute(f"{i} + 7", stop_on_error=True), f"{i} + 7")
+            collect(self.kc, [after], CELL_TIMEOUT)
+            assert after.status == "ok" and after.result() == str(i + 7), after.describe()
+        drain(self.kc)
         # Without stop_on_error a failure aborts nothing.
         codes = ['let a: i32 = "s";', "6"]
         cells = [Cell(self.kc.execute(code, stop_on_error=False), code) for code in codes]

@@ -44,11 +44,14 @@ impl Shell {
         let reply: JupyterMessage = match &message.content {
             JupyterMessageContent::ExecuteRequest(req) => {
                 let reply = self.cells.execute(message, req).await;
-                let failed = reply.error.is_some();
+                // Taken before the reply goes out: a request sent after the client saw the error
+                // (Shift-Enter right after a Ctrl-C) is the learner's next step, and runs.
+                let waiting = match reply.error.is_some() && req.stop_on_error {
+                    true => self.take_waiting().await,
+                    false => Vec::new(),
+                };
                 self.send(reply.as_child_of(message)).await;
-                if failed && req.stop_on_error {
-                    self.abort_queued().await;
-                }
+                self.abort(waiting).await;
                 return;
             }
             JupyterMessageContent::KernelInfoRequest(_) => {
@@ -79,11 +82,16 @@ impl Shell {
         self.send(reply).await;
     }
 
-    /// After a failed cell with `stop_on_error`, the execute requests already waiting are
-    /// answered `aborted` without running (as ipykernel does); other requests are served.
-    async fn abort_queued(&mut self) {
+    /// The requests waiting now: those sent while the cell that just failed ran.
+    async fn take_waiting(&mut self) -> Vec<Incoming> {
         tokio::task::yield_now().await;
-        while let Ok(incoming) = self.requests.try_recv() {
+        std::iter::from_fn(|| self.requests.try_recv().ok()).collect()
+    }
+
+    /// After a failed cell with `stop_on_error`, the execute requests that were waiting are
+    /// answered `aborted` without running (as ipykernel does); other requests are served.
+    async fn abort(&mut self, waiting: Vec<Incoming>) {
+        for incoming in waiting {
             let Incoming::Request(message) = incoming else {
                 continue;
             };
