@@ -244,7 +244,8 @@ fn interrupt(start: &Mutex<Start>) -> bool {
 /// Loading it again takes a few seconds of CPU; keeping it holds a few hundred MiB per learner.
 const ANALYZER_QUIET: Duration = Duration::from_secs(120);
 
-/// When rust-analyzer (completion and inspection only: cells never need it) is loaded.
+/// When rust-analyzer is loaded: completion and inspection need it, a cell only when rustc's
+/// name for a variable's type does not resolve and the cell wrote no path for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Analyzer {
     /// By the first completion or inspection, and let go after [`ANALYZER_QUIET`] without one:

@@ -62,6 +62,9 @@ pub struct EvalContext {
     /// Whether the cell being run has already asked rust-analyzer for its variables' types
     /// (placelab's patch: the fallback when rustc's type names do not resolve).
     analyzer_asked_this_cell: bool,
+    /// placelab's patch: the variables whose type rustc named in the cell being run; only those
+    /// names are qualified or handed to rust-analyzer (a type the user wrote stays theirs).
+    named_by_rustc: HashSet<String>,
     initial_config: Config,
 }
 
@@ -449,6 +452,7 @@ impl EvalContext {
             stdout_sender,
             analyzer,
             analyzer_asked_this_cell: false,
+            named_by_rustc: HashSet::new(),
             initial_config,
         };
         let outputs = EvalContextOutputs {
@@ -726,11 +730,13 @@ impl EvalContext {
         callbacks: &mut EvalCallbacks,
     ) -> Result<EvalOutputs, Error> {
         self.write_cargo_toml(state)?;
+        // placelab's patch: with types from rustc, the compile below finds them.
         self.analyzer_asked_this_cell = false;
-        let analysis_code = state.analysis_code(user_code.clone());
+        self.named_by_rustc.clear();
         let typed = if state.config.types_from_rustc {
             Ok(())
         } else {
+            let analysis_code = state.analysis_code(user_code.clone());
             self.fix_variable_types(state, analysis_code)
         };
         if let Err(errors) = typed {
@@ -784,6 +790,7 @@ impl EvalContext {
                         for error in &errors {
                             self.attempt_to_fix_error(error, &mut user_code, state, &mut fixed)?;
                         }
+                        // placelab's patch.
                         type_left_to_inference(&errors, state)?;
                         if !fixed.is_empty() {
                             remaining_retries -= 1;
@@ -1086,16 +1093,23 @@ impl EvalContext {
         let Some(variable) = state.variable_states.get_mut(variable_name) else {
             return Ok(false);
         };
+        let named_by_rustc = self.named_by_rustc.contains(variable_name);
         let found = match error.code() {
             Some("E0308") if variable.type_name == TYPE_PLACEHOLDER => error.found_type(),
+            // A type the user wrote (a typo, a private type) is theirs to fix: rustc says why.
+            Some("E0412" | "E0425" | "E0433" | "E0603") if !named_by_rustc => return Ok(false),
             Some("E0412" | "E0425") if error.message().starts_with("cannot find type") => {
-                // A name the cell did not import: the path rustc suggests, when it is one.
+                // A name the cell did not import: the path rustc suggests, else the one the cell
+                // wrote. Named twice in the type, it is qualified by the first error.
                 let cell = user_code.code_string();
-                if let Some(qualified) = qualify_type_name(&variable.type_name, error, &cell) {
-                    variable.type_name = qualified;
-                    return Ok(true);
+                match qualify_type_name(&variable.type_name, error, &cell) {
+                    Qualified::Done(qualified) => {
+                        variable.type_name = qualified;
+                        return Ok(true);
+                    }
+                    Qualified::Already => return Ok(true),
+                    Qualified::NoPath => None,
                 }
-                None
             }
             Some("E0412" | "E0433" | "E0603") => None,
             _ => return Ok(false),
@@ -1105,9 +1119,10 @@ impl EvalContext {
             if found == "closure" || found.starts_with("{closure@") {
                 return Err(closure_type_error(variable_name));
             }
-            if found.contains("{closure@") {
-                // An iterator over a closure, say: name the closure as rust-analyzer does.
-                let closure = Regex::new(r"\{closure@[^}]*\}").unwrap();
+            if found.contains('{') {
+                // An iterator over a closure, a function item (`fn(i32) -> i32 {double}`): name
+                // the closure as rust-analyzer does.
+                let closure = Regex::new(r"\{(async )?closure@[^}]*\}").unwrap();
                 non_persistable_type_error(
                     variable_name,
                     &closure.replace_all(&found, "{closure}"),
@@ -1118,6 +1133,7 @@ impl EvalContext {
             }
             if !found.contains("...") {
                 variable.type_name = replace_reserved_words_in_type(&found);
+                self.named_by_rustc.insert(variable_name.to_owned());
                 return Ok(true);
             }
         }
@@ -1147,10 +1163,15 @@ fn type_left_to_inference(errors: &[CompilationError], state: &ContextState) -> 
                 .iter()
                 .any(|o| matches!(o, CodeKind::PackVariable { .. }))
     });
+    // The first such variable the cell defines (its later ones may just copy it).
     let unnamed = state
         .variable_states
         .iter()
-        .find(|(_, v)| v.type_name == TYPE_PLACEHOLDER);
+        .filter(|(_, v)| v.type_name == TYPE_PLACEHOLDER)
+        .min_by_key(|(_, v)| {
+            let at = v.definition_span.as_ref();
+            at.map(|s| (s.segment_index, u32::from(s.range.start())))
+        });
     match unnamed {
         Some((name, _)) if inferred && state.config.types_from_rustc => {
             Err(unknown_type_error(name))
@@ -1159,6 +1180,7 @@ fn type_left_to_inference(errors: &[CompilationError], state: &ContextState) -> 
     }
 }
 
+/// placelab's patch: rust-analyzer's message, for the rustc path too.
 fn closure_type_error(variable_name: &str) -> Error {
     Error::from(format!(
         "The variable `{}` is a closure, which cannot be persisted.\n\
@@ -1170,6 +1192,7 @@ fn closure_type_error(variable_name: &str) -> Error {
     ))
 }
 
+/// placelab's patch: rust-analyzer's message, for the rustc path too.
 fn unknown_type_error(variable_name: &str) -> Error {
     Error::from(format!(
         "Couldn't automatically determine type of variable `{}`.\n\
@@ -1178,36 +1201,59 @@ fn unknown_type_error(variable_name: &str) -> Error {
     ))
 }
 
+/// placelab's patch: what became of a type name rustc could not resolve.
+enum Qualified {
+    /// The type with that name written as a path.
+    Done(String),
+    /// The name no longer appears bare: an earlier error about it (it appeared twice) did it.
+    Already,
+    /// Neither rustc nor the cell gives one path for it.
+    NoPath,
+}
+
 /// placelab's patch: `type_name` with the name an unresolved-type error is about written as a
 /// path: the one rustc suggests importing, else the one the cell itself wrote
 /// (`nn::Sequential::new()` names `nn::Sequential`; rustc suggests no paths into other crates).
-fn qualify_type_name(type_name: &str, error: &CompilationError, cell: &str) -> Option<String> {
+fn qualify_type_name(type_name: &str, error: &CompilationError, cell: &str) -> Qualified {
     let message = error.message();
-    let name = message.split('`').nth(1)?;
+    let Some(name) = message.split('`').nth(1) else {
+        return Qualified::NoPath;
+    };
+    let Ok(bare) = Regex::new(&format!(r"(^|[^:\w]){}\b", regex::escape(name))) else {
+        return Qualified::NoPath;
+    };
+    if !bare.is_match(type_name) {
+        return Qualified::Already;
+    }
     let suffix = format!("::{name}");
     let mut suggested = error
         .import_suggestions()
         .into_iter()
         .filter(|p| p.ends_with(&suffix));
-    let path = match (suggested.next(), suggested.next()) {
-        (Some(path), None) => path,
-        (Some(_), Some(_)) => return None,
-        (None, _) => {
-            let written = Regex::new(&format!(
-                r"(?:^|[^\w:])((?:\w+::)+){}\b",
-                regex::escape(name)
-            ))
-            .ok()?;
-            format!("{}{name}", written.captures(cell)?.get(1)?.as_str())
-        }
+    let written = || {
+        let path = Regex::new(&format!(
+            r"(?:^|[^\w:])((?:\w+::)+){}\b",
+            regex::escape(name)
+        ));
+        Some(format!(
+            "{}{name}",
+            path.ok()?.captures(cell)?.get(1)?.as_str()
+        ))
     };
-    let whole_name = Regex::new(&format!(r"(^|[^:\w]){}\b", regex::escape(name))).ok()?;
-    let qualified =
-        whole_name.replace_all(type_name, |c: &regex::Captures| format!("{}{path}", &c[1]));
-    (qualified != type_name).then(|| qualified.into_owned())
+    let path = match (suggested.next(), suggested.next()) {
+        (Some(path), None) => Some(path),
+        _ => written(),
+    };
+    match path {
+        Some(path) => Qualified::Done(
+            bare.replace_all(type_name, |c: &regex::Captures| format!("{}{path}", &c[1]))
+                .into_owned(),
+        ),
+        None => Qualified::NoPath,
+    }
 }
 
-/// Whether a type rustc wrote has a part it could not infer (`Vec<_>`).
+/// placelab's patch: whether a type rustc wrote has a part it could not infer (`Vec<_>`).
 fn has_inference_hole(type_name: &str) -> bool {
     let bytes = type_name.as_bytes();
     let ident = |i: usize| {
@@ -1215,7 +1261,10 @@ fn has_inference_hole(type_name: &str) -> bool {
             .get(i)
             .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
     };
-    (0..bytes.len()).any(|i| bytes[i] == b'_' && (i == 0 || !ident(i - 1)) && !ident(i + 1))
+    // `'_` is an elided lifetime, not a hole.
+    let lifetime = |i: usize| i > 0 && bytes[i - 1] == b'\'';
+    (0..bytes.len())
+        .any(|i| bytes[i] == b'_' && (i == 0 || !ident(i - 1)) && !ident(i + 1) && !lifetime(i))
 }
 
 fn non_persistable_type_error(variable_name: &str, actual_type: &str) -> Result<(), Error> {
@@ -2176,6 +2225,7 @@ impl ContextState {
         // force the type if rustc is giving us a bad suggestion.
         let type_name = match opt_ty {
             Some(ty) if type_is_fully_specified(&ty) => format!("{}", AstNode::syntax(&ty).text()),
+            // placelab's patch: rustc names the type when storing the placeholder fails.
             _ if self.config.types_from_rustc => TYPE_PLACEHOLDER.to_owned(),
             _ => "String".to_owned(),
         };
