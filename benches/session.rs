@@ -182,11 +182,7 @@ fn plain_side() {
     let root = setup::cache_dir();
     let config = root.join("bench-plain-config");
     std::fs::create_dir_all(&config).expect("the evcxr config");
-    std::fs::write(
-        config.join("evcxr.toml"),
-        "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\n",
-    )
-    .expect("the evcxr config");
+    std::fs::write(config.join("evcxr.toml"), setup::EVCXR_SETTINGS).expect("the evcxr config");
     // SAFETY: no other thread exists yet (this side runs in a process of its own).
     unsafe {
         std::env::set_var("EVCXR_CONFIG_DIR", config);

@@ -195,7 +195,7 @@ impl Evaluator {
 
     /// Stops the running cell, if any; returns whether one was running.
     pub fn interrupt(&self) -> bool {
-        interrupt(&self.start.0)
+        with_interrupter(&self.start.0, Interrupter::interrupt)
     }
 }
 
@@ -225,17 +225,16 @@ fn interrupt_on_sigint(start: Arc<(Mutex<Start>, Condvar)>) {
             let now = interrupter::sigints();
             if now != seen {
                 seen = now;
-                if let Start::Ready(i) = &*start.0.lock().unwrap_or_else(|e| e.into_inner()) {
-                    i.interrupt_for_sigint(now);
-                }
+                with_interrupter(&start.0, |i| i.interrupt_for_sigint(now));
             }
         }
     });
 }
 
-fn interrupt(start: &Mutex<Start>) -> bool {
+/// `stop` on the session's interrupter, once it has one; false before.
+fn with_interrupter(start: &Mutex<Start>, stop: impl FnOnce(&Interrupter) -> bool) -> bool {
     match &*start.lock().unwrap_or_else(|e| e.into_inner()) {
-        Start::Ready(i) => i.interrupt(),
+        Start::Ready(i) => stop(i),
         _ => false,
     }
 }

@@ -162,17 +162,22 @@ pub fn remove_stale_probes(root: &Path) {
     }
 }
 
-/// Writes the configuration evcxr reads at start: dylib mode (one copy of the engine's state for
-/// every cell), cells at `:opt 0`; and, in a parent of the compile directories, a cargo profile
+/// evcxr's settings, but for where variables' types come from: dylib mode (one copy of the
+/// engine's state for every cell), cells at `:opt 0`. `benches/session.rs` runs plain evcxr
+/// with these alone.
+pub const EVCXR_SETTINGS: &str =
+    "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\n";
+
+/// Writes the configuration evcxr reads at start: [`EVCXR_SETTINGS`], with variables' types
+/// from rustc (vendor/evcxr/PATCH.md: rust-analyzer is loaded only to complete and inspect,
+/// which keeps a kernel small); and, in a parent of the compile directories, a cargo profile
 /// that builds dependencies (the engine) optimised.
 pub fn write_config(root: &Path) -> std::io::Result<PathBuf> {
     let config = root.join("config");
     std::fs::create_dir_all(&config)?;
     std::fs::write(
         config.join("evcxr.toml"),
-        // `variable_types`: vendor/evcxr/PATCH.md. rust-analyzer is loaded only to complete and
-        // inspect, which keeps a kernel small.
-        "[evcxr]\nallow_static_linking = false\nopt_level = \"0\"\npreserve_vars_on_panic = true\nvariable_types = \"rustc\"\n",
+        format!("{EVCXR_SETTINGS}variable_types = \"rustc\"\n"),
     )?;
     let cargo = root.join(".cargo");
     std::fs::create_dir_all(&cargo)?;
