@@ -244,6 +244,12 @@ fn learners_share_one_prebuilt_engine() {
         claimed,
         "the first session claims session-0 and links the engine"
     );
+    kept_apart(
+        &class.join("learner-a"),
+        &class.join(format!("learner-a/probe-{}.sock", first.id())),
+        &engine,
+        &artefact,
+    );
     let script = format!("{}/tests/scripts/learner.plrs", env!("CARGO_MANIFEST_DIR"));
     let learn = |cache: &str| {
         let out = placelab(cache)
@@ -296,6 +302,77 @@ fn learners_share_one_prebuilt_engine() {
         std::fs::metadata(&artefact).unwrap().modified().unwrap(),
         built_at,
         "no session changed the shared engine"
+    );
+}
+
+/// One learner's session, seen by another: the cache (cells, history, the socket that reaches
+/// the session) is its owner's alone, and the shared engine is readable by every learner and
+/// writable by none. The other learner is the system user `nobody`, which only root can become:
+/// elsewhere this checks the modes alone, and says that it did.
+fn kept_apart(
+    cache: &std::path::Path,
+    probe: &std::path::Path,
+    engine: &std::path::Path,
+    artefact: &std::path::Path,
+) {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let up = (0..400).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::metadata(probe).is_ok_and(|m| m.file_type().is_socket())
+    });
+    assert!(
+        up,
+        "the session's probe socket {} appeared",
+        probe.display()
+    );
+    for (path, private) in [(cache, 0o700), (probe, 0o600)] {
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, private, "{} is {mode:o}", path.display());
+    }
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    if !root {
+        eprintln!("not tried as another user: only root can become `nobody` (modes checked)");
+        return;
+    }
+    let id = |flag: &str| -> u32 {
+        let out = Command::new("id").args([flag, "nobody"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("a user `nobody`")
+    };
+    // What `nobody` may do; `test -w` on the socket asks what connect(2) checks (search on every
+    // folder on the way, write on the socket).
+    let tries = r#"
+try() { what=$1; shift; if "$@" >/dev/null 2>&1; then echo "$what allowed"; else echo "$what denied"; fi; }
+try connect test -w "$1"
+try list ls "$2"
+try read-history cat "$3"
+try write-engine touch "$4/work/planted"
+try read-engine head -c1 "$5"
+"#;
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("/bin/sh")
+        .args(["-c", tries, "sh"])
+        .args([
+            probe,
+            &cache.join("sessions"),
+            &cache.join("history.txt"),
+            engine,
+            artefact,
+        ])
+        .uid(id("-u"))
+        .gid(id("-g"))
+        .output()
+        .expect("sh runs as nobody");
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(
+        said,
+        "connect denied\nlist denied\nread-history denied\nwrite-engine denied\nread-engine allowed",
+        "another learner's view of this one's session and of the shared engine:\n{err}"
     );
 }
 

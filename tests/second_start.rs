@@ -1,9 +1,9 @@
-//! A second start works, whatever started the first (issue 38). The first session runs with
-//! the environment cargo gives a program it starts (`cargo run --release`, the README's first
-//! command, gives it the same: `CARGO_*`, `LD_LIBRARY_PATH` with the toolchain's libraries,
-//! `RUSTUP_TOOLCHAIN`); every later one starts as a user's shell or Jupyter starts it, without
-//! any of that: the REPL, `run-script` and a kernel, in that order, on one fresh
-//! `PLACELAB_CACHE`. Then the same after the engine's file times move (older and newer than the
+//! A second start works, whatever started the first (issue 38). The first sessions, a class of
+//! eight kernels opened at once on one fresh `PLACELAB_CACHE` (one builds the engine, the others
+//! wait for it), run with the environment cargo gives a program it starts (`cargo run
+//! --release`, the README's first command, gives it the same: `CARGO_*`, `LD_LIBRARY_PATH` with
+//! the toolchain's libraries, `RUSTUP_TOOLCHAIN`); every later one starts as a user's shell or
+//! Jupyter starts it, without any of that: the REPL, `run-script` and a kernel, in that order. Then the same after the engine's file times move (older and newer than the
 //! sources), after a publish killed half-way, and with proc macros from another build swapped
 //! into the engine (the fault of issue 38, which made every start fail with "can't find crate").
 
@@ -19,6 +19,8 @@ use std::process::{Command, Stdio};
 use user_env::user_command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_placelab");
+/// Kernels opened at once on the empty cache: a class's first minute.
+const CLASS: usize = 8;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -86,9 +88,8 @@ fn repl() -> String {
     text
 }
 
-/// A kernel started by jupyter_client, from a kernelspec installed the way the README says,
-/// in a user's environment: its first cell answers.
-fn kernel() {
+/// The Python of the Jupyter venv, and a kernelspec installed the way the README says.
+fn jupyter() -> (PathBuf, PathBuf) {
     let python = venv::pinned_venv(
         &repo().join("target/jupyter-venv"),
         &std::fs::read_to_string(repo().join("tests/jupyter/requirements.txt")).unwrap(),
@@ -110,23 +111,38 @@ fn kernel() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", said(&out));
+    (python, prefix)
+}
+
+/// `n` kernels started by jupyter_client at once, from `python` (a `Command` with the
+/// environment to start them in): each runs `1 + 1` and must answer 2. What they printed, their
+/// logs included.
+fn kernels(n: usize, mut python: Command, prefix: &Path) -> String {
     let client = r#"
-import sys
-from jupyter_client.manager import start_new_kernel
-km, kc = start_new_kernel(kernel_name="placelab-second-start", startup_timeout=600)
-seen = []
-def hook(msg):
-    c = msg["content"]
-    seen.append(str(c.get("data", {}).get("text/plain", "")) + c.get("text", "") + c.get("evalue", ""))
-try:
-    reply = kc.execute_interactive("1 + 1", timeout=600, output_hook=hook)
-    print("status:", reply["content"]["status"])
-    print("\n".join(seen))
-finally:
-    km.shutdown_kernel(now=True)
+import asyncio, sys
+from jupyter_client.manager import start_new_async_kernel
+
+async def one(i):
+    km, kc = await start_new_async_kernel(kernel_name="placelab-second-start", startup_timeout=900)
+    seen = []
+    def hook(msg):
+        c = msg["content"]
+        seen.append(str(c.get("data", {}).get("text/plain", "")) + c.get("text", "") + c.get("evalue", ""))
+    try:
+        reply = await kc.execute_interactive("1 + 1", timeout=900, output_hook=hook)
+        return reply["content"]["status"], "".join(seen)
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+async def main():
+    for i, (status, seen) in enumerate(await asyncio.gather(*(one(i) for i in range(int(sys.argv[1]))))):
+        print(f"kernel {i}: {status}: {seen!r}")
+
+asyncio.run(main())
 "#;
-    let out = user_command(python)
-        .args(["-c", client])
+    let out = python
+        .args(["-c", client, &n.to_string()])
         .env("PLACELAB_CACHE", cache())
         .env("JUPYTER_PATH", prefix.join("share/jupyter"))
         .env("JUPYTER_RUNTIME_DIR", cache().join("jupyter-runtime"))
@@ -134,8 +150,13 @@ finally:
         .unwrap();
     let text = said(&out);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("status: ok"), "{text}");
-    assert!(text.lines().any(|l| l.trim() == "2"), "{text}");
+    for i in 0..n {
+        assert!(
+            text.contains(&format!("kernel {i}: ok: '2\\n")),
+            "kernel {i} did not answer 2:\n{text}"
+        );
+    }
+    text
 }
 
 /// Sets every file's modification time under `dir` (`touch -d WHEN`).
@@ -154,12 +175,28 @@ fn every_start_after_the_first_works() {
     let _ = std::fs::remove_dir_all(cache());
     std::fs::create_dir_all(cache()).unwrap();
 
-    // The first session, in cargo's environment (this test's own, as cargo test gives it).
+    // The first sessions, in cargo's environment (this test's own, as cargo test gives it): a
+    // cold class, eight kernels opened at once on the empty cache. One builds the engine; the
+    // others wait for it and link to it, and every one answers.
     assert!(
         std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
         "cargo's environment"
     );
-    run_script(Command::new(BIN));
+    let (python, prefix) = jupyter();
+    let class = kernels(CLASS, Command::new(&python), &prefix);
+    assert_eq!(
+        class
+            .lines()
+            .filter(|l| l.ends_with("compiling placelab"))
+            .count(),
+        1,
+        "one build of the engine for the whole class:\n{class}"
+    );
+    assert_eq!(
+        class.matches("this one waits for it").count(),
+        CLASS - 1,
+        "{class}"
+    );
     assert!(
         engine().join("MANIFEST").is_file(),
         "the first session published the engine"
@@ -168,7 +205,7 @@ fn every_start_after_the_first_works() {
     // Then as a user starts it: the REPL, run-script, a kernel.
     repl();
     run_script(user_command(BIN));
-    kernel();
+    kernels(1, user_command(&python), &prefix);
 
     // The engine's files older than the sources: placelab is compiled again (in the session,
     // which publishes it); then newer than everything: nothing is.

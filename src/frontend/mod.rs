@@ -1,6 +1,7 @@
 //! The front end: one evcxr `Session` with the engine preloaded, and the thin shells over it
 //! (the terminal REPL and the script runner).
 
+mod build_lock;
 pub mod cell;
 pub mod cell_check;
 pub mod cell_output;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use evcxr::{CommandContext, Error as EvcxrError};
 
+use super::build_lock::{self, BuildLock};
 use super::cell_output::{CellOutput, ClearSink, Sink};
 use super::interrupter::{self, Interrupter, interrupt_grace};
 use super::probe_client::{DeviceList, ProbeClient, Reply, Request, Snapshot};
@@ -27,6 +28,11 @@ pub struct Prepared {
     /// Said with the first cell: what happened to this session's predecessor when it died
     /// (Jupyter restarted the kernel), and why the engine's build is being made again.
     notices: Vec<String>,
+    /// Whether the compile directory links to the engine's build (else this session builds it).
+    linked: bool,
+    /// Held while this session builds the engine, so that others starting meanwhile wait for
+    /// its build instead of making their own.
+    build_lock: Option<BuildLock>,
     _lock: std::fs::File,
 }
 
@@ -50,6 +56,7 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
             root.display()
         )
     })?;
+    setup::keep_private(&root);
     setup::remove_stale_probes(&root);
     setup::forget_cargos_environment();
     setup::put_std_on_the_library_path();
@@ -59,6 +66,7 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
         lock,
         predecessor_died,
         engine_unusable,
+        linked,
     } = slots::claim(&root.join("sessions"), &engine, owner)
         .map_err(|e| format!("cannot claim a compile directory: {e}"))?;
     let rebuilding = engine_unusable.map(|why| engine_rebuild_notice(&engine, &why));
@@ -83,8 +91,39 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
         probe,
         engine,
         notices: predecessor_died.into_iter().chain(rebuilding).collect(),
+        linked,
+        build_lock: None,
         _lock: lock,
     })
+}
+
+impl Prepared {
+    /// Before this session builds the engine: takes the build lock, or, while another session
+    /// holds it, waits for that build and then links to what it published. Without the lock
+    /// (the engine directory cannot be written) the session builds on its own, as alone.
+    fn take_the_build(&mut self) {
+        if self.linked || self.build_lock.is_some() || engine::is_shared(&self.engine) {
+            return;
+        }
+        let engine = self.engine.clone();
+        let Ok(lock) = build_lock::take(&engine, || {
+            eprintln!(
+                "placelab: another session is building the engine in {} (minutes, on a first \
+                 start); this one waits for it, then uses it",
+                engine.display()
+            )
+        }) else {
+            return;
+        };
+        self.linked = engine::is_built(&engine)
+            && matches!(
+                engine::link(&engine, &self.workdir),
+                Ok(engine::Linked::Yes)
+            );
+        if !self.linked {
+            self.build_lock = Some(lock);
+        }
+    }
 }
 
 /// One line for a session that found the engine's build unusable (`why`) and builds its own.
@@ -176,9 +215,10 @@ fn cargo_ended_without_an_error(e: &EvcxrError) -> bool {
 impl Session {
     /// Starts evcxr and compiles the engine into it (minutes the first time on a machine,
     /// seconds after), streaming the cell process's output to `sink`.
-    pub fn start(prepared: Prepared, sink: Sink) -> Result<Session, String> {
+    pub fn start(mut prepared: Prepared, sink: Sink) -> Result<Session, String> {
         // Asked now: while it compiles, stderr is the progress display's pipe.
         let tty = std::io::stderr().is_terminal();
+        prepared.take_the_build();
         let mut s = Session::with_evaluator(prepared, sink.clone())?;
         let (mut loaded, mut compiled) = s.load_engine();
         if let Err(e) = &loaded
@@ -206,6 +246,8 @@ impl Session {
             engine::unlink(&prepared.workdir)
                 .map_err(|e| format!("cannot make the compile directory afresh: {e}"))?;
             prepared.notices.push(notice);
+            prepared.linked = false;
+            prepared.take_the_build();
             s = Session::with_evaluator(prepared, sink)?;
             (loaded, compiled) = s.load_engine();
         }
@@ -228,6 +270,7 @@ impl Session {
             eprintln!("built the engine ({compiled} crate{plural}); later starts reuse it");
         }
         s.keep_engine_build(compiled);
+        s.prepared.build_lock = None;
         Ok(s)
     }
 

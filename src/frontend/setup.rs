@@ -141,6 +141,14 @@ fn is_cargos_library_folder(dir: &Path, ours: Option<&Path>) -> bool {
     toolchain || target
 }
 
+/// Makes the cache its owner's alone, whatever the umask: it holds a learner's code (cells,
+/// history, plots) and the sockets that reach their sessions, and on a class's server other
+/// learners are other users. (A class's shared engine lives elsewhere, `PLACELAB_ENGINE`.)
+pub fn keep_private(root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o700));
+}
+
 /// Removes the side-channel sockets of sessions whose process is gone.
 pub fn remove_stale_probes(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
@@ -174,16 +182,27 @@ pub const EVCXR_SETTINGS: &str =
 /// that builds dependencies (the engine) optimised.
 pub fn write_config(root: &Path) -> std::io::Result<PathBuf> {
     let config = root.join("config");
-    std::fs::create_dir_all(&config)?;
-    std::fs::write(
-        config.join("evcxr.toml"),
-        format!("{EVCXR_SETTINGS}variable_types = \"rustc\"\n"),
+    write_unless_same(
+        &config.join("evcxr.toml"),
+        &format!("{EVCXR_SETTINGS}variable_types = \"rustc\"\n"),
     )?;
-    let cargo = root.join(".cargo");
-    std::fs::create_dir_all(&cargo)?;
-    std::fs::write(
-        cargo.join("config.toml"),
+    write_unless_same(
+        &root.join(".cargo/config.toml"),
         "# Written by placelab: dependencies of REPL cells (the engine) are built optimised.\n[profile.dev.package.\"*\"]\nopt-level = 3\nincremental = false\n",
     )?;
     Ok(config)
+}
+
+/// Writes `text` to `path` unless it holds it already; in one rename, because sessions starting
+/// together (a class) each write it while another's cargo may be reading it: a profile read
+/// half-written would build the engine's crates again at another opt-level.
+fn write_unless_same(path: &Path, text: &str) -> std::io::Result<()> {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(());
+    }
+    let dir = path.parent().expect("a file in a folder");
+    std::fs::create_dir_all(dir)?;
+    let temp = dir.join(format!(".new-{}", std::process::id()));
+    std::fs::write(&temp, text)?;
+    std::fs::rename(&temp, path)
 }

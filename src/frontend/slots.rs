@@ -15,6 +15,8 @@ pub struct Claimed {
     pub predecessor_died: Option<String>,
     /// Why the engine's build could not be linked to, when it was there but unusable.
     pub engine_unusable: Option<String>,
+    /// Whether the compile directory links to the engine's build (else the session builds it).
+    pub linked: bool,
 }
 
 /// How many sessions of one user (one `PLACELAB_CACHE`) can run at once.
@@ -57,19 +59,19 @@ pub fn claim(root: &Path, engine: &Path, owner: &str) -> std::io::Result<Claimed
         if claimed.is_none() {
             Record::now(owner).write(&dir);
             // A failed link leaves a session that builds the engine itself, as on a first start.
-            let engine_unusable = match super::engine::link(engine, &work) {
-                Err(_) => {
-                    let _ = fs::remove_dir_all(&work);
-                    None
-                }
-                Ok(super::engine::Linked::Unusable(why)) => Some(why),
-                Ok(_) => None,
-            };
+            let linked = super::engine::link(engine, &work);
+            if linked.is_err() {
+                let _ = fs::remove_dir_all(&work);
+            }
             claimed = Some(Claimed {
                 work,
                 lock,
                 predecessor_died: None,
-                engine_unusable,
+                linked: matches!(linked, Ok(super::engine::Linked::Yes)),
+                engine_unusable: match linked {
+                    Ok(super::engine::Linked::Unusable(why)) => Some(why),
+                    _ => None,
+                },
             });
         }
     }

@@ -27,6 +27,9 @@ pub fn serve_from_env() {
         let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
             return;
         };
+        // Its folder is its owner's alone already (the front end's cache); this socket too.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         std::thread::Builder::new()
             .name("placelab-probe".into())
             .spawn(move || {
