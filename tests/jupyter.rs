@@ -224,6 +224,12 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
         .env("PLACELAB_HISTORY", &history)
         .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
         .env("PLACELAB_INTERRUPT_GRACE", INTERRUPT_GRACE)
+        .env("PLACELAB_TEST_LOGS", &logs)
+        // The soak's count, 300 unless the developer's shell asks for the long run.
+        .env(
+            "PLACELAB_SOAK_INTERRUPTS",
+            std::env::var("PLACELAB_SOAK_INTERRUPTS").unwrap_or_else(|_| "300".into()),
+        )
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("a log file handle"))
         .stderr(log)
@@ -294,6 +300,13 @@ fn kernel_passes_jupyter_kernel_test_conformance() {
 #[test]
 fn kernel_serves_real_clients() {
     pytest("test_client.py");
+}
+
+/// Interrupts at random moments (tests/jupyter/test_soak.py): 300 here;
+/// `PLACELAB_SOAK_INTERRUPTS=1000` for the long run.
+#[test]
+fn interrupts_at_random_moments_leave_a_working_kernel() {
+    pytest("test_soak.py");
 }
 
 #[test]

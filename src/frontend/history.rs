@@ -22,8 +22,11 @@ pub struct History {
     entries: Vec<Entry>,
 }
 
-/// Kept on file; older entries are dropped when the file is read.
+/// Kept in memory and on file; older entries are dropped (from the file when it is read).
 const KEEP: usize = 10_000;
+/// A value longer than this is kept cut, with "…": history answers are for reading back, and a
+/// session of thousands of cells that print big values must stay small.
+const OUTPUT_KEEP: usize = 4096;
 
 impl History {
     /// Reads `path` (a missing or damaged file is an empty history; a damaged line is skipped).
@@ -52,7 +55,14 @@ impl History {
 
     /// Records input `line` of this session and its value (in memory, and on file when it can
     /// be written).
-    pub fn add(&mut self, line: usize, input: &str, output: Option<String>) {
+    pub fn add(&mut self, line: usize, input: &str, mut output: Option<String>) {
+        if let Some(text) = &mut output
+            && text.len() > OUTPUT_KEEP
+        {
+            let cut = text.floor_char_boundary(OUTPUT_KEEP);
+            text.truncate(cut);
+            text.push('…');
+        }
         let entry = Entry {
             session: self.session,
             line,
@@ -70,6 +80,9 @@ impl History {
             serde_json::to_string(&entry),
         ) {
             let _ = writeln!(f, "{json}");
+        }
+        if self.entries.len() == KEEP {
+            self.entries.remove(0);
         }
         self.entries.push(entry);
     }
@@ -156,6 +169,27 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(inputs(second.search("x ? 1", 1, true)), ["x + 1"]);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A long session keeps the latest `KEEP` inputs, and a big value's text cut.
+    #[test]
+    fn a_long_session_keeps_a_bounded_history() {
+        let path = std::env::temp_dir().join(format!(
+            "placelab-history-long-{}.jsonl",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut h = History::open(path.clone());
+        let big = "é".repeat(super::OUTPUT_KEEP);
+        for line in 1..=super::KEEP + 3 {
+            h.add(line, &format!("cell {line}"), Some(big.clone()));
+        }
+        let all = h.tail(usize::MAX);
+        assert_eq!(all.len(), super::KEEP);
+        assert_eq!(all[0].input, "cell 4");
+        let kept = all[0].output.as_deref().unwrap();
+        assert!(kept.len() <= super::OUTPUT_KEEP + '…'.len_utf8() && kept.ends_with('…'));
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 
-use super::probe_client::{Snapshot, TransferLine};
+use super::probe_client::{DeviceStats, TransferLine};
 use crate::cost::CopyRoute;
 
 const COLOURS: [RGBColor; 6] = [
@@ -281,14 +281,49 @@ where
 }
 
 /// Allocated MiB per device after each cell of the session.
-pub fn memory(dir: &Path, history: &[Snapshot]) -> Result<PathBuf, String> {
+/// Each device's memory after each code cell, for `:plot memory`: the latest
+/// [`MemoryHistory::KEEP`] cells, so that a session of any length holds a bounded amount.
+#[derive(Default)]
+pub struct MemoryHistory {
+    /// Cells dropped from the front: the oldest kept is cell `dropped + 1`.
+    dropped: usize,
+    cells: std::collections::VecDeque<BTreeMap<String, DeviceStats>>,
+}
+
+impl MemoryHistory {
+    pub const KEEP: usize = 10_000;
+
+    pub fn push(&mut self, devices: BTreeMap<String, DeviceStats>) {
+        if self.cells.len() == Self::KEEP {
+            self.cells.pop_front();
+            self.dropped += 1;
+        }
+        self.cells.push_back(devices);
+    }
+
+    pub fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The number (from 1) of the oldest cell kept.
+    fn first_cell(&self) -> usize {
+        self.dropped + 1
+    }
+}
+
+pub fn memory(dir: &Path, history: &MemoryHistory) -> Result<PathBuf, String> {
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for (cell, snap) in history.iter().enumerate() {
-        for (name, d) in &snap.devices {
+    let first = history.first_cell();
+    for (i, devices) in history.cells.iter().enumerate() {
+        for (name, d) in devices {
             series
                 .entry(name.clone())
                 .or_default()
-                .push(((cell + 1) as f64, d.allocated as f64 / (1 << 20) as f64));
+                .push(((first + i) as f64, d.allocated as f64 / (1 << 20) as f64));
         }
     }
     if series.is_empty() {
@@ -308,11 +343,22 @@ pub fn memory(dir: &Path, history: &[Snapshot]) -> Result<PathBuf, String> {
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.5..history.len() as f64 + 0.5, 0.0..ymax * 1.1)
+        .build_cartesian_2d(
+            first as f64 - 0.5..(first + history.len()) as f64 - 0.5,
+            0.0..ymax * 1.1,
+        )
         .map_err(err)?;
     chart
         .configure_mesh()
         .x_desc("cell")
+        // Cells are whole numbers: a tick between two cells stays unlabelled.
+        .x_label_formatter(&|x| {
+            if x.fract() == 0.0 {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
         .y_desc("MiB")
         .draw()
         .map_err(err)?;
@@ -390,6 +436,37 @@ mod tests {
         ] {
             assert!(svg.contains(legend), "the legend names {legend:?}");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A session of any length keeps the latest cells' memory only, and plots them under their
+    /// own numbers.
+    #[test]
+    fn the_memory_history_keeps_the_latest_cells() {
+        let mut history = MemoryHistory::default();
+        let stats = |mib: u64| {
+            BTreeMap::from([(
+                "cpu".to_string(),
+                DeviceStats {
+                    allocated: mib << 20,
+                    ..Default::default()
+                },
+            )])
+        };
+        for cell in 1..=MemoryHistory::KEEP + 5 {
+            history.push(stats(cell as u64));
+        }
+        assert_eq!(history.len(), MemoryHistory::KEEP);
+        assert_eq!(history.first_cell(), 6);
+        assert_eq!(history.cells[0]["cpu"].allocated, 6 << 20);
+        let dir = std::env::temp_dir().join(format!("placelab-plot-mem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg = std::fs::read_to_string(memory(&dir, &history).unwrap()).unwrap();
+        let ticks: Vec<&str> = svg.split(['<', '>']).map(str::trim).collect();
+        assert!(
+            ticks.contains(&"10000"),
+            "the axis runs to the latest cell: {ticks:?}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

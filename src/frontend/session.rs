@@ -151,7 +151,7 @@ pub struct Session {
     /// The last token sent to the cell process to mark the end of a cell's output.
     sync_token: u64,
     /// Device memory after each code cell, for `:plot memory`.
-    pub(super) history: Vec<Snapshot>,
+    pub(super) history: super::plot::MemoryHistory,
     interrupter: Interrupter,
     prepared: Prepared,
     /// The `Debug` format `:fmt` set, when not evcxr's default `{:?}`.
@@ -288,7 +288,7 @@ impl Session {
             last_seq: 0,
             cell_output,
             sync_token: 0,
-            history: Vec::new(),
+            history: Default::default(),
             interrupter: Interrupter::default(),
             prepared,
             value_format: None,
@@ -536,7 +536,7 @@ impl Session {
         }
         let after = self.snapshot();
         self.last_seq = self.last_seq.max(after.last_seq);
-        self.history.push(after.clone());
+        self.history.push(after.devices.clone());
         report.memory = Some(MemoryChange { before, after });
         report
     }

@@ -5,6 +5,7 @@
 pub(crate) mod inflight;
 pub mod predicted;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -208,8 +209,8 @@ impl fmt::Display for Transfer {
 
 const LOG_CAPACITY: usize = 100_000;
 
-fn log_store() -> &'static Mutex<(u64, Vec<Transfer>)> {
-    static LOG: OnceLock<Mutex<(u64, Vec<Transfer>)>> = OnceLock::new();
+fn log_store() -> &'static Mutex<(u64, VecDeque<Transfer>)> {
+    static LOG: OnceLock<Mutex<(u64, VecDeque<Transfer>)>> = OnceLock::new();
     LOG.get_or_init(Default::default)
 }
 
@@ -224,9 +225,9 @@ pub(crate) fn record(mut t: Transfer) -> Transfer {
     log.0 += 1;
     t.seq = log.0;
     if log.1.len() == LOG_CAPACITY {
-        log.1.remove(0);
+        log.1.pop_front();
     }
-    log.1.push(t.clone());
+    log.1.push_back(t.clone());
     t
 }
 
@@ -236,19 +237,17 @@ pub fn log() -> Vec<Transfer> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .1
-        .clone()
+        .iter()
+        .cloned()
+        .collect()
 }
 
 /// Transfers with `seq > after`: what a cell did, given the last `seq` seen before it.
 pub fn log_since(after: u64) -> Vec<Transfer> {
-    log_store()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .1
-        .iter()
-        .filter(|t| t.seq > after)
-        .cloned()
-        .collect()
+    let log = log_store().lock().unwrap_or_else(|e| e.into_inner());
+    // `seq` grows along the log: the cell's transfers are its tail.
+    let start = log.1.partition_point(|t| t.seq <= after);
+    log.1.range(start..).cloned().collect()
 }
 
 /// The `seq` of the latest transfer (0 before the first).

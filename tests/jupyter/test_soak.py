@@ -1,0 +1,195 @@
+"""A soak of interrupts: the kernel, one emulated CUDA device, and interrupts sent at random
+moments of random kinds, as a class sends them over a term (Ctrl-C, or the stop button, while a
+cell compiles, loops over tensors, waits on the device's queue, copies to the host or runs under
+`:profile`; between cells; twice in a row).
+
+After each: the kernel answers the next request, the variables defined before (`kept`,
+`kept_t`) are still there with their values (every cell that runs checks them first) or were
+reported lost by name, and at the end no process or compile directory of the kernel is left.
+
+`PLACELAB_SOAK_INTERRUPTS` sets the count (300 in CI; 1000 for the long run) and
+`PLACELAB_SOAK_SEED` the random seed (printed, so a failure can be run again). The table of
+moments and outcomes, and the slowest interrupt→reply, go to pytest's summary and to
+target/jupyter-logs/soak.json.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import random
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import (
+    Cell,
+    FIRST_CELL_TIMEOUT,
+    collect,
+    control_request,
+    descendants,
+    execute,
+    execute_ok,
+    kernel_pid,
+    record,
+    shell_request,
+    start_kernel,
+    stop_kernel,
+    wait_gone,
+)
+
+COUNT = int(os.environ.get("PLACELAB_SOAK_INTERRUPTS", "300"))
+SEED = int(os.environ.get("PLACELAB_SOAK_SEED", str(random.randrange(1 << 30))))
+
+KEPT = "let kept = 7;\nlet kept_t = tensor![1.5, -2.0, 4.25; &Device::Cuda(0)]?;"
+# The first lines of every cell: fails (and the soak with it) if an interrupt changed a variable.
+CHECK = 'assert_eq!(kept, 7);\nassert_eq!(kept_t.to_vec::<f32>()?, vec![1.5, -2.0, 4.25]);\nprintln!("spinning");\n'
+
+# Each moment's cell: CHECK, then work that runs until it is interrupted.
+CELLS = {
+    # Interrupted a random moment after it is sent: while it compiles, mostly.
+    "compile": CHECK + "loop { let _y = (&kept_t * 2.0)?; }",
+    "tensor loop": CHECK + "loop { let _y = (&kept_t + 1.0)?; }",
+    # Work queued on the emulated device's stream, then a wait for it.
+    "device queue": CHECK
+    + "let a = Tensor::randn([384, 384], &Device::Cuda(0))?;\n"
+    + "loop { for _ in 0..8 { let _p = a.matmul(&a)?; } cuda::synchronize(0)?; }",
+    "transfer": CHECK
+    + "let big = Tensor::randn([4 << 20], &Device::Cuda(0))?;\n"
+    + "loop { let _h = big.to(&Device::Cpu)?; let _d = _h.to(&Device::Cuda(0))?; }",
+    "profile": ":profile " + CHECK.replace("\n", " ") + "loop { let _y = kept_t.relu()?; }",
+    "twice": CHECK + "loop { let _y = (&kept_t - 1.0)?; }",
+    # No cell runs: the interrupt must not reach the next one.
+    "between cells": None,
+}
+
+
+def wait_running(kc, cell: Cell, timeout: float) -> None:
+    """Reads the cell's iopub messages until it prints `spinning` (its checks passed and its
+    loop runs); fails if it ends first (a check failed) or takes longer than `timeout`."""
+    deadline = time.monotonic() + timeout
+    while "spinning" not in cell.text():
+        assert time.monotonic() < deadline, "the cell did not start its loop:\n" + cell.describe()
+        try:
+            m = kc.get_iopub_msg(timeout=0.1)
+        except Exception:
+            continue
+        if m["parent_header"].get("msg_id") != cell.msg_id:
+            continue
+        cell.iopub.append(m)
+        if m["msg_type"] == "error":
+            raise AssertionError("the cell failed before its loop:\n" + cell.describe())
+
+
+def outcome_of(cell: Cell) -> str:
+    """What an interrupt did to a cell, in the soak table's words; fails on anything else."""
+    content = cell.reply["content"]
+    if content["status"] == "ok":
+        return "finished first"
+    name, errors = content.get("ename"), cell.errors()
+    if name == "Interrupted" and "while the cell compiled" in errors:
+        assert "variables defined before this cell are kept" in errors.lower(), cell.describe()
+        return "stopped compiling, kept"
+    if name == "Interrupted":
+        assert "variables defined before this cell are kept" in errors.lower(), cell.describe()
+        return "stopped running, kept"
+    if name == "ProcessEnded":
+        lost = re.search(r"every variable was lost \(([^)]*)\)", errors)
+        assert lost and {"kept", "kept_t"} <= set(lost.group(1).split(", ")), cell.describe()
+        return "process ended, lost by name"
+    raise AssertionError("an interrupt ended the cell in an unexpected way:\n" + cell.describe())
+
+
+def own_compile_directory(cache: Path, connection_file: str) -> Path:
+    """The compile directory the kernel claimed (its slot's `owner` names its connection file)."""
+    for owner in (cache / "sessions").glob("session-*/owner"):
+        if owner.read_text().split("\n", 1)[-1] == connection_file:
+            return owner.parent / "work"
+    raise AssertionError(f"no session directory under {cache} names {connection_file}")
+
+
+@pytest.mark.limit(3600)
+def test_random_interrupts_leave_a_working_kernel():
+    rng = random.Random(SEED)
+    print(f"soak: {COUNT} interrupts, PLACELAB_SOAK_SEED={SEED}")
+    km, kc = start_kernel()
+    pid = kernel_pid(km)
+    seen_processes: set[int] = set()
+    table: collections.Counter[tuple[str, str]] = collections.Counter()
+    slowest: tuple[float, str] = (0.0, "")
+    try:
+        execute_ok(kc, ":simulate cuda 1 --emulate", timeout=FIRST_CELL_TIMEOUT)
+        execute_ok(kc, KEPT)
+        work = own_compile_directory(Path(os.environ["PLACELAB_CACHE"]), km.connection_file)
+        moments = list(CELLS)
+        for n in range(COUNT):
+            moment = rng.choice(moments)
+            code = CELLS[moment]
+            seen_processes |= descendants(pid)
+            if code is None:
+                t0 = time.monotonic()
+                reply = control_request(kc, "interrupt_request", {}, timeout=60)
+                took = time.monotonic() - t0
+                assert reply["content"]["status"] == "ok", reply
+                cell = execute(kc, CHECK + "kept")
+                assert cell.status == "ok" and cell.result() == "7", (
+                    f"interrupt {n}: the cell after an idle interrupt:\n" + cell.describe()
+                )
+                outcome = "next cell ran"
+            else:
+                cell = Cell(kc.execute(code), code)
+                if moment == "compile":
+                    time.sleep(rng.uniform(0.0, 0.3))
+                else:
+                    wait_running(kc, cell, 60)
+                    time.sleep(rng.uniform(0.0, 0.2))
+                t0 = time.monotonic()
+                km.interrupt_kernel()
+                if moment == "twice":
+                    time.sleep(rng.uniform(0.0, 0.05))
+                    km.interrupt_kernel()
+                # A hang detector, not a latency bound (the slowest is reported).
+                cell.reply = shell_request(kc, cell.msg_id, timeout=60)
+                took = time.monotonic() - t0
+                collect(kc, [cell], 10)
+                outcome = outcome_of(cell)
+                if outcome == "process ended, lost by name":
+                    execute_ok(kc, KEPT)
+            table[(moment, outcome)] += 1
+            if took > slowest[0]:
+                slowest = (took, f"interrupt {n}, {moment}: {outcome}")
+            # The kernel answers the next request at once, and still holds the variables.
+            assert km.is_alive(), f"interrupt {n} ({moment}) ended the kernel"
+        final = execute_ok(kc, CHECK + "kept")
+        assert final.result() == "7", final.describe()
+    finally:
+        seen_processes |= descendants(pid)
+        stop_kernel(km, kc)
+    left = wait_gone(seen_processes | {pid}, 30)
+    assert not left, f"processes left behind by the kernel: {sorted(left)}"
+    assert not work.exists(), f"the kernel's compile directory {work} is left behind"
+
+    rows = sorted(table.items())
+    summary = "; ".join(f"{m} / {o}: {c}" for (m, o), c in rows)
+    record("soak of interrupts", f"{COUNT} (seed {SEED}): {summary}")
+    record("slowest interrupt → reply", f"{slowest[0] * 1e3:.0f} ms ({slowest[1]})")
+    logs = Path(os.environ.get("PLACELAB_TEST_LOGS", "."))
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / "soak.json").write_text(
+        json.dumps(
+            {
+                "interrupts": COUNT,
+                "seed": SEED,
+                "table": [{"moment": m, "outcome": o, "count": c} for (m, o), c in rows],
+                "slowest_ms": round(slowest[0] * 1e3),
+                "slowest": slowest[1],
+            },
+            indent=1,
+        )
+    )
+    # Every moment was tried (at CI's count each comes up dozens of times).
+    if COUNT >= 100:
+        assert {m for m, _ in table} == set(CELLS), rows
