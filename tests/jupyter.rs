@@ -224,7 +224,6 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
         .env("PLACELAB_HISTORY", &history)
         .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
         .env("PLACELAB_INTERRUPT_GRACE", INTERRUPT_GRACE)
-        .env("PLACELAB_TEST_LOGS", &logs)
         // The soak's count, 300 unless the developer's shell asks for the long run.
         .env(
             "PLACELAB_SOAK_INTERRUPTS",

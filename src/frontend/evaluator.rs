@@ -193,6 +193,14 @@ impl Evaluator {
         }
     }
 
+    /// A kernel's cell is about to be submitted: an interrupt from now on stops it.
+    pub fn cell_sent(&self) {
+        with_interrupter(&self.start.0, |i| {
+            i.cell_sent();
+            true
+        });
+    }
+
     /// Stops the running cell, if any; returns whether one was running.
     pub fn interrupt(&self) -> bool {
         with_interrupter(&self.start.0, Interrupter::interrupt)
@@ -324,7 +332,14 @@ fn run(session: &mut Result<Session, String>, job: Job) {
             progress,
             done,
         } => {
-            let _ = done.send(cell::execute_watched(s, &code, progress));
+            let interrupter = s.interrupter();
+            let report = if interrupter.job_begins() {
+                CellReport::stopped_before_start()
+            } else {
+                cell::execute_watched(s, &code, progress)
+            };
+            interrupter.job_ends();
+            let _ = done.send(report);
         }
         // Nobody waits for these any more (a prompt gave up on its completions): not run.
         Job::Complete { done, .. } if done.is_closed() => {}

@@ -48,6 +48,12 @@ pub(super) struct RunningCell {
     pub(super) requested: AtomicBool,
     /// How many SIGINTs had arrived when the running cell started.
     pub(super) sigints_at_start: AtomicU64,
+    /// A kernel's cells sent to the evaluator and not yet begun.
+    queued: AtomicU64,
+    /// The evaluator runs a job (a cell or a command) the kernel sent.
+    in_job: AtomicBool,
+    /// An interrupt came for a cell sent but not yet running: none of it will run.
+    stop_before_start: AtomicBool,
 }
 
 /// How long an interrupted cell may take to stop before its process is killed:
@@ -72,45 +78,106 @@ impl Interrupter {
         self.interrupt()
     }
 
-    /// Returns whether a cell was running.
+    /// A kernel's cell is on its way to the evaluator: an interrupt from now on stops it, even
+    /// before it begins (Jupyter sends an interrupt on another channel than the cell, and the
+    /// soak saw one arrive first: the cell then ran on, unstopped).
+    pub fn cell_sent(&self) {
+        self.running.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The evaluator takes a job; whether an interrupt already stopped it.
+    pub(super) fn job_begins(&self) -> bool {
+        let r = &self.running;
+        // Only a cell the kernel sent: the REPL's Ctrl-C reaches the cell it meant by its own
+        // route (`interrupt_for_sigint`), never one typed ahead.
+        let sent = r
+            .queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| q.checked_sub(1))
+            .is_ok();
+        r.in_job.store(sent, Ordering::SeqCst);
+        r.stop_before_start.swap(false, Ordering::SeqCst)
+    }
+
+    /// Whether an interrupt came since the job began, before the cell started running (called
+    /// once the cell's process is recorded, so that one of the two sees the other).
+    pub(super) fn stopped_before_start(&self) -> bool {
+        self.running.stop_before_start.swap(false, Ordering::SeqCst)
+    }
+
+    /// The job is done: a late stop request is forgotten.
+    pub(super) fn job_ends(&self) {
+        self.running.in_job.store(false, Ordering::SeqCst);
+        self.running
+            .stop_before_start
+            .store(false, Ordering::SeqCst);
+    }
+
+    /// Returns whether a cell was running, or sent and about to run.
     pub fn interrupt(&self) -> bool {
-        let pid = self.running.pid.load(Ordering::Acquire);
+        let r = &self.running;
+        let mut pid = r.pid.load(Ordering::SeqCst);
         if pid <= 0 {
-            return false;
+            if r.queued.load(Ordering::SeqCst) == 0 && !r.in_job.load(Ordering::SeqCst) {
+                return false;
+            }
+            r.stop_before_start.store(true, Ordering::SeqCst);
+            // The cell may have begun meanwhile: then it is stopped as a running one too.
+            pid = r.pid.load(Ordering::SeqCst);
+            if pid <= 0 {
+                return true;
+            }
         }
+        let cell = self.running.cell.load(Ordering::Acquire);
         self.running.requested.store(true, Ordering::Release);
         // While the cell compiles none of it runs yet: stop the compiler, and leave the cell's
-        // process (and every variable in it) alone. A kill after the grace would lose them all
-        // for a cell that never ran.
+        // process (and every variable in it) alone.
         let compilers = compile_processes();
         if !compilers.is_empty() {
             self.running.compile_stopped.store(true, Ordering::Release);
-            for c in compilers {
-                // SAFETY: signalling a cargo or rustc process this process started.
-                unsafe { libc::kill(c, libc::SIGKILL) };
-            }
-            return true;
+            kill_all(&compilers);
         }
-        let cell = self.running.cell.load(Ordering::Acquire);
+        // The cell's process is asked as well: a compile seen ending may still finish, and the
+        // cell then stops at its first tensor op (the soak found such cells running on, with
+        // nothing left to stop them). An idle process only raises its flag, which the next cell
+        // lowers.
         // SAFETY: signalling the cell's process, whose pid we recorded when the cell started.
         unsafe { libc::kill(pid, libc::SIGINT) };
         let running = self.running.clone();
         std::thread::spawn(move || {
-            std::thread::sleep(interrupt_grace());
-            let same = running.pid.load(Ordering::Acquire) == pid
-                && running.cell.load(Ordering::Acquire) == cell;
-            if same {
+            for round in 1.. {
+                std::thread::sleep(interrupt_grace());
+                let same = running.pid.load(Ordering::Acquire) == pid
+                    && running.cell.load(Ordering::Acquire) == cell;
+                if !same {
+                    return;
+                }
+                // Still compiling (evcxr compiles some cells twice): stop the compiler again
+                // rather than lose every variable for a cell that never ran.
+                let compilers = compile_processes();
+                if !compilers.is_empty() && round < 5 {
+                    kill_all(&compilers);
+                    continue;
+                }
                 running.killed.store(true, Ordering::Release);
                 // SAFETY: as above; the same cell is still running.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
+                return;
             }
         });
         true
     }
 }
 
-/// The cargo and rustc processes descended from this one: evcxr compiling a cell. Read from
-/// `/proc` (`pid (comm) state ppid …` in each `stat`); empty where there is none.
+fn kill_all(compilers: &[i32]) {
+    for &c in compilers {
+        // SAFETY: signalling a cargo or rustc process this process started.
+        unsafe { libc::kill(c, libc::SIGKILL) };
+    }
+}
+
+/// The cargo and rustc processes descended from this one that are still running (a zombie has
+/// ended: it only waits to be reaped): evcxr compiling a cell. Read from `/proc`
+/// (`pid (comm) state ppid …` in each `stat`); empty where there is none.
 fn compile_processes() -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -121,8 +188,10 @@ fn compile_processes() -> Vec<i32> {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let (head, tail) = stat.rsplit_once(')')?;
             let comm = head.split_once('(')?.1.to_string();
-            let ppid = tail.split_whitespace().nth(1)?.parse().ok()?;
-            Some((pid, ppid, comm))
+            let mut fields = tail.split_whitespace();
+            let ended = fields.next()? == "Z";
+            let ppid = fields.next()?.parse().ok()?;
+            Some((pid, ppid, if ended { String::new() } else { comm }))
         })
         .collect();
     let mut ours = vec![std::process::id() as i32];

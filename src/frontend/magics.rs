@@ -531,7 +531,21 @@ fn profile(s: &mut Session, code: &str) -> CellReport {
             "usage: :profile CODE, e.g. `:profile let loss = loss_fn.forward(&model.forward(&x)?, &y)?; loss.backward()?; opt.step()?`",
         );
     }
-    s.run_code(&profile_cell(code))
+    let mut report = s.run_code(&profile_cell(code));
+    // The profiler catches the code's error to show the ops before it; an interrupt must still
+    // fail the cell, or Jupyter's Run All (and a script) would go on past the user's stop.
+    let stopped = crate::error::Error::Interrupted.to_string();
+    let profile_stopped = report.outputs.iter().any(|o| {
+        matches!(o, Output::Value { plain, .. } if plain.contains(&format!("stops there: {stopped}")))
+    });
+    if report.interrupted && report.ok() && profile_stopped {
+        report.outputs.push(Output::error(
+            ErrorKind::Interrupted,
+            "interrupted by the user: the profile above ends at the op the interrupt stopped. \
+             Variables defined before this cell are kept.",
+        ));
+    }
+    report
 }
 
 fn profile_cell(code: &str) -> String {

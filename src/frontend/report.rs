@@ -87,6 +87,19 @@ impl CellReport {
             ..Default::default()
         }
     }
+    /// A cell interrupted after it was sent and before it began.
+    pub fn stopped_before_start() -> CellReport {
+        CellReport {
+            outputs: vec![Output::error(
+                ErrorKind::Interrupted,
+                "interrupted by the user before the cell began: none of it ran. Variables \
+                 defined before this cell are kept.",
+            )],
+            interrupted: true,
+            ..Default::default()
+        }
+    }
+
     pub fn ok(&self) -> bool {
         !self
             .outputs

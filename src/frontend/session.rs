@@ -489,7 +489,11 @@ impl Session {
         running.requested.store(false, Ordering::Release);
         let sigints = interrupter::sigints();
         running.sigints_at_start.store(sigints, Ordering::Release);
-        running.pid.store(pid, Ordering::Release);
+        running.pid.store(pid, Ordering::SeqCst);
+        if self.interrupter.stopped_before_start() {
+            running.pid.store(0, Ordering::SeqCst);
+            return CellReport::stopped_before_start();
+        }
         let result = self.ctx.execute(code);
         running.pid.store(0, Ordering::Release);
         // A Ctrl-C at a terminal also reaches cargo and rustc directly, and may end them before

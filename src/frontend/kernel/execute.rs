@@ -42,6 +42,11 @@ impl Executor {
             self.execution_count += 1;
         }
         let count = ExecutionCount::new(self.execution_count);
+        // From the moment the client can see the cell begin (its `execute_input`), an interrupt
+        // stops it, even one that reaches the evaluator before the cell does.
+        if !is_exit(&req.code) {
+            self.evaluator.cell_sent();
+        }
         if !silent {
             let input = ExecuteInput {
                 code: req.code.clone(),
