@@ -176,8 +176,8 @@ fn kill_all(compilers: &[i32]) {
 }
 
 /// The cargo and rustc processes descended from this one that are still running (a zombie has
-/// ended: it only waits to be reaped): evcxr compiling a cell. Read from `/proc`
-/// (`pid (comm) state ppid …` in each `stat`); empty where there is none.
+/// ended: it only waits to be reaped), with every process they started: evcxr compiling a cell.
+/// Read from `/proc` (`pid (comm) state ppid …` in each `stat`); empty where there is none.
 fn compile_processes() -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -194,22 +194,30 @@ fn compile_processes() -> Vec<i32> {
             Some((pid, ppid, if ended { String::new() } else { comm }))
         })
         .collect();
-    let mut ours = vec![std::process::id() as i32];
-    let mut grew = true;
-    while grew {
-        grew = false;
-        for (pid, ppid, _) in &procs {
-            if ours.contains(ppid) && !ours.contains(pid) {
-                ours.push(*pid);
-                grew = true;
+    // The compilers below this process, then everything below them: a linker (`cc`, `ld`) that
+    // outlived a killed rustc went on writing the cell's library while the next cell's compile
+    // wrote it too (the soak saw "Error renaming …/libctx.so": no such file).
+    let below = |roots: Vec<i32>| {
+        let mut found = roots;
+        let mut grew = true;
+        while grew {
+            grew = false;
+            for (pid, ppid, _) in &procs {
+                if found.contains(ppid) && !found.contains(pid) {
+                    found.push(*pid);
+                    grew = true;
+                }
             }
         }
-    }
-    procs
-        .into_iter()
+        found
+    };
+    let ours = below(vec![std::process::id() as i32]);
+    let compilers = procs
+        .iter()
         .filter(|(pid, _, comm)| {
             ours[1..].contains(pid) && matches!(comm.as_str(), "cargo" | "rustc")
         })
-        .map(|(pid, ..)| pid)
-        .collect()
+        .map(|(pid, ..)| *pid)
+        .collect();
+    below(compilers)
 }

@@ -239,6 +239,23 @@ def collect(kc: Any, cells: list[Cell], timeout: float) -> None:
                     cell.reply_seq = next(_ARRIVALS)
 
 
+def read_until(kc: Any, cell: Cell, done: Any, timeout: float) -> bool:
+    """Reads the cell's iopub messages (others are dropped) until `done()`, an `error` from the
+    cell, or `timeout` seconds; returns `done()`. For a cell still running: its reply is left."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        try:
+            m = kc.get_iopub_msg(timeout=0.1)
+        except Exception:  # queue.Empty
+            continue
+        if m["parent_header"].get("msg_id") != cell.msg_id:
+            continue
+        cell.iopub.append(m)
+        if m["msg_type"] == "error":
+            break
+    return done()
+
+
 def execute(kc: Any, code: str, timeout: float = CELL_TIMEOUT, **kw: Any) -> Cell:
     """Runs one cell and waits (bounded) for its reply and idle."""
     cell = Cell(kc.execute(code, **kw), code)

@@ -35,6 +35,7 @@ from kernel_helpers import (
     execute_ok,
     kernel_info,
     kernel_pid,
+    read_until,
     record,
     rss_bytes,
     shell_request,
@@ -464,15 +465,7 @@ class TestSharedKernel:
         drain(kc)
         cell = Cell(kc.execute(code), code)
         # Wait until it runs (its output is streamed while it runs), or give it 30 s to compile.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "spinning" not in cell.text():
-            try:
-                m = kc.get_iopub_msg(timeout=0.2)
-            except Exception:
-                continue
-            if m["parent_header"].get("msg_id") == cell.msg_id:
-                cell.iopub.append(m)
-        assert "spinning" in cell.text(), "the cell's stdout did not arrive while it ran (30 s):\n" + cell.describe()
+        assert read_until(kc, cell, lambda: "spinning" in cell.text(), 30), "the cell's stdout did not arrive while it ran (30 s):\n" + cell.describe()
         time.sleep(0.5)
         t0 = time.monotonic()
         self.km.interrupt_kernel()

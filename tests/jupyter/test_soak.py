@@ -35,6 +35,7 @@ from kernel_helpers import (
     execute,
     execute_ok,
     kernel_pid,
+    read_until,
     record,
     shell_request,
     start_kernel,
@@ -75,33 +76,10 @@ CELLS = {
 
 
 def wait_running(kc, cell: Cell, timeout: float) -> None:
-    """Reads the cell's iopub messages until it prints `spinning` (its checks passed and its
-    loop runs); fails if it ends first (a check failed) or takes longer than `timeout`."""
-    deadline = time.monotonic() + timeout
-    while "spinning" not in cell.text():
-        assert time.monotonic() < deadline, "the cell did not start its loop:\n" + cell.describe()
-        try:
-            m = kc.get_iopub_msg(timeout=0.1)
-        except Exception:
-            continue
-        if m["parent_header"].get("msg_id") != cell.msg_id:
-            continue
-        cell.iopub.append(m)
-        if m["msg_type"] == "error":
-            raise AssertionError("the cell failed before its loop:\n" + cell.describe())
-
-
-def wait_for(kc, cell: Cell, msg_type: str, timeout: float) -> None:
-    """Reads the cell's iopub messages until one of `msg_type` comes."""
-    deadline = time.monotonic() + timeout
-    while not cell.of_type(msg_type):
-        assert time.monotonic() < deadline, f"no {msg_type} for the cell:\n" + cell.describe()
-        try:
-            m = kc.get_iopub_msg(timeout=0.1)
-        except Exception:
-            continue
-        if m["parent_header"].get("msg_id") == cell.msg_id:
-            cell.iopub.append(m)
+    """Waits until the cell prints `spinning` (its checks passed and its loop runs); fails if it
+    ends first (a check failed) or takes longer than `timeout`."""
+    if not read_until(kc, cell, lambda: "spinning" in cell.text(), timeout):
+        raise AssertionError("the cell did not start its loop:\n" + cell.describe())
 
 
 def outcome_of(cell: Cell) -> str:
@@ -181,7 +159,8 @@ def test_random_interrupts_leave_a_working_kernel():
                 if moment == "compile":
                     time.sleep(rng.uniform(0.0, 0.3))
                 elif moment == "as it begins":
-                    wait_for(kc, cell, "execute_input", 60)
+                    began = read_until(kc, cell, lambda: bool(cell.of_type("execute_input")), 60)
+                    assert began, "no execute_input for the cell:\n" + cell.describe()
                 else:
                     wait_running(kc, cell, 60)
                     time.sleep(rng.uniform(0.0, 0.2))
