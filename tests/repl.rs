@@ -14,10 +14,16 @@ use user_env::user_command;
 const CACHE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
 
 fn run_script(name: &str) -> (String, bool) {
+    run_script_at(&format!(
+        "{}/tests/scripts/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+}
+
+fn run_script_at(script: &str) -> (String, bool) {
     let cache = CACHE;
-    let script = format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"));
     let out = user_command(env!("CARGO_BIN_EXE_placelab"))
-        .args(["run-script", &script])
+        .args(["run-script", script])
         .env("PLACELAB_CACHE", cache)
         .env("PLACELAB_SIMULATE_CUDA", "1")
         .output()
@@ -395,4 +401,74 @@ fn emulated_devices_through_the_session() {
             "cuda:0 (emulated) kernels/*.cu on the CPU, host memory, 16.00 GiB",
         ],
     );
+}
+
+/// Cells of a long session in this test (2,000 in a term's session; the growth per cell is what
+/// is bounded, so a CI-sized count shows it).
+const LONG_SESSION_CELLS: usize = 125;
+/// Each cell is a library the cell process keeps loaded (evcxr cannot unload one: its functions
+/// and types may still be in use), about 70 KiB of memory a cell on this machine.
+const CELL_PROCESS_GROWTH_PER_CELL_KIB: u64 = 128;
+/// The session's own process keeps a cell's history entry and memory line, nothing else.
+const SESSION_GROWTH_KIB: u64 = 8 * 1024;
+
+/// A long session stays small: cells that make, move and drop tensors leave the session process
+/// flat and grow the cell process by its loaded cells alone, and the transfer log keeps its
+/// latest 100,000 transfers.
+#[test]
+fn a_long_session_stays_small() {
+    let _one = one_session_at_a_time();
+    let mut script = String::from(
+        "fn rss_kib(pid: &str) -> u64 {\n\
+         \x20   let status = std::fs::read_to_string(format!(\"/proc/{pid}/status\")).unwrap();\n\
+         \x20   let line = status.lines().find(|l| l.starts_with(\"VmRSS:\")).unwrap();\n\
+         \x20   line.split_whitespace().nth(1).unwrap().parse().unwrap()\n\
+         }\n",
+    );
+    for cell in 1..=LONG_SESSION_CELLS {
+        script.push_str(
+            "// %%\nlet a = Tensor::randn([64, 1024], &Device::Cpu)?;\n\
+             let b = a.to(&Device::Cuda(0))?;\ndrop(a);\n\
+             let s = b.sum_all()?.item::<f32>()?;\ndrop(b);\n",
+        );
+        if cell % 25 == 0 {
+            script.push_str(&format!(
+                "println!(\"rss {cell} {{}} {{}}\", rss_kib(\"self\"), \
+                 rss_kib(&std::os::unix::process::parent_id().to_string()));\n"
+            ));
+        }
+    }
+    script.push_str(
+        "// %%\nlet one = Tensor::ones([1], &Device::Cpu)?;\n\
+         for _ in 0..120_000 { let _ = one.to(&Device::Cuda(0))?; }\n\
+         println!(\"transfers kept {}\", placelab::transfer::log().len());\n",
+    );
+    let path = format!("{}/long_session.plrs", env!("CARGO_TARGET_TMPDIR"));
+    std::fs::write(&path, script).unwrap();
+    let (out, ok) = run_script_at(&path);
+    assert!(ok, "every cell runs:\n{out}");
+    let samples: Vec<[u64; 3]> = out
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("rss ")?.split(' ').map(|n| n.parse().ok());
+            Some([w.next()??, w.next()??, w.next()??])
+        })
+        .collect();
+    assert_eq!(samples.len(), LONG_SESSION_CELLS / 25, "{out}");
+    // From the first sample on: the first cells load what every later cell reuses.
+    let ([c0, cell0, session0], [c1, cell1, session1]) = (samples[0], samples[samples.len() - 1]);
+    let per_cell = cell1.saturating_sub(cell0) / (c1 - c0);
+    eprintln!(
+        "long session: the cell process grew {per_cell} KiB a cell ({cell0} -> {cell1} KiB), \
+         the session {session0} -> {session1} KiB, over cells {c0}..{c1}"
+    );
+    assert!(
+        per_cell <= CELL_PROCESS_GROWTH_PER_CELL_KIB,
+        "the cell process grew {per_cell} KiB a cell:\n{out}"
+    );
+    assert!(
+        session1.saturating_sub(session0) <= SESSION_GROWTH_KIB,
+        "the session grew from {session0} to {session1} KiB:\n{out}"
+    );
+    expect(&out, &["transfers kept 100000"]);
 }

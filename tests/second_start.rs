@@ -1,11 +1,14 @@
-//! A second start works, whatever started the first (issue 38). The first sessions, a class of
-//! eight kernels opened at once on one fresh `PLACELAB_CACHE` (one builds the engine, the others
-//! wait for it), run with the environment cargo gives a program it starts (`cargo run
-//! --release`, the README's first command, gives it the same: `CARGO_*`, `LD_LIBRARY_PATH` with
-//! the toolchain's libraries, `RUSTUP_TOOLCHAIN`); every later one starts as a user's shell or
-//! Jupyter starts it, without any of that: the REPL, `run-script` and a kernel, in that order. Then the same after the engine's file times move (older and newer than the
-//! sources), after a publish killed half-way, and with proc macros from another build swapped
-//! into the engine (the fault of issue 38, which made every start fail with "can't find crate").
+//! A second start works, whatever started the first (issue 38), and whatever broke the cache
+//! before it (issue 43). On one fresh `PLACELAB_CACHE`: a first session, then a `prebuild`, each
+//! killed at a random moment of its build; then a class of eight kernels opened at once (one
+//! builds the engine, the others wait for it), with the environment cargo gives a program it
+//! starts (`cargo run --release`, the README's first command, gives it the same: `CARGO_*`,
+//! `LD_LIBRARY_PATH` with the toolchain's libraries, `RUSTUP_TOOLCHAIN`). Every later start is
+//! as a user's shell or Jupyter starts it, without any of that: the REPL, `run-script` and a
+//! kernel, in that order. Then the same after the engine's file times move (older and newer
+//! than the sources), with the disk full during a build (where the test may mount a small
+//! tmpfs), after a publish killed half-way, and with proc macros from another build, a library
+//! cut short and one deleted (issue 38's fault made every start fail with "can't find crate").
 
 #[path = "support/user_env.rs"]
 mod user_env;
@@ -161,6 +164,93 @@ asyncio.run(main())
     text
 }
 
+/// A seed for the moments of the kills below: `PLACELAB_SOAK_SEED` replays a run, else the clock.
+fn seed() -> u64 {
+    let seed = std::env::var("PLACELAB_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+                .into()
+        });
+    eprintln!(
+        "second_start: kill moments from seed {seed} (PLACELAB_SOAK_SEED={seed} replays them)"
+    );
+    seed
+}
+
+/// A moment in `lo..hi` seconds, from `state` (xorshift64).
+fn moment(state: &mut u64, lo: f64, hi: f64) -> std::time::Duration {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    let unit = (*state >> 11) as f64 / (1u64 << 53) as f64;
+    std::time::Duration::from_secs_f64(lo + unit * (hi - lo))
+}
+
+/// Starts `command` in a process group of its own and, after `after`, kills the whole group
+/// with SIGKILL (as Jupyter kills a kernel, or a closed terminal or the OOM killer ends a
+/// session): placelab, its cargo and rustc, its cell process. Returns once none is left.
+fn kill_while_building(mut command: Command, after: std::time::Duration, what: &str) {
+    use std::os::unix::process::CommandExt;
+    let mut child = command
+        .env("PLACELAB_CACHE", cache())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("placelab starts");
+    let group = child.id() as i32;
+    std::thread::sleep(after);
+    let finished = child.try_wait().unwrap().is_some();
+    // SAFETY: signals a process group this test started.
+    unsafe { libc::killpg(group, libc::SIGKILL) };
+    child.wait().unwrap();
+    // SAFETY: signal 0 only asks whether any process of the group is left.
+    while unsafe { libc::killpg(group, 0) } == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    eprintln!(
+        "second_start: {what} killed after {:.1} s{}",
+        after.as_secs_f64(),
+        if finished {
+            " (it had already ended)"
+        } else {
+            ""
+        }
+    );
+}
+
+/// A folder on a small file system of its own (a tmpfs of `mib` MiB), where a build runs out of
+/// space; `None` where this test may not mount one (it needs root).
+fn small_disk(mib: u32) -> Option<PathBuf> {
+    let dir = cache().with_file_name("placelab-test-small-disk");
+    let _ = Command::new("umount")
+        .arg(&dir)
+        .stderr(Stdio::null())
+        .status();
+    std::fs::create_dir_all(&dir).ok()?;
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+        .arg(&dir)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if mounted {
+        Some(dir)
+    } else {
+        eprintln!(
+            "second_start: skipped the full disk: this machine does not let the test mount a \
+             small tmpfs (it needs root)"
+        );
+        let _ = std::fs::remove_dir(&dir);
+        None
+    }
+}
+
 /// Sets every file's modification time under `dir` (`touch -d WHEN`).
 fn touch_all(dir: &Path, when: &str) {
     let ok = Command::new("find")
@@ -184,6 +274,20 @@ fn every_start_after_the_first_works() {
         std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
         "cargo's environment"
     );
+    // A first session killed while it builds the engine, then a prebuild killed while it
+    // builds; at random moments. What they leave must not break the class that follows.
+    let mut state = seed().max(1);
+    let one_cell = repo().join("tests/scripts/one_cell.plrs");
+    let mut first = user_command(BIN);
+    first.arg("run-script").arg(&one_cell);
+    kill_while_building(first, moment(&mut state, 1.0, 60.0), "a first session");
+    let mut prebuild = user_command(BIN);
+    prebuild.arg("prebuild");
+    kill_while_building(prebuild, moment(&mut state, 1.0, 60.0), "a prebuild");
+
+    // On a machine fast enough, the prebuild published the engine before its kill.
+    let builds = usize::from(!engine().join("MANIFEST").is_file());
+
     let (python, prefix) = jupyter();
     let class = kernels(CLASS, Command::new(&python), &prefix);
     assert_eq!(
@@ -191,18 +295,25 @@ fn every_start_after_the_first_works() {
             .lines()
             .filter(|l| l.ends_with("compiling placelab"))
             .count(),
-        1,
+        builds,
         "one build of the engine for the whole class:\n{class}"
     );
     assert_eq!(
         class.matches("this one waits for it").count(),
-        CLASS - 1,
+        builds * (CLASS - 1),
         "{class}"
     );
     assert!(
         engine().join("MANIFEST").is_file(),
         "the first session published the engine"
     );
+    let left: Vec<String> = std::fs::read_dir(cache().join("engine"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name == ".prebuild" || name.contains(".new-") || name.contains(".old-"))
+        .collect();
+    assert!(left.is_empty(), "left by the killed builds: {left:?}");
 
     // Then as a user starts it: the REPL, run-script, a kernel.
     repl();
@@ -217,6 +328,30 @@ fn every_start_after_the_first_works() {
     let text = run_script(user_command(BIN));
     assert!(!text.contains("cannot be used"), "{text}");
 
+    // The disk fills while a session compiles placelab again (its folder on a small disk): it
+    // says so in one sentence with the command that shows the space, and breaks nothing; with
+    // space again, the next start works.
+    if let Some(small) = small_disk(16) {
+        touch_all(&engine(), "2001-01-01");
+        let out = user_command(BIN)
+            .arg("run-script")
+            .arg(&one_cell)
+            .env("PLACELAB_CACHE", &small)
+            .env("PLACELAB_ENGINE", cache().join("engine"))
+            .output()
+            .unwrap();
+        let _ = Command::new("umount").arg(&small).status();
+        let _ = std::fs::remove_dir(&small);
+        let text = said(&out);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            text.contains("is full (No space left on device)") && text.contains("df -h"),
+            "{text}"
+        );
+        assert!(!text.contains("can't find crate"), "{text}");
+        run_script(user_command(BIN));
+    }
+
     // A publish killed between its two renames: the old build renamed away, the new one not yet
     // in place. The next start puts the old one back.
     let killed = cache().join("engine/work.old-999999999");
@@ -227,8 +362,34 @@ fn every_start_after_the_first_works() {
     assert!(!cache().join("engine/work.new-999999998").exists());
 
     // Proc macros from another build (the fault of issue 38), by hand: same names, other
-    // bytes. The session says so in one line and builds the engine again; the next start
-    // links to that.
+    // bytes; and, in the same engine, one target library cut short and one deleted. The session
+    // says so in one line and builds the engine again; the next start links to that.
+    let target_deps = std::fs::read_dir(engine().join("target"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("debug/deps"))
+        .find(|d| d.is_dir() && !d.starts_with(engine().join("target/debug")))
+        .expect("the target's libraries");
+    let library = |prefix: &str, ext: &str| {
+        std::fs::read_dir(&target_deps)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.starts_with(prefix) && name.ends_with(ext)
+            })
+            .unwrap_or_else(|| panic!("no {prefix}*{ext} in {}", target_deps.display()))
+    };
+    let half = library("libhalf-", ".rlib");
+    let len = std::fs::metadata(&half).unwrap().len();
+    std::fs::File::options()
+        .write(true)
+        .open(&half)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    std::fs::remove_file(library("librayon-", ".rmeta")).unwrap();
     let deps = engine().join("target/debug/deps");
     for entry in std::fs::read_dir(&deps).unwrap().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

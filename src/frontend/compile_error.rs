@@ -1,8 +1,26 @@
 //! What rustc's errors about a cell say to the person who wrote it: the user's line and column,
 //! the offending line with its span marked, rustc's notes and help, and evcxr's generated names
-//! said as what they stand for.
+//! said as what they stand for; and what an error from the build itself means (crates from
+//! different builds, a full disk, cargo stopped).
 
 use evcxr::CompilationError;
+
+/// rustc's error when a crate's dependencies are not the builds it was compiled against: proc
+/// macros from one build beside the crates compiled with another's.
+pub(super) fn crates_do_not_fit(e: &evcxr::Error) -> bool {
+    e.to_string().contains("can't find crate for `")
+}
+
+/// A compiler's or cargo's error that says a write failed for lack of space (ENOSPC).
+pub(super) fn is_disk_full(said: &str) -> bool {
+    said.contains("No space left on device") || said.contains("os error 28")
+}
+
+/// evcxr's error when cargo failed with no compiler error to show: cargo was ended (a Ctrl-C at
+/// the terminal reaches it directly, as it shares the terminal's process group), not refused.
+pub(super) fn cargo_ended_without_an_error(e: &evcxr::Error) -> bool {
+    matches!(e, evcxr::Error::Message(m) if m.starts_with("Compilation failed, but no parsable errors"))
+}
 
 /// All of a cell's compile errors, one after another.
 pub fn render(code: &str, errors: &[CompilationError]) -> String {

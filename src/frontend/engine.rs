@@ -25,6 +25,8 @@ pub const ENV: &str = "PLACELAB_ENGINE";
 /// Present in an engine an admin prebuilt for others (`prebuild --shared`): sessions read it and
 /// never replace it.
 const SHARED_MARK: &str = "SHARED";
+/// Inside the engine directory: the session a `prebuild` compiles in, removed when it ends.
+pub const PREBUILD_SCRATCH: &str = ".prebuild";
 /// Under `deps/`, files this big or bigger are linked; everything else is copied.
 const LINK_FROM: u64 = 64 * 1024;
 
@@ -102,9 +104,10 @@ pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
 }
 
 /// Cleans up after publishes and discards whose session was killed half-way: their temporary
-/// builds (`work.new-PID`, `work.old-PID`, `work.unusable-PID`, PID no longer running) go, and
-/// an engine whose old build was renamed away just before the new one would have taken its place
-/// (`work` missing) gets the old one back, if its manifest still matches its files.
+/// builds (`work.new-PID`, `work.old-PID`, `work.unusable-PID`, PID no longer running) go, as
+/// does a half-made copy of the library sources (`rust-src.new-PID`), and an engine whose old
+/// build was renamed away just before the new one would have taken its place (`work` missing)
+/// gets the old one back, if its manifest still matches its files.
 fn finish_interrupted_publishes(engine: &Path, expected: &engine_check::Expected) {
     let Ok(entries) = fs::read_dir(engine) else {
         return;
@@ -112,7 +115,7 @@ fn finish_interrupted_publishes(engine: &Path, expected: &engine_check::Expected
     let mut left: Vec<(PathBuf, bool)> = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((kind, pid)) = name.split_once('-') else {
+        let Some((kind, pid)) = name.rsplit_once('-') else {
             continue;
         };
         let Ok(pid) = pid.parse::<i32>() else {
@@ -120,7 +123,12 @@ fn finish_interrupted_publishes(engine: &Path, expected: &engine_check::Expected
         };
         // SAFETY: signal 0 only asks whether the process exists.
         let running = unsafe { libc::kill(pid, 0) } == 0;
-        if !running && matches!(kind, "work.new" | "work.old" | "work.unusable") {
+        if running {
+            continue;
+        }
+        if kind == "rust-src.new" {
+            let _ = fs::remove_dir_all(entry.path());
+        } else if matches!(kind, "work.new" | "work.old" | "work.unusable") {
             left.push((entry.path(), kind == "work.old"));
         }
     }
@@ -131,6 +139,16 @@ fn finish_interrupted_publishes(engine: &Path, expected: &engine_check::Expected
             continue;
         }
         let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// Removes what a killed `prebuild` left in `engine` (its session's half-made build, hundreds of
+/// MiB). Call while holding the build lock: a running prebuild holds it for its whole build.
+/// Not from the prebuild's own session, whose cache is that folder.
+pub fn sweep_killed_prebuild(engine: &Path) {
+    let scratch = engine.join(PREBUILD_SCRATCH);
+    if !crate::cache_dir().starts_with(&scratch) {
+        let _ = fs::remove_dir_all(scratch);
     }
 }
 

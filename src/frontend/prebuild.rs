@@ -18,7 +18,7 @@ pub fn run(dir: Option<PathBuf>, shared: bool) -> Result<PathBuf, String> {
         engine::make_private(&dir).map_err(denied)?;
     }
     // The prebuild's own session lives inside the engine directory, apart from the caller's.
-    let scratch = dir.join(".prebuild");
+    let scratch = dir.join(engine::PREBUILD_SCRATCH);
     // SAFETY: called from `main` before any other thread exists.
     unsafe {
         std::env::set_var(engine::ENV, &dir);

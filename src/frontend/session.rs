@@ -121,6 +121,7 @@ impl Prepared {
                 Ok(engine::Linked::Yes)
             );
         if !self.linked {
+            engine::sweep_killed_prebuild(&engine);
             self.build_lock = Some(lock);
         }
     }
@@ -140,6 +141,30 @@ fn engine_rebuild_notice(engine: &std::path::Path, why: &str) -> String {
              minutes), and later sessions reuse that build."
         )
     }
+}
+
+/// What a session says when the engine could not be built or loaded: for a full disk, that and
+/// how to see the space; else the error, and what to do if it happens at every start.
+fn engine_load_failure(engine_dir: &std::path::Path, e: &EvcxrError) -> String {
+    if compile_error::is_disk_full(&e.to_string()) {
+        let cache = setup::cache_dir();
+        return format!(
+            "could not build the placelab engine: the disk that holds {0} is full (No space \
+             left on device). Free some space there (`df -h {0}` shows how much is left) and \
+             start again.",
+            cache.display()
+        );
+    }
+    let engine = engine_dir.display();
+    let fix = if engine::is_shared(engine_dir) {
+        format!("ask whoever prebuilt it to run `placelab prebuild --shared {engine}`")
+    } else {
+        format!("remove the engine build and start again (it is built anew): rm -rf {engine}")
+    };
+    format!(
+        "could not load the placelab engine into the evaluator: {e}\nIf this happens at every \
+         start, {fix}"
+    )
 }
 
 pub struct Session {
@@ -188,7 +213,7 @@ fn execute_preload(ctx: &mut CommandContext, preload: &str) -> Result<(), EvcxrE
             Err(e)
                 if interrupter::sigints() != before
                     && attempts < 5
-                    && (cargo_ended_without_an_error(&e)
+                    && (compile_error::cargo_ended_without_an_error(&e)
                         || matches!(e, EvcxrError::SubprocessTerminated(_))) =>
             {
                 if attempts == 1 {
@@ -198,18 +223,6 @@ fn execute_preload(ctx: &mut CommandContext, preload: &str) -> Result<(), EvcxrE
             done => return done.map(|_| ()),
         }
     }
-}
-
-/// rustc's error when a crate's dependencies are not the builds it was compiled against: proc
-/// macros from one build beside the crates compiled with another's.
-fn crates_do_not_fit(e: &EvcxrError) -> bool {
-    e.to_string().contains("can't find crate for `")
-}
-
-/// evcxr's error when cargo failed with no compiler error to show: cargo was ended (a Ctrl-C at
-/// the terminal reaches it directly, as it shares the terminal's process group), not refused.
-fn cargo_ended_without_an_error(e: &EvcxrError) -> bool {
-    matches!(e, EvcxrError::Message(m) if m.starts_with("Compilation failed, but no parsable errors"))
 }
 
 impl Session {
@@ -222,7 +235,7 @@ impl Session {
         let mut s = Session::with_evaluator(prepared, sink.clone())?;
         let (mut loaded, mut compiled) = s.load_engine();
         if let Err(e) = &loaded
-            && crates_do_not_fit(e)
+            && compile_error::crates_do_not_fit(e)
         {
             // The engine's crates were built apart (issue 38): a manifest cannot see every such
             // mix, so a compile that meets one starts the build over, with nothing linked.
@@ -251,20 +264,7 @@ impl Session {
             s = Session::with_evaluator(prepared, sink)?;
             (loaded, compiled) = s.load_engine();
         }
-        loaded.map_err(|e| {
-            let engine = s.prepared.engine.display();
-            let fix = if engine::is_shared(&s.prepared.engine) {
-                format!("ask whoever prebuilt it to run `placelab prebuild --shared {engine}`")
-            } else {
-                format!(
-                    "remove the engine build and start again (it is built anew): rm -rf {engine}"
-                )
-            };
-            format!(
-                "could not load the placelab engine into the evaluator: {e}\nIf this happens at \
-                 every start, {fix}"
-            )
-        })?;
+        loaded.map_err(|e| engine_load_failure(&s.prepared.engine, &e))?;
         if (1..usize::MAX).contains(&compiled) && tty {
             let plural = if compiled == 1 { "" } else { "s" };
             eprintln!("built the engine ({compiled} crate{plural}); later starts reuse it");
@@ -502,7 +502,10 @@ impl Session {
             running.requested.swap(false, Ordering::AcqRel) || interrupter::sigints() != sigints;
         report.interrupted = requested;
         let compile_stopped = running.compile_stopped.swap(false, Ordering::AcqRel)
-            || (requested && result.as_ref().is_err_and(cargo_ended_without_an_error));
+            || (requested
+                && result
+                    .as_ref()
+                    .is_err_and(compile_error::cargo_ended_without_an_error));
         // Wait until the cell's own streams are read to the end (its cards and failure are in).
         self.sync_token += 1;
         if self

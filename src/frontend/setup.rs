@@ -68,8 +68,10 @@ pub use crate::cache_dir;
 /// directory's, the toolchain's libraries). The evaluator's cargo and every cell inherit the
 /// environment, so a session started by cargo would build the engine in another environment than
 /// one started from a shell, Jupyter or JupyterHub; every start now sees the same one. Settings
-/// a user gives cargo (`CARGO_HOME`, `CARGO_NET_OFFLINE`, `CARGO_HTTP_*`, …) stay. Call before
-/// any thread starts.
+/// a user gives cargo (`CARGO_HOME`, `CARGO_NET_OFFLINE`, `CARGO_HTTP_*`, …) stay. So does a
+/// `RUSTC_WRAPPER` (a compile cache), but not clippy's workspace wrapper and its arguments
+/// (`RUSTC_WORKSPACE_WRAPPER`, `CLIPPY_ARGS`; CI builds the tests through clippy): under them a
+/// cell with an unused variable would fail to compile. Call before any thread starts.
 pub fn forget_cargos_environment() {
     let ours = std::env::current_exe()
         .ok()
@@ -79,6 +81,8 @@ pub fn forget_cargos_environment() {
         let cargos = name == "OUT_DIR"
             || name == "RUSTUP_TOOLCHAIN"
             || name == "CARGO"
+            || name == "RUSTC_WORKSPACE_WRAPPER"
+            || name == "CLIPPY_ARGS"
             || [
                 "CARGO_PKG_",
                 "CARGO_MANIFEST_",

@@ -181,10 +181,17 @@ impl MemoryChange {
             None => String::new(),
         };
         let simulated = simulated + &predicted_total(t).unwrap_or_default();
+        // The process keeps its latest 100,000 transfers: a cell that made more is told how
+        // many, and what the kept ones add up to.
+        let made = (self.after.last_seq.saturating_sub(self.before.last_seq) as usize).max(t.len());
+        let kept = if made > t.len() {
+            format!(", the latest {} kept", t.len())
+        } else {
+            String::new()
+        };
         Some(format!(
-            "{} transfer{} this cell: {} in {} ({}{simulated})",
-            t.len(),
-            if t.len() == 1 { "" } else { "s" },
+            "{made} transfer{}{kept} this cell: {} in {} ({}{simulated})",
+            if made == 1 { "" } else { "s" },
             human_bytes(bytes as usize),
             human_duration(Duration::from_nanos(nanos)),
             human_rate(bytes as f64 / (nanos.max(1) as f64 / 1e9))
@@ -285,6 +292,15 @@ mod tests {
         assert_eq!(
             standing.lines()[1],
             "── 2 transfers this cell: 7.63 MiB in 2.00 ms (4.0 GB/s, simulated: host copy time; ≈ 100.0 µs on an H100 SXM, predicted)"
+        );
+        // A cell that made more transfers than the process keeps says how many it made.
+        let mut many = standing.clone();
+        (many.before.last_seq, many.after.last_seq) = (10, 130_010);
+        assert!(
+            many.lines()[1]
+                .starts_with("── 130000 transfers, the latest 2 kept this cell: 7.63 MiB in"),
+            "{}",
+            many.lines()[1]
         );
         let html = change.html();
         assert!(html.contains("class=\"placelab-memory\""));
