@@ -57,6 +57,9 @@ INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED"}
 # Times and sizes in README's prose that are not measurements, with why.
 NOT_MEASURED = {
     "2 s": "the default interrupt grace (src/frontend/interrupter.rs)",
+    "16 MiB": "the size of second_start's small tmpfs (tests/second_start.rs)",
+    "8 MiB": "the long session test's bound on the session's growth (tests/repl.rs)",
+    "192 KiB": "the long session test's bound on the cell process's growth a cell (tests/repl.rs)",
     "512 MiB": "the CUDA context a simulated GPU's capacity leaves out (cuda.rs CONTEXT_RESERVE)",
     "4 KiB": "the smallest size notebook 03 copies",
     "256 MiB": "the largest size notebook 03 copies",
