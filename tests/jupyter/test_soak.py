@@ -48,7 +48,7 @@ COUNT = int(os.environ.get("PLACELAB_SOAK_INTERRUPTS", "300"))
 # The kernel's process over the whole soak (its cells run in their own process). Measured:
 # 26,012 -> 42,344 KiB over 300 interrupts; interrupted `:profile` cells take most of it, about
 # 17 MiB after 100 and 19 MiB after 300 (it levels off: held, not leaked a cell). A leak of
-# cell outputs would pass this bound within the soak.
+# cell outputs would exceed this bound within the soak.
 KERNEL_GROWTH_KIB = 32 * 1024
 # A comma-separated subset of the moments below, to chase one fault (default: all).
 ONLY = [m for m in os.environ.get("PLACELAB_SOAK_MOMENTS", "").split(",") if m]
