@@ -7,7 +7,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use placelab::frontend::cell_output::Sink;
 use placelab::frontend::evaluator::{Analyzer, Evaluator};
 use placelab::frontend::kernel::{self, install::Place};
-use placelab::frontend::{devices_banner, prebuild, repl, script, session, setup};
+use placelab::frontend::{devices_banner, prebuild, progress, repl, script, session, setup};
 
 #[derive(Parser)]
 #[command(
@@ -228,6 +228,8 @@ fn main() {
             }
         }
     };
+    // Stderr may be the progress display's pipe: the last lines must be out before the exit.
+    progress::flush_stderr();
     std::process::exit(code);
 }
 

@@ -117,6 +117,38 @@ fn first_steps_through_the_session() {
 /// each type, the kinds that cannot be kept say why (a closure, a type left to inference, an
 /// iterator over a closure, a function item), a type the user misspelt is rustc's error, and
 /// the session's process stays small.
+/// A first start where cargo cannot get the engine's crates (told to stay offline, with an empty
+/// `CARGO_HOME`): the session's last words say so, with the command that fetches them, and it
+/// exits with 2. Those words pass through the progress display's pipe on their way out, and
+/// must not be lost when the process ends right after them.
+#[test]
+fn a_first_start_without_the_crates_says_how_to_get_them() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("offline-start");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("cargo-home")).unwrap();
+    let out = user_command(env!("CARGO_BIN_EXE_placelab"))
+        .arg("run-script")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/scripts/one_cell.plrs"
+        ))
+        .env("PLACELAB_CACHE", dir.join("cache"))
+        .env("CARGO_HOME", dir.join("cargo-home"))
+        .env("CARGO_NET_OFFLINE", "true")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    let last = said.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        said.contains("cargo could not get its dependencies")
+            && last.contains("cargo fetch --manifest-path")
+            && last.ends_with("Cargo.toml"),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn variables_keep_their_types_without_rust_analyzer() {
     let _one = one_session_at_a_time();

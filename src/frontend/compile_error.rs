@@ -16,6 +16,15 @@ pub(super) fn is_disk_full(said: &str) -> bool {
     said.contains("No space left on device") || said.contains("os error 28")
 }
 
+/// cargo's error when it could not get the engine's dependencies: no network (or cargo told to
+/// stay offline) and the crates not in its cache yet.
+pub(super) fn cannot_fetch_dependencies(said: &str) -> bool {
+    said.contains("failed to get `")
+        || said.contains("Unable to update registry")
+        || said.contains("failed to download")
+        || (said.contains("no matching package named") && said.contains("offline"))
+}
+
 /// evcxr's error when cargo failed with no compiler error to show: cargo was ended (a Ctrl-C at
 /// the terminal reaches it directly, as it shares the terminal's process group), not refused.
 pub(super) fn cargo_ended_without_an_error(e: &evcxr::Error) -> bool {

@@ -2,7 +2,6 @@
 //! cell process, and per-cell reports (outputs, errors, memory lines). The REPL and script
 //! runner are thin shells over it.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -144,7 +143,8 @@ fn engine_rebuild_notice(engine: &std::path::Path, why: &str) -> String {
 }
 
 /// What a session says when the engine could not be built or loaded: for a full disk, that and
-/// how to see the space; else the error, and what to do if it happens at every start.
+/// how to see the space; for crates cargo could not get, that and how to fetch them; else the
+/// error, and what to do if it happens at every start.
 fn engine_load_failure(engine_dir: &std::path::Path, e: &EvcxrError) -> String {
     if compile_error::is_disk_full(&e.to_string()) {
         let cache = setup::cache_dir();
@@ -153,6 +153,19 @@ fn engine_load_failure(engine_dir: &std::path::Path, e: &EvcxrError) -> String {
              left on device). Free some space there (`df -h {0}` shows how much is left) and \
              start again.",
             cache.display()
+        );
+    }
+    if compile_error::cannot_fetch_dependencies(&e.to_string()) {
+        let said = e.to_string();
+        let first = said.lines().next().unwrap_or_default().trim();
+        return format!(
+            "could not build the placelab engine: cargo could not get its dependencies (a first \
+             build needs crates.io, or the crates already in cargo's cache). Cargo said: {first}\n\
+             Start again once the network is reachable; or fetch them where it is, into the same \
+             CARGO_HOME: cargo fetch --manifest-path {}",
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("Cargo.toml")
+                .display()
         );
     }
     let engine = engine_dir.display();
@@ -229,8 +242,7 @@ impl Session {
     /// Starts evcxr and compiles the engine into it (minutes the first time on a machine,
     /// seconds after), streaming the cell process's output to `sink`.
     pub fn start(mut prepared: Prepared, sink: Sink) -> Result<Session, String> {
-        // Asked now: while it compiles, stderr is the progress display's pipe.
-        let tty = std::io::stderr().is_terminal();
+        let tty = super::progress::stderr_is_terminal();
         prepared.take_the_build();
         let mut s = Session::with_evaluator(prepared, sink.clone())?;
         let (mut loaded, mut compiled) = s.load_engine();
