@@ -9,8 +9,19 @@ use std::time::Instant;
 /// The venv at `dir` after `pip install <install>`, returning its python. `pins` is what the
 /// install stands for (a requirements file's text, a wheel's `name==version`): it is written to
 /// the venv's marker last, and a venv whose marker holds other pins (the pins changed) or none
-/// (left half-made by an interrupted run) is removed and made again.
+/// (left half-made by an interrupted run) is removed and made again. Test binaries that run at
+/// once (`.ci/test`'s lanes: second_start and jupyter share the Jupyter venv) take turns on a
+/// lock file beside it: one makes it while the others wait, then use it.
 pub fn pinned_venv(dir: &Path, pins: &str, install: &[&OsStr]) -> Result<PathBuf, String> {
+    let lock_path = dir.with_extension("lock");
+    if let Some(parent) = lock_path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot make {}: {e}", parent.display()))?;
+    }
+    let lock = std::fs::File::create(&lock_path)
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    lock.lock()
+        .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
     let marker = dir.join("placelab-install-complete");
     let python = dir.join("bin/python");
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == pins) && python.exists() {
