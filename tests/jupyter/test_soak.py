@@ -219,10 +219,13 @@ def test_random_interrupts_leave_a_working_kernel():
         kernel_rss.append(rss_kib(pid))
     finally:
         seen_processes |= descendants(pid)
+        process = km.provisioner.process if km.provisioner else None
+        stopping = time.monotonic()
         stop_kernel(km, kc)
+        stopped = f"its shutdown took {time.monotonic() - stopping:.1f} s, exit status {getattr(process, 'returncode', '?')}"
     left = wait_gone(seen_processes | {pid}, 30)
     assert not left, f"processes left behind by the kernel: {sorted(left)}"
-    assert not still_claimed(work, km.connection_file), f"the kernel's compile directory {work} is left behind"
+    assert not still_claimed(work, km.connection_file), f"the kernel's compile directory {work} is left behind ({stopped})"
 
     # The kernel's own process keeps each cell's history entry and memory line (both capped),
     # nothing that grows with what the cells did.
