@@ -8,7 +8,20 @@ use std::path::{Path, PathBuf};
 /// never returns.
 pub fn hooks() {
     wrap_rustc();
+    if std::env::var_os("EVCXR_IS_RUNTIME").is_some() {
+        die_with_the_session();
+    }
     evcxr::runtime_hook();
+}
+
+/// In a cell's process (evcxr's runtime): the kernel's SIGKILL (jupyter_client's last resort, or
+/// the OOM killer's) must not leave a looping cell running for ever, a core of a class's server
+/// each; an idle one ends by itself, at the end of its stdin. `PR_SET_PDEATHSIG` fires when the
+/// thread that started this process ends: the session's own thread (evcxr starts and restarts
+/// the process there), which ends only with the session.
+fn die_with_the_session() {
+    // SAFETY: sets this process's parent-death signal; no memory is passed.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
 }
 
 /// evcxr runs this binary as its rustc wrapper; re-run ourselves with two arguments added:

@@ -1,6 +1,6 @@
 """`placelab kernel` driven by jupyter_client's BlockingKernelClient: one kernel shared by the
-tests of `TestSharedKernel`, then tests that need a kernel of their own (interrupts that end the
-process, restart, shutdown). nbclient, `jupyter console` and the command line are in
+tests of `TestSharedKernel` (its last ones restart it and shut it down), then kernels of their
+own ended by SIGTERM and SIGKILL while a cell runs. nbclient, `jupyter console` and the command line are in
 test_front_ends.py.
 
 Only one kernel runs at a time: two side by side would each claim a compile directory and
@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -35,11 +37,13 @@ from kernel_helpers import (
     execute_ok,
     kernel_info,
     kernel_pid,
+    own_compile_directory,
     read_until,
     record,
     rss_bytes,
     shell_request,
     start_kernel,
+    still_claimed,
     stop_kernel,
     wait_gone,
 )
@@ -618,6 +622,7 @@ class TestSharedKernel:
         km, kc = self.km, self.kc
         pid = kernel_pid(km)
         children = descendants(pid)
+        work = own_compile_directory(Path(os.environ["PLACELAB_CACHE"]), km.connection_file)
         t0 = time.monotonic()
         reply = control_request(kc, "shutdown_request", {"restart": False})
         assert reply["content"]["status"] == "ok" and reply["content"]["restart"] is False, reply
@@ -630,3 +635,57 @@ class TestSharedKernel:
         assert code == 0, f"the kernel did not exit cleanly within 10 s of shutdown_request (exit {code})"
         left = wait_gone(children, 10)
         assert not left, f"the kernel's children outlived it: {sorted(left)}"
+        assert not still_claimed(work, km.connection_file), f"the kernel's compile directory {work} outlived it"
+
+
+# =============================================================================================
+# Kernels of their own.
+
+
+@pytest.mark.limit(400)
+def test_sigterm_while_a_cell_runs_ends_the_kernel_cleanly():
+    """SIGTERM is how jupyter_client ends a kernel still there 2.5 s after its shutdown_request
+    (a loaded machine can take that long to delete a compile directory), and how a stopping
+    server ends its kernels: the kernel stops its cell, ends the cell's process, removes its
+    compile directory and exits 0."""
+    km, kc, work, children = start_a_looping_cell()
+    try:
+        os.kill(kernel_pid(km), signal.SIGTERM)
+        try:
+            status = km.provisioner.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            status = None
+        assert status == 0, f"the kernel did not end cleanly within 15 s of SIGTERM (exit status {status})"
+        left = wait_gone(children, 10)
+        assert not left, f"the kernel's children outlived it: {sorted(left)}"
+        assert not still_claimed(work, km.connection_file), f"the kernel's compile directory {work} outlived it"
+    finally:
+        stop_kernel(km, kc)
+
+
+@pytest.mark.limit(400)
+def test_a_killed_kernel_takes_its_running_cell_with_it():
+    """SIGKILL (jupyter_client's last resort, the OOM killer) gives the kernel no time to stop
+    anything: its cell's process must still end, not loop on for ever with no one to stop it.
+    (Its compile directory is left, for the next start to sweep.)"""
+    km, kc, _work, children = start_a_looping_cell()
+    try:
+        os.kill(kernel_pid(km), signal.SIGKILL)
+        km.provisioner.process.wait(timeout=15)
+        left = wait_gone(children, 10)
+        assert not left, f"the cell's process outlived its killed kernel: {sorted(left)}"
+    finally:
+        stop_kernel(km, kc)
+
+
+def start_a_looping_cell() -> tuple:
+    """A kernel of its own running a tensor loop: (km, kc, its compile directory, its children)."""
+    km, kc = start_kernel()
+    execute_ok(kc, "let t = Tensor::ones([3], &Device::Cpu)?;", timeout=FIRST_CELL_TIMEOUT)
+    work = own_compile_directory(Path(os.environ["PLACELAB_CACHE"]), km.connection_file)
+    code = 'println!("spinning");\nloop { let _y = (&t + 1.0)?; }'
+    cell = Cell(kc.execute(code), code)
+    assert read_until(kc, cell, lambda: "spinning" in cell.text(), CELL_TIMEOUT), cell.describe()
+    children = descendants(kernel_pid(km))
+    assert children, "the kernel has no cell process while a cell runs"
+    return km, kc, work, children

@@ -36,10 +36,12 @@ from kernel_helpers import (
     execute,
     execute_ok,
     kernel_pid,
+    own_compile_directory,
     read_until,
     record,
     shell_request,
     start_kernel,
+    still_claimed,
     stop_kernel,
     wait_gone,
 )
@@ -126,26 +128,6 @@ def state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
-
-
-def own_compile_directory(cache: Path, connection_file: str) -> Path:
-    """The compile directory the kernel claimed (its slot's `owner` names its connection file)."""
-    for owner in (cache / "sessions").glob("session-*/owner"):
-        if owner.read_text().split("\n", 1)[-1] == connection_file:
-            return owner.parent / "work"
-    raise AssertionError(f"no session directory under {cache} names {connection_file}")
-
-
-def still_claimed(work: Path, connection_file: str) -> bool:
-    """Whether the kernel's compile directory outlived it. Another session on the same cache (a
-    REPL test running beside this one, as a classmate's would) may claim the slot once the
-    kernel has left it: a `work` there under another owner is that session's."""
-    if not work.exists():
-        return False
-    try:
-        return (work.parent / "owner").read_text().split("\n", 1)[-1] == connection_file
-    except OSError:
-        return True
 
 
 @pytest.mark.limit(3600)

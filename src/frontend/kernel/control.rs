@@ -13,8 +13,8 @@ use super::replies;
 use super::wire::{self, Incoming};
 use crate::frontend::evaluator::Evaluator;
 
-/// Serves control until a `shutdown_request` (or the end of the process that started the
-/// kernel); returns the exit code.
+/// Serves control until a `shutdown_request`, a SIGTERM or the end of the process that started
+/// the kernel; returns the exit code.
 pub async fn serve(
     mut control: KernelControlConnection,
     iopub: Iopub,
@@ -23,9 +23,16 @@ pub async fn serve(
 ) -> i32 {
     let parent_gone = parent_gone();
     tokio::pin!(parent_gone);
+    let terminated = terminated();
+    tokio::pin!(terminated);
     loop {
         let read = tokio::select! {
             read = wire::read(&mut control) => read,
+            () = &mut terminated => {
+                log("SIGTERM: stopping the cell's process and removing the compile directory");
+                evaluator.interrupt();
+                return 0;
+            }
             () = &mut parent_gone => {
                 log("the process that started this kernel has ended: ending the kernel too");
                 evaluator.interrupt();
@@ -103,6 +110,28 @@ async fn shutdown(
     let _ = control.send(reply.as_child_of(message)).await;
     // Let the iopub task flush the broadcast.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+}
+
+/// Resolves on SIGTERM. A kernel manager sends it when a kernel is still there some time after
+/// its `shutdown_request` (jupyter_client: half of its 5 s wait, SIGKILL at the end of it), and
+/// a server stopping sends it too. Ended by the default action, the kernel would leave its
+/// compile directory half deleted (that takes seconds on a loaded machine: a thousand links to
+/// the engine's build) and could leave its cell's process. Handled, it is the same shutdown as
+/// the request's; and the handler stays for the life of the process, so a SIGTERM that comes
+/// while that cleanup runs lets it finish (it is bounded: `kernel::run`).
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut sigterm) => {
+            sigterm.recv().await;
+        }
+        Err(e) => {
+            log(format!(
+                "cannot handle SIGTERM ({e}): it will end the kernel at once"
+            ));
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// Resolves when the process that started the kernel (Jupyter's server) is gone: the kernel then

@@ -56,7 +56,7 @@ pub fn read_connection_file(path: &Path) -> Result<ConnectionInfo, String> {
     })
 }
 
-/// Runs the kernel until a `shutdown_request`; returns the process's exit code.
+/// Runs the kernel until a `shutdown_request` or SIGTERM; returns the process's exit code.
 pub fn run(info: ConnectionInfo, prepared: Prepared) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
