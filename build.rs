@@ -4,13 +4,10 @@
 //! `src/gpu/launch.rs` declares in that file: the launchers are the one list of kernels, so a
 //! launcher whose kernel is missing fails this build, naming it.
 //!
-//! `PLACELAB_EMULATOR_ASAN=1` compiles them under AddressSanitizer: run the tests with
-//! `LD_PRELOAD=$(gcc -print-file-name=libasan.so)`, and an emulated kernel that reads or writes
-//! outside a tensor's bytes stops the test with ASan's report (`.ci/emulator-checks`).
-//!
-//! `PLACELAB_KERNEL_MUTATION="FILE|FROM|TO"` compiles the kernels with the one occurrence of
-//! `FROM` in `kernels/FILE` replaced by `TO`: `.ci/emulator-checks` shows that the emulated tests
-//! then fail, so they do check the kernels. It never touches `kernels/` itself.
+//! It also writes `host-kernels.rsp` beside them: the compiler's arguments for the same build,
+//! so `.ci/kernel-library.py` can build a shared library from it (a kernel with one change, or
+//! the kernels under AddressSanitizer) that the emulator runs instead of the linked one
+//! (`PLACELAB_EMULATOR_KERNELS`), without rebuilding placelab.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -58,44 +55,30 @@ fn declared_kernels(launch_rs: &str) -> BTreeMap<String, Vec<String>> {
     by_source
 }
 
-/// Copies `kernels/*.cu` and `common.cuh` into `dst` (what the host build compiles), applying
-/// `PLACELAB_KERNEL_MUTATION` if set; returns `dst`.
+/// Copies `kernels/*.cu` and `common.cuh` into `dst` (what the host build compiles); returns `dst`.
 fn copy_sources(kernels: &std::path::Path, dst: &std::path::Path) -> PathBuf {
     std::fs::create_dir_all(dst).unwrap();
-    let mutation = std::env::var("PLACELAB_KERNEL_MUTATION").ok();
-    let mut applied = false;
     for entry in std::fs::read_dir(kernels).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !(name.ends_with(".cu") || name.ends_with(".cuh")) {
-            continue;
+        if name.ends_with(".cu") || name.ends_with(".cuh") {
+            std::fs::copy(&path, dst.join(&name)).unwrap();
         }
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        if let Some(m) = &mutation {
-            let [file, from, to] = m.splitn(3, '|').collect::<Vec<_>>()[..] else {
-                panic!("PLACELAB_KERNEL_MUTATION: expected FILE|FROM|TO, got {m:?}");
-            };
-            if file == name {
-                assert_eq!(
-                    text.matches(from).count(),
-                    1,
-                    "PLACELAB_KERNEL_MUTATION: {from:?} must occur once in kernels/{file}"
-                );
-                text = text.replacen(from, to, 1);
-                applied = true;
-            }
-        }
-        std::fs::write(dst.join(&name), text).unwrap();
-    }
-    if let Some(m) = &mutation {
-        assert!(
-            applied,
-            "PLACELAB_KERNEL_MUTATION: no kernel file named in {m:?}"
-        );
-        println!("cargo:warning=kernels compiled for the host with the mutation {m:?}");
     }
     dst.to_path_buf()
 }
+
+/// The host build's C++ flags, beside its include folders and files.
+const FLAGS: &[&str] = &[
+    "-std=c++17",
+    "-O2",
+    // NVRTC contracts `a * b + c` into FMAs by default; the host does not, so results match the
+    // CPU backend's bit for bit (a GPU may differ in the last bit there).
+    "-ffp-contract=off",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-Wno-unused-parameter",
+];
 
 fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
@@ -103,33 +86,21 @@ fn main() {
     let kernels = root.join("kernels");
     println!("cargo:rerun-if-changed=kernels");
     println!("cargo:rerun-if-changed=src/gpu/launch.rs");
-    println!("cargo:rerun-if-env-changed=PLACELAB_EMULATOR_ASAN");
-    println!("cargo:rerun-if-env-changed=PLACELAB_KERNEL_MUTATION");
     let sources = copy_sources(&kernels, &out.join("kernels"));
 
     let launch_rs = std::fs::read_to_string(root.join("src/gpu/launch.rs")).unwrap();
+    let host = kernels.join("host");
     let mut build = cc::Build::new();
     build
         .cpp(true)
         .cpp_link_stdlib(None) // header-only C++: templates, no library calls
-        .std("c++17")
-        .opt_level(2)
         .include(&sources)
-        .include(kernels.join("host"))
-        // NVRTC contracts `a * b + c` into FMAs by default; the host does not, so results match
-        // the CPU backend's bit for bit (a GPU may differ in the last bit there).
-        .flag("-ffp-contract=off")
-        .flag("-fno-exceptions")
-        .flag("-fno-rtti")
-        .flag_if_supported("-Wno-unused-parameter")
-        .file(kernels.join("host/emulator.cpp"));
-    let asan = std::env::var_os("PLACELAB_EMULATOR_ASAN").is_some_and(|v| v == "1");
-    if asan {
-        build
-            .flag("-fsanitize=address")
-            .flag("-fno-omit-frame-pointer");
-        println!("cargo:rustc-link-lib=dylib=asan");
+        .include(&host)
+        .file(host.join("emulator.cpp"));
+    for flag in FLAGS {
+        build.flag(flag);
     }
+    let mut files = vec![host.join("emulator.cpp")];
 
     let mut index = String::from("#include \"cuda_host.h\"\n#include \"registry.h\"\n");
     let mut tables = Vec::new();
@@ -154,7 +125,8 @@ fn main() {
         .unwrap();
         let file = out.join(format!("emulated_{stem}.cpp"));
         std::fs::write(&file, text).unwrap();
-        build.file(file);
+        build.file(&file);
+        files.push(file);
         writeln!(index, "extern \"C\" const pl_kernel placelab_emu_{stem}[];").unwrap();
         writeln!(index, "extern \"C\" const size_t placelab_emu_{stem}_len;").unwrap();
         tables.push(stem);
@@ -171,6 +143,18 @@ fn main() {
     index.push_str("        default: *len = 0; return nullptr;\n    }\n}\n");
     let index_file = out.join("emulated_index.cpp");
     std::fs::write(&index_file, index).unwrap();
-    build.file(index_file);
+    build.file(&index_file);
+    files.push(index_file);
     build.compile("placelab_emulator");
+    write_response_file(&out, &[sources, host], &files);
+}
+
+/// `host-kernels.rsp`: `c++ @host-kernels.rsp -shared -fPIC -o lib.so` builds what `main` linked.
+/// An include folder given before it takes precedence (a copy of the sources with a change).
+fn write_response_file(out: &std::path::Path, includes: &[PathBuf], files: &[PathBuf]) {
+    let quoted = |p: &std::path::Path| format!("\"{}\"", p.display());
+    let mut args: Vec<String> = FLAGS.iter().map(|f| f.to_string()).collect();
+    args.extend(includes.iter().map(|i| format!("-I{}", quoted(i))));
+    args.extend(files.iter().map(|f| quoted(f)));
+    std::fs::write(out.join("host-kernels.rsp"), args.join("\n") + "\n").unwrap();
 }

@@ -99,6 +99,10 @@ fn environment_help() -> String {
             "N emulated ones: the real CUDA kernels run on the CPU",
         ),
         (
+            "PLACELAB_EMULATOR_KERNELS=LIB",
+            "their kernels from LIB (.ci/kernel-library.py)",
+        ),
+        (
             "PLACELAB_NO_CUDA=1",
             "(any value) use no real GPU, never load the CUDA driver",
         ),

@@ -12,41 +12,11 @@ use rayon::prelude::*;
 use crate::gpu::args::{Arg, Param};
 use crate::gpu::driver::Grid;
 
-/// `pl_param` in `kernels/host/registry.h`.
-#[repr(C)]
-struct RawParam {
-    kind: u32,
-    size: u32,
-    align: u32,
-}
-
-/// `pl_kernel` in `kernels/host/registry.h`.
-#[repr(C)]
-struct RawKernel {
-    name: *const c_char,
-    invoke: unsafe extern "C" fn(*mut *mut c_void),
-    nparams: u32,
-    params: *const RawParam,
-}
-
-unsafe extern "C" {
-    fn placelab_emu_table(i: usize, len: *mut usize) -> *const RawKernel;
-    fn placelab_emu_run_block(
-        invoke: unsafe extern "C" fn(*mut *mut c_void),
-        args: *mut *mut c_void,
-        grid: *const u32,
-        block: *const u32,
-        block_idx: *const u32,
-        err: *mut c_char,
-        err_len: usize,
-    ) -> i32;
-    fn placelab_emu_poison(addr: *const c_void, size: usize, poison: i32);
-    fn placelab_emu_checks_bounds() -> i32;
-}
+use super::library::{Invoke, library};
 
 /// One kernel compiled for the host.
 pub(crate) struct HostKernel {
-    invoke: unsafe extern "C" fn(*mut *mut c_void),
+    invoke: Invoke,
     pub(crate) params: Vec<Param>,
 }
 
@@ -54,15 +24,16 @@ pub(crate) struct HostKernel {
 unsafe impl Send for HostKernel {}
 unsafe impl Sync for HostKernel {}
 
-/// Every kernel compiled for the host, by name.
-pub(crate) fn kernels() -> &'static HashMap<String, HostKernel> {
+/// Every kernel compiled for the host, by name (the library's error if it cannot be loaded).
+pub(crate) fn kernels() -> Result<&'static HashMap<String, HostKernel>, &'static str> {
     static K: OnceLock<HashMap<String, HostKernel>> = OnceLock::new();
-    K.get_or_init(|| {
+    let library = library()?;
+    Ok(K.get_or_init(|| {
         let mut map = HashMap::new();
         for table in 0.. {
             let mut len = 0;
             // SAFETY: the generated tables are static arrays of `len` entries.
-            let entries = unsafe { placelab_emu_table(table, &mut len) };
+            let entries = unsafe { (library.table)(table, &mut len) };
             if entries.is_null() {
                 break;
             }
@@ -94,19 +65,20 @@ pub(crate) fn kernels() -> &'static HashMap<String, HostKernel> {
             }
         }
         map
-    })
+    }))
 }
 
-/// Whether the kernels were compiled under AddressSanitizer (`PLACELAB_EMULATOR_ASAN=1`).
+/// Whether the kernels were compiled under AddressSanitizer (a library built with
+/// `.ci/kernel-library.py --asan`).
 pub fn checks_bounds() -> bool {
-    unsafe { placelab_emu_checks_bounds() != 0 }
+    library().is_ok_and(|l| unsafe { (l.checks_bounds)() } != 0)
 }
 
 /// Tells AddressSanitizer that `[addr, addr + size)` may (`usable`) or may not be touched by a
 /// kernel. Without ASan it does nothing.
 pub(crate) fn mark_usable(addr: usize, size: usize, usable: bool) {
-    if size > 0 {
-        unsafe { placelab_emu_poison(addr as *const c_void, size, (!usable) as i32) };
+    if let (true, Ok(library)) = (size > 0, library()) {
+        unsafe { (library.poison)(addr as *const c_void, size, (!usable) as i32) };
     }
 }
 
@@ -117,7 +89,7 @@ pub(crate) fn check_launch(
     grid: Grid,
     args: &[Arg],
 ) -> Result<&'static HostKernel, String> {
-    let k = kernels()
+    let k = kernels()?
         .get(name)
         .ok_or_else(|| format!("no kernel named {name} in kernels/*.cu"))?;
     let given: Vec<Param> = args.iter().map(Arg::param).collect();
@@ -164,6 +136,7 @@ pub(crate) unsafe fn run(
     grid: Grid,
     mut args: Vec<Arg>,
 ) -> Result<(), String> {
+    let run_block = library()?.run_block;
     let ptrs = Args(
         args.iter_mut()
             .map(|a| match a {
@@ -190,7 +163,7 @@ pub(crate) unsafe fn run(
         // The kernel only reads the argument array (each parameter is copied in by value).
         let argv = ptrs.0.as_ptr() as *mut *mut c_void;
         let rc = unsafe {
-            placelab_emu_run_block(
+            run_block(
                 k.invoke,
                 argv,
                 g.as_ptr(),

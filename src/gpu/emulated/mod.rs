@@ -13,6 +13,7 @@
 //! What the emulation proves and what only a GPU can is in the README ("Real GPUs").
 
 mod kernels;
+mod library;
 mod stream;
 
 use std::any::Any;
@@ -31,7 +32,7 @@ pub fn check_launch(name: &str, grid: Grid, args: &[Arg]) -> Result<(), String> 
 
 /// The parameters of kernel `name` as the C++ compiler declared them, if `kernels/*.cu` has it.
 pub fn kernel_params(name: &str) -> Option<Vec<Param>> {
-    kernels::kernels().get(name).map(|k| k.params.clone())
+    kernels::kernels().ok()?.get(name).map(|k| k.params.clone())
 }
 use stream::{Event, Stream};
 
