@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 /// Names the shared library to run instead of the kernels linked in.
-pub const VAR: &str = "PLACELAB_EMULATOR_KERNELS";
+const VAR: &str = "PLACELAB_EMULATOR_KERNELS";
 
 /// A kernel's entry: runs one CUDA thread's body with the launch's argument array.
 pub(crate) type Invoke = unsafe extern "C" fn(*mut *mut c_void);
