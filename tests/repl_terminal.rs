@@ -44,7 +44,17 @@ def wait_for(text, timeout):
     sys.stdout.write(seen.decode(errors="replace"))
     sys.exit("timed out waiting for %r" % text)
 def send(s):
-    global mark
+    # What the REPL printed before this input is read first, so that a wait for this input's
+    # answer cannot match it (a Tab's redraw also shows the prompt ">> ").
+    global seen, mark
+    while select.select([fd], [], [], 0)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
     mark = len(seen)
     os.write(fd, s.encode())
 t0 = time.time()
@@ -107,9 +117,12 @@ wait_for("device", 30)
 wait_for(">> ", 30)
 # Tab completes a name as the kernel does (`eye`, not the snippet `eye(n, opts)`).
 send("let e = Tensor::ey\t")
-time.sleep(2)
+wait_for("Tensor::eye", 60)
 send("(2, &Device::Cpu)?;\r")
-wait_for(">> ", 120)
+# The cell's memory line, then the prompt: the NUL below must reach a prompt, not a running
+# cell, where the terminal's line discipline would turn it into a Ctrl-D typed ahead.
+wait_for("this cell +512 B", 120)
+wait_for(">> ", 30)
 # Ctrl-Space (a NUL byte, as a Ctrl-D typed ahead becomes) at a prompt the user is at: nothing.
 time.sleep(1)
 send("\x00")
