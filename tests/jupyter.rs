@@ -321,6 +321,86 @@ fn tutorial_notebooks_run_and_teach_their_facts() {
     pytest_on("test_notebooks.py", None);
 }
 
+/// `notebooks/executed/` is read in place of running the notebooks (the README links it), so
+/// each copy has its notebook's cells, source for source, and every code cell ran; the only
+/// errors it shows are those whose lesson is an error. Needs neither Python nor a kernel.
+#[test]
+fn executed_copies_hold_their_notebooks_cells() {
+    let refresh = "run notebooks/refresh-executed.sh";
+    let notebooks = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}: {refresh}", dir.display()))
+            .map(|e| {
+                e.expect("a directory entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|n| n.ends_with(".ipynb"))
+            .collect();
+        names.sort();
+        names
+    };
+    let cells = |path: &Path| -> Vec<serde_json::Value> {
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let nb: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not a notebook: {e}", path.display()));
+        nb["cells"].as_array().cloned().unwrap_or_default()
+    };
+    // A cell's source is a string or a list of lines in the file; compared as one string.
+    let source = |cell: &serde_json::Value| match &cell["source"] {
+        serde_json::Value::Array(lines) => {
+            lines.iter().filter_map(|l| l.as_str()).collect::<String>()
+        }
+        other => other.as_str().unwrap_or_default().to_owned(),
+    };
+    let dir = root().join("notebooks");
+    let executed = dir.join("executed");
+    let names = notebooks(&dir);
+    assert_eq!(
+        notebooks(&executed),
+        names,
+        "the executed copies are not the notebooks: {refresh}"
+    );
+    for name in &names {
+        let (mine, ran) = (cells(&dir.join(name)), cells(&executed.join(name)));
+        let key =
+            |c: &serde_json::Value| (c["id"].to_string(), c["cell_type"].to_string(), source(c));
+        let differ: Vec<String> = mine
+            .iter()
+            .zip(&ran)
+            .filter(|(m, r)| key(m) != key(r))
+            .map(|(m, _)| m["id"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        assert!(
+            mine.len() == ran.len() && differ.is_empty(),
+            "notebooks/executed/{name} differs from its notebook ({} cells against {}; cells that \
+             differ: {differ:?}): {refresh}",
+            ran.len(),
+            mine.len()
+        );
+        for cell in ran.iter().filter(|c| c["cell_type"] == "code") {
+            let id = cell["id"].as_str().unwrap_or("?");
+            assert!(
+                cell["execution_count"].is_u64(),
+                "{name}: cell {id} did not run in the executed copy: {refresh}"
+            );
+            let outputs = cell["outputs"].as_array().cloned().unwrap_or_default();
+            let failed = outputs.iter().any(|o| o["output_type"] == "error");
+            let tags = cell["metadata"]["tags"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let expected = tags.iter().any(|t| t == "raises-exception");
+            assert!(
+                expected || !failed,
+                "{name}: cell {id} failed in the executed copy: {refresh}"
+            );
+        }
+    }
+}
+
 /// `placelab ARGS --prefix PREFIX` with no JUPYTER_PATH: whether it succeeded, and what it said.
 fn placelab_at(prefix: &Path, args: &[&str]) -> (bool, String) {
     let out = user_command(env!("CARGO_BIN_EXE_placelab"))

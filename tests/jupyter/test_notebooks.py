@@ -175,6 +175,7 @@ def test_the_notebooks_are_numbered_and_listed_in_the_readme():
     readme = (NOTEBOOKS.parent / "README.md").read_text()
     for n in names:
         assert f"notebooks/{n}" in readme, f"README does not link {n}"
+    assert "notebooks/executed/" in readme, "README does not link the executed copies"
 
 
 # ---------------------------------------------------------------------------------------------
