@@ -427,6 +427,21 @@ def test_06_mixed_precision():
     assert "bf16: [1.0, 70144.0," in run.text("range"), run.text("range")
     assert "logits f16 · loss f32 · parameters f32" in run.text("autocast")
     assert "step taken: true · scale now 65536 · gradients stay f32" in run.text("scaler-step"), run.text("scaler-step")
+    # f16's smallest value is 2^-24: below half of it only 0; below 2^-14 (its smallest normal)
+    # values keep fewer digits. IEEE 754 rounding to nearest, as PyTorch's .half().
+    small = {float(x): (float(y), float(pct)) for x, y, pct in re.findall(r"^(\S+) in f16: (\S+) \(([+-][\d.]+)%\)$", run.text("underflow"), re.M)}
+    rounded = {2.9e-8: (0.0, -100.0), 3.1e-8: (2.0**-24, 92.27), 1e-7: (2.0**-23, 19.21), 1e-6: (17 * 2.0**-24, 1.33), 1e-4: (1.0001659e-4, 0.02)}
+    assert set(small) == set(rounded), run.text("underflow")
+    for x, (y, pct) in rounded.items():
+        assert abs(small[x][0] - y) <= 1e-6 * y and small[x][1] == pct, run.text("underflow")
+    # Measured on an H100 (the run placelab ships): 16-bit products about 11x faster, a whole
+    # step about 2x on both engines (Amdahl's law), as the markdown says.
+    speedups = re.findall(r"^(matrix product 4096³|training step) .* (\d+\.\d)× faster \(PyTorch .*, (\d+\.\d)×\)$", run.text("speedup"), re.M)
+    ratios = {what: (float(mine), float(torch)) for what, mine, torch in speedups}
+    assert set(ratios) == {"matrix product 4096³", "training step"}, run.text("speedup")
+    assert 10 <= ratios["matrix product 4096³"][0] <= 12 and 12 <= ratios["matrix product 4096³"][1] <= 15, ratios
+    assert all(1.5 <= r <= 2.5 for r in ratios["training step"]), ratios
+    assert "NVIDIA H100 80GB HBM3, 2026-11-27" in run.text("speedup"), run.text("speedup")
     lost = re.fullmatch(r"1e-8 in f16: 0 · scaled by 65536, stored in f16, unscaled in f32: (\S+)", run.text("your-turn").strip())
     assert lost and abs(float(lost.group(1)) - 1e-8) < 1e-10, run.text("your-turn")
     # What the graph keeps, as PyTorch's (gen_saved_tensors.py's rule, checked with
@@ -490,6 +505,11 @@ def test_08_capstone():
     for name in ("copied per batch", "pinned, prefetched"):
         assert rows[name].group(2) == "138" and rows[name].group(3) == "1.09 MiB", rows[name].group(0)
     assert rows["all on the GPU"].group(2) == "0", rows["all on the GPU"].group(0)
+    # What training left on the GPU: parameters, gradients and Adam's two moments, 4 x 19.5 KiB;
+    # a real GPU also holds cuBLAS's workspace (32 MiB from Hopper on, 8 MiB + 128 KiB before).
+    left = re.search(r"── cuda:0[^\n]* allocated (\S+ \S+) \((\d+) tensors\)", run.strip("train"))
+    assert left and left.group(2) == "16", run.strip("train")
+    assert left.group(1) in (("32.08 MiB", "8.20 MiB") if run.real_gpu else ("78.00 KiB",)), run.strip("train")
     if not run.real_gpu:
         # Copies are a small share of the predicted time, and the epochs are host-bound: the
         # host queues the tiny network's ops more slowly than an H100 would run them.
@@ -498,6 +518,9 @@ def test_08_capstone():
             assert 0 < copies < 0.1 * total, rows[name].group(0)
         assert all(r.group(6) == "host" for r in rows.values()), run.text("placements")
         assert seconds(rows["all on the GPU"].group(7)) == 0
+        # "The three predictions are within 10% of each other": a tiny network is host-bound.
+        predicted = [seconds(r.group(5)) for r in rows.values()]
+        assert max(predicted) <= 1.1 * min(predicted), run.text("placements")
     text, html = run.profile("profile")
     # A whole epoch: besides the ops, the loader's host work and Adam's bookkeeping run between
     # them (about 15% here), so the 90% bound of a single step's profile is not asked of it.
