@@ -81,6 +81,65 @@ fn to_the_same_device_returns_the_same_storage_and_records_nothing() {
     );
 }
 
+/// A 0-d CPU tensor meets a GPU tensor as in PyTorch, and costs what PyTorch's does: its value
+/// is made on the GPU (PyTorch passes it to the kernel), so no copy crosses the bus or waits, in
+/// every dtype, exactly. One that needs a gradient is moved, and logged, so that its gradient
+/// reaches it on the CPU.
+#[test]
+fn a_cpu_scalar_meets_a_gpu_tensor_without_a_copy() {
+    stand_in::gpus(1, None).unwrap();
+    let (cpu, gpu) = (Device::Cpu, Device::Cuda(0));
+    let scalar_copies = |since| {
+        transfer::log_since(since)
+            .iter()
+            .filter(|t| t.shape.is_empty() && t.from == cpu && t.to == gpu)
+            .count()
+    };
+    let y = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], [3], gpu).unwrap();
+    let big = Tensor::from_vec(vec![1i64 << 53, 0], [2], gpu).unwrap();
+    let half = Tensor::from_vec(vec![half::f16::from_f32(2.0)], [1], gpu).unwrap();
+    let seq = transfer::last_seq();
+    let scale = Tensor::scalar(0.5, cpu).unwrap();
+    assert_eq!(
+        (&y * &scale).unwrap().to_vec::<f32>().unwrap(),
+        [0.5, -1.0, 1.5]
+    );
+    let one = Tensor::scalar(1i64, (DType::I64, cpu)).unwrap();
+    assert_eq!(
+        (&big + &one).unwrap().to_vec::<i64>().unwrap(),
+        [(1 << 53) + 1, 1],
+        "an i64 beyond f64's integers stays exact"
+    );
+    let fine = Tensor::scalar(1.0009766, (DType::F16, cpu)).unwrap();
+    let product = (&half * &fine).unwrap();
+    assert_eq!(product.dtype(), DType::F16);
+    assert_eq!(
+        product.to_vec::<half::f16>().unwrap()[0].to_f32(),
+        2.0019531
+    );
+    let zero = Tensor::scalar(0.0, cpu).unwrap();
+    assert_eq!(
+        y.gt(&zero).unwrap().to_vec::<bool>().unwrap(),
+        [true, false, true]
+    );
+    assert_eq!(scalar_copies(seq), 0, "{:?}", transfer::log_since(seq));
+
+    let seq = transfer::last_seq();
+    let learned = Tensor::scalar(2.0, cpu)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    (&y * &learned)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(scalar_copies(seq), 1, "{:?}", transfer::log_since(seq));
+    let grad = learned.grad().expect("the gradient reaches the CPU scalar");
+    assert_eq!((grad.device(), grad.item::<f32>().unwrap()), (cpu, 2.0));
+}
+
 #[test]
 fn non_contiguous_views_transfer_their_elements() {
     stand_in::gpus(2, None).unwrap();

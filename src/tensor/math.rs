@@ -5,6 +5,7 @@ use std::ops;
 
 use super::{Tensor, same_device};
 use crate::autograd::{grads, is_grad_enabled, no_grad, record};
+use crate::device::Device;
 use crate::dtype::{DType, Scalar};
 use crate::error::{Error, Result};
 use crate::layout::broadcast_shapes;
@@ -46,20 +47,37 @@ impl Operand for OperandKind {
 }
 
 /// PyTorch lets a 0-d CPU tensor (a "CPU scalar", such as a loss read back or `tensor(2.0)`)
-/// meet a tensor on any device, in either order. The tensor of the pair that is such a scalar,
-/// when the other lives elsewhere, moved to the other's device: a 4-to-8-byte copy (PyTorch
-/// passes the value to the kernel instead). `None` when the pair needs no move.
+/// meet a tensor on any device, in either order. The pair with such a scalar made on the other's
+/// device (see `cpu_scalar_on`); `None` when the pair needs no move.
 fn cpu_scalar_moved(a: &Tensor, b: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
     let cpu_scalar = |t: &Tensor| t.rank() == 0 && t.device().is_cpu();
     if a.device() == b.device() {
         Ok(None)
     } else if cpu_scalar(b) {
-        Ok(Some((a.clone(), b.to(&a.device())?)))
+        Ok(Some((a.clone(), cpu_scalar_on(b, a.device())?)))
     } else if cpu_scalar(a) {
-        Ok(Some((a.to(&b.device())?, b.clone())))
+        Ok(Some((cpu_scalar_on(a, b.device())?, b.clone())))
     } else {
         Ok(None)
     }
+}
+
+/// A CPU scalar's value on `device`. PyTorch passes the value to the kernel; placelab makes it
+/// there as it makes a Rust number's (a fill: nothing crosses the bus, and no host wait for an
+/// upload). One that needs a gradient is moved with `.to()` instead (4 to 8 bytes, recorded),
+/// so that its gradient flows back to the CPU.
+fn cpu_scalar_on(scalar: &Tensor, device: Device) -> Result<Tensor> {
+    if scalar.requires_grad() {
+        return scalar.to(&device);
+    }
+    // Exact for every dtype: i64 as itself, every other value through f64.
+    let value = match scalar.dtype() {
+        DType::I64 => Scalar::Int(scalar.item::<i64>()?),
+        DType::Bool => Scalar::Bool(scalar.item::<bool>()?),
+        d if d.is_float() => Scalar::Float(scalar.item_f64()?),
+        _ => Scalar::Int(scalar.item_f64()? as i64),
+    };
+    Tensor::scalar(value, (scalar.dtype(), device))
 }
 
 fn category(d: DType) -> u8 {

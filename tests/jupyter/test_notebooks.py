@@ -244,8 +244,10 @@ def test_02_moving_tensors():
     mismatch = run.error("mismatch").evalue
     assert "device mismatch in add" in mismatch and "cpu" in mismatch and "cuda:0" in mismatch, mismatch
     assert " · cuda:0" in run.card("fixed")
-    # A 0-d CPU tensor meets a GPU tensor, as in PyTorch; the result is on the GPU.
+    # A 0-d CPU tensor meets a GPU tensor, as in PyTorch; the result is on the GPU, and the
+    # cell's one copy is y.cpu(): the scalar's value crosses no bus (PyTorch passes it to the kernel).
     assert run.text("fixed-on-cpu").strip() == "(cpu, cuda:0)", run.text("fixed-on-cpu")
+    assert "── 1 transfer this cell: 3.81 MiB" in run.strip("fixed-on-cpu"), run.strip("fixed-on-cpu")
     assert len([l for l in run.text("transfers").splitlines() if "→" in l]) >= 4, run.text("transfers")
     # Casting on the CPU first moves half the bytes.
     assert run.text("your-turn").strip() == "move then cast: 4000000 bytes copied · cast then move: 2000000 bytes copied", run.text("your-turn")
