@@ -213,9 +213,14 @@ fn tensors_made_without_a_device_land_on_the_default_one() -> Result<()> {
         (Device::Cuda(0), DType::F32)
     );
     assert_eq!(converted.to_vec::<f32>()?, vec![1.0, 2.0]);
-    assert!(
-        converted.last_transfer().is_none(),
-        "made on the device, not moved"
+    // The values came from the host, as with `torch.tensor(data, dtype=…, device="cuda")`:
+    // converted there, so the copy carries the f32 bytes, and logged like a `.to()`.
+    let sent = converted
+        .last_transfer()
+        .expect("values from the host cross to the GPU");
+    assert_eq!(
+        (sent.from, sent.to, sent.bytes, sent.dtype),
+        (Device::Cpu, Device::Cuda(0), 8, DType::F32)
     );
     let missing = set_default_device(&Device::Cuda(5))
         .unwrap_err()

@@ -140,6 +140,39 @@ fn a_cpu_scalar_meets_a_gpu_tensor_without_a_copy() {
     assert_eq!((grad.device(), grad.item::<f32>().unwrap()), (cpu, 2.0));
 }
 
+/// Which constructors copy, as in PyTorch: values from the host (`from_vec`, and `Tensor::new`
+/// and `tensor!` under a GPU default) cross the bus and are logged like a `.to()`; those that
+/// fill on the device (`zeros`, `ones`, `full`, `arange`) copy nothing.
+#[test]
+fn constructors_from_host_values_log_their_copy() {
+    stand_in::gpus(1, None).unwrap();
+    let gpu = Device::Cuda(0);
+    let seq = transfer::last_seq();
+    let values = Tensor::from_vec(vec![1.0f32; 7], [7], gpu).unwrap();
+    let sent = values.last_transfer().expect("the values crossed the bus");
+    assert_eq!(
+        (sent.from, sent.to, sent.bytes, sent.shape.clone()),
+        (Device::Cpu, gpu, 28, vec![7])
+    );
+    let logged = transfer::log_since(seq);
+    assert!(
+        logged.iter().any(|t| t.seq == sent.seq),
+        "the copy is in the log: {logged:?}"
+    );
+    let filled = [
+        Tensor::zeros([7, 2], gpu).unwrap(),
+        Tensor::ones([7, 2], gpu).unwrap(),
+        Tensor::full([7, 2], 3, gpu).unwrap(),
+        Tensor::arange(0, 14, gpu).unwrap(),
+    ];
+    assert!(filled.iter().all(|t| t.last_transfer().is_none()));
+    let filled_copies = transfer::log_since(seq)
+        .into_iter()
+        .filter(|t| t.to == gpu && (t.shape == [7, 2] || t.shape == [14]))
+        .count();
+    assert_eq!(filled_copies, 0);
+}
+
 #[test]
 fn non_contiguous_views_transfer_their_elements() {
     stand_in::gpus(2, None).unwrap();

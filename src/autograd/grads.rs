@@ -71,7 +71,7 @@ fn operand(
     g: &Tensor,
 ) -> Result<Tensor> {
     match number {
-        Some((n, dtype)) => Tensor::from_vec(vec![n.to_f64()], [], (dtype, g.device())),
+        Some((n, dtype)) => Tensor::scalar(n, (dtype, g.device())),
         None => Ok(saved(s, i)?.clone()),
     }
 }
@@ -395,7 +395,7 @@ pub(crate) fn index_select(input: Vec<usize>, dim: usize, positions: Vec<usize>)
                 [row] => g.narrow(dim, *row as usize, 1)?,
                 _ => {
                     let n = rows.len();
-                    let index = Tensor::from_vec(rows, [n], g.device())?;
+                    let index = Tensor::engine_values(&rows, vec![n], g.device())?;
                     g.index_select(dim, &index)?
                         .sum(dim, true)?
                         .to_dtype(g.dtype())?

@@ -57,7 +57,7 @@ fn picks(op: &'static str, target: &Tensor, c: usize, opts: impl IntoOptions) ->
         }
         hot[i * c + k as usize] = -1.0;
     }
-    Tensor::from_vec(hot, [n, c], opts)
+    Tensor::engine_values(&hot, vec![n, c], opts)
 }
 
 /// The loss input in f32 (or f64): losses are always accumulated in full precision.
@@ -100,7 +100,7 @@ impl NLLLoss {
         let x = full_precision(input)?;
         let picked = one_hot("nll_loss", &x, target, x.dtype())?;
         let (n, c) = (x.shape()[0], x.shape()[1]);
-        let total_weight = Tensor::from_vec(vec![n as f64], [], (x.dtype(), x.device()))?;
+        let total_weight = Tensor::scalar(n as f64, (x.dtype(), x.device()))?;
         let loss = no_grad(|| x.mul(&picked)?.sum_all()?.div(&total_weight))?;
         drop(picked);
         let backward = || {

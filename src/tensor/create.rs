@@ -6,6 +6,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{IntoOptions, Tensor};
+use crate::device::Device;
 use crate::dtype::{DType, Element, Scalar};
 use crate::error::{Error, Result};
 use crate::layout::{IntoShape, numel_checked};
@@ -176,12 +177,7 @@ impl Tensor {
         Tensor::sample(shape.into_shape(), dtype, o.device, true)
     }
 
-    fn sample(
-        shape: Vec<usize>,
-        dtype: DType,
-        device: crate::device::Device,
-        normal: bool,
-    ) -> Result<Tensor> {
+    fn sample(shape: Vec<usize>, dtype: DType, device: Device, normal: bool) -> Result<Tensor> {
         let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
         // Samples come from the one CPU generator on every device (a GPU gets them uploaded), so
         // a seed gives the same values wherever the tensor lives.
@@ -192,7 +188,7 @@ impl Tensor {
             .unwrap_or_else(|e| e.into_inner())
             .random();
         fn filled<T: crate::cpu::random::Sample + Element>(
-            host: crate::device::Device,
+            host: Device,
             n: usize,
             seed: u64,
             normal: bool,
@@ -258,7 +254,7 @@ impl Tensor {
                 order.swap(i, rng.random_range(0..=i));
             }
         }
-        let t = Tensor::from_vec(order, [n], o.device)?;
+        let t = Tensor::engine_values(&order, vec![n], o.device)?;
         match o.dtype {
             Some(d) if d != DType::I64 => t.to_dtype(d),
             _ => Ok(t),
@@ -276,6 +272,10 @@ impl Tensor {
     }
 
     /// Like `from_vec`, copying from a slice.
+    ///
+    /// On a GPU the values cross the bus from the host, as with PyTorch's
+    /// `torch.tensor(data, device="cuda")`: the copy is logged as a transfer from the CPU, so the
+    /// card and `:transfers` show it (`Tensor::new` and `tensor!` under a GPU default come here).
     pub fn from_slice<T: Element>(
         data: &[T],
         shape: impl IntoShape,
@@ -291,6 +291,23 @@ impl Tensor {
                 why: format!("{} values cannot fill a tensor of {n} elements", data.len()),
             });
         }
+        if o.device.is_cpu() {
+            return Tensor::engine_values(data, shape, o);
+        }
+        o.device.check_available()?;
+        let dtype = o.dtype.unwrap_or(T::DTYPE);
+        Tensor::engine_values(data, shape, (dtype, Device::Cpu))?.to(&o.device)
+    }
+
+    /// Values the engine makes on the host for one of its own ops, on `opts`'s device (uploaded
+    /// to a GPU unlogged: PyTorch makes these in its kernels, so a learner's transfer log lists
+    /// only the copies their own code asked for). `data.len()` is the shape's element count.
+    pub(crate) fn engine_values<T: Element>(
+        data: &[T],
+        shape: Vec<usize>,
+        opts: impl IntoOptions,
+    ) -> Result<Tensor> {
+        let o = opts.into_options();
         let dtype = o.dtype.unwrap_or(T::DTYPE);
         if dtype == T::DTYPE {
             return Ok(Tensor::from_storage(
@@ -299,7 +316,7 @@ impl Tensor {
             ));
         }
         // Converted where the device's host data is prepared, so a real GPU receives the
-        // final dtype in one upload that is not a `.to()`.
+        // final dtype in one upload.
         let host = o.device.host_stand_in();
         let staged = Tensor::from_storage(Storage::from_slice(host, data)?, shape.clone());
         let converted = staged.to_dtype(dtype)?.contiguous()?;

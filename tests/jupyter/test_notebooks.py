@@ -223,7 +223,9 @@ def test_01_devices_and_tensors():
     assert f"── {label} allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB" in run.strip("on-device"), run.strip("on-device")
     assert "4000000 bytes" in run.text("facts")
     assert "f16[1000, 1000]: 2000000 bytes" in run.text("dtypes") and "i64[10]: 80 bytes" in run.text("dtypes")
-    assert run.card("default-device").startswith(f"Tensor f32[2, 2] · {label} · 16 B"), run.card("default-device")
+    # Values from the program cross the bus, as torch.tensor(data, device="cuda") copies them.
+    assert run.card("default-device").startswith(f"Tensor f32[2, 2] · {label} · 16 B · last .to(): cpu → cuda:0"), run.card("default-device")
+    assert "── 1 transfer this cell: 16 B" in run.strip("default-device"), run.strip("default-device")
     assert "cuda:7 is not available" in run.error("no-such-device").evalue
     assert run.text("parse").strip() == "(cuda:1, Some(1), true)"
     assert run.text("your-turn").strip() == "cuda:0 · 524288 bytes", run.text("your-turn")
