@@ -36,6 +36,7 @@ LAYERS = [
     (0, "units", ["units.rs"]),
     (0, "html", ["html.rs"]),
     (0, "dtype", ["dtype.rs"]),
+    (0, "exercise", ["exercise.rs"]),
     (0, "op", ["op.rs"]),
     # what named GPUs would take: a table and a model (names dtypes only)
     (1, "cost", ["cost/"]),

@@ -16,6 +16,7 @@
 // (`tensor` and `autograd` use each other). `.ci/layers.py` checks it; ARCHITECTURE.md draws it.
 // 0. leaves
 pub mod dtype;
+pub mod exercise;
 pub(crate) mod html;
 pub mod op;
 pub mod units;
@@ -87,6 +88,7 @@ pub mod prelude {
     pub use crate::amp::{GradScaler, autocast};
     pub use crate::autograd::no_grad;
     pub use crate::data::DataLoader;
+    pub use crate::exercise;
     pub use crate::memory::{self, MemoryStats};
     pub use crate::nn::{self, Module, ModuleExt};
     pub use crate::optim::{self, Adam, Optimizer, Sgd};
