@@ -479,11 +479,18 @@ def test_06_mixed_precision():
 @pytest.mark.limit(400)
 def test_07_several_gpus():
     run = execute("07-several-gpus.ipynb")
-    count = re.fullmatch(r"\((\d+), cuda:(\d+)\)", run.text("count").strip())
+    count = re.fullmatch(r"\((\d+), cuda:(\d+)\)", run.text("count").strip().splitlines()[-1])
     assert count, run.text("count")
     n = int(count.group(1))
     if not run.real_gpu:
         assert n == 2
+    # With one GPU the notebook says what it cannot show, and how to see it.
+    assert ("One GPU here:" in run.text("count")) == (n == 1), run.text("count")
+    # DataParallel's copies, by what each is for: the other GPUs' slices, every parameter on
+    # every other GPU, their outputs back; the learner's guess (none under Run All) checked.
+    split = re.search(r"copies: (\d+) to scatter the batch, (\d+) to replicate the parameters, (\d+) to gather the outputs", run.text("data-parallel"))
+    assert split and tuple(int(g) for g in split.groups()) == (n - 1, 4 * (n - 1), n - 1), run.text("data-parallel")
+    assert f"copies for one forward: {6 * (n - 1)}. You wrote no prediction" in run.text("data-parallel"), run.text("data-parallel")
     if n > 1:
         assert run.text("on-each").strip() == f"(cuda:0, cuda:{n - 1})"
         assert f"last .to(): cuda:0 → cuda:{n - 1}" in run.card("peer-copy"), run.card("peer-copy")
@@ -501,7 +508,7 @@ def test_07_several_gpus():
         # Standing for H100s, the copy between them is predicted over NVLink.
         assert "(predicted: NVLink, 450 GB/s each way)" in run.card("peer-copy"), run.card("peer-copy")
     # 256 MiB between two GPUs: NVLink (H100) beats PCIe peer to peer (L4), which beats staging
-    # through the host (RTX 4090, no peer copies on GeForce).
+    # through the host (RTX 4090: no peer copies on GeForce RTX 40 cards).
     links = {l.split()[0]: l for l in run.text("link-compare").splitlines() if l.strip()}
     ms = {k: float(re.search(r"([\d.]+) ms", l).group(1)) for k, l in links.items()}
     assert "NVLink" in links["H100"] and "peer to peer" in links["L4"], links
