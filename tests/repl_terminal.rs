@@ -24,37 +24,37 @@ seen = b""
 # Output is searched from the last input or the last match on: text printed before (the banner
 # says "devices") must not answer a wait for what the next input prints.
 mark = 0
+def read_output(timeout):
+    """Adds what the REPL printed within `timeout` s to `seen`: "read", "nothing" or "closed"."""
+    global seen
+    if not select.select([fd], [], [], timeout)[0]:
+        return "nothing"
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:
+        return "closed"
+    if not chunk:
+        return "closed"
+    seen += chunk
+    return "read"
 def wait_for(text, timeout):
-    global seen, mark
+    global mark
     end = time.time() + timeout
     while time.time() < end:
         at = seen.find(text.encode(), mark)
         if at >= 0:
             mark = at + len(text)
             return True
-        r, _, _ = select.select([fd], [], [], 0.2)
-        if r:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
+        if read_output(0.2) == "closed":
+            break
     sys.stdout.write(seen.decode(errors="replace"))
     sys.exit("timed out waiting for %r" % text)
 def send(s):
     # What the REPL printed before this input is read first, so that a wait for this input's
     # answer cannot match it (a Tab's redraw also shows the prompt ">> ").
-    global seen, mark
-    while select.select([fd], [], [], 0)[0]:
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
+    global mark
+    while read_output(0) == "read":
+        pass
     mark = len(seen)
     os.write(fd, s.encode())
 t0 = time.time()
@@ -143,10 +143,7 @@ while True:
         os.kill(pid, 9)
         sys.stdout.write(seen.decode(errors="replace"))
         sys.exit("Ctrl-D did not end the REPL within 60 s")
-    try:
-        if select.select([fd], [], [], 0.2)[0]:
-            seen += os.read(fd, 65536)
-    except OSError:
+    if read_output(0.2) == "closed":
         time.sleep(0.2)
 sys.stdout.write(seen.decode(errors="replace"))
 print("\nEXIT %d" % os.waitstatus_to_exitcode(status))
