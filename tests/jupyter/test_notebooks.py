@@ -381,6 +381,9 @@ def test_04_models_on_a_device():
         assert line.group(6) == "host" and step == host and gpu < host, line.group(0)
         measured = re.search(r"measured on NVIDIA H100 80GB HBM3 \(2026-11-27, commit \w+\): (\S+ \S+) a step", run.text("profile-gpu"))
         assert measured, run.text("profile-gpu")
+        # 16 times the batch, far from 16 times the time on a real H100, in both engines.
+        larger = re.search(r"at batch 1024, 16 times the data: \S+ \S+ a step \(([\d.]+)×\); PyTorch in the same run: .* \(([\d.]+)×\)", run.text("profile-gpu"))
+        assert larger and float(larger.group(1)) < 3 and float(larger.group(2)) < 1.5, run.text("profile-gpu")
         # The prediction within 25% of the real H100's step (282 µs at that commit).
         assert abs(step / seconds(measured.group(1)) - 1) <= 0.25, (line.group(0), measured.group(0))
         assert "on an H100 SXM (predicted: the host queues the ops in " in text and "host-bound" in text, text
