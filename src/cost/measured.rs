@@ -36,6 +36,14 @@ pub struct Row {
     pub torch_seconds: Option<f64>,
 }
 
+impl Run {
+    /// The op or whole step measured under `name` ("matmul 4096^3 bf16", "pin_memory 64 MiB",
+    /// "step 784-128-10 b64", …), where this run has it.
+    pub fn op(&self, name: &str) -> Option<&Row> {
+        self.rows.iter().find(|r| r.bench == "op" && r.name == name)
+    }
+}
+
 /// The runs kept in the repository, oldest first (parsed once per process).
 pub fn runs() -> &'static [Run] {
     static RUNS: std::sync::OnceLock<Vec<Run>> = std::sync::OnceLock::new();
@@ -202,7 +210,7 @@ mod tests {
             assert!(run.rows.iter().all(|r| r.seconds > 0.0), "{}", run.name);
         }
         let h200 = &runs[0];
-        let add = h200.rows.iter().find(|r| r.name == "add 10M f32").unwrap();
+        let add = h200.op("add 10M f32").unwrap();
         assert!((add.seconds - 0.066e-3).abs() < 1e-12, "{add:?}");
         assert!(
             (add.torch_seconds.unwrap() - 0.042e-3).abs() < 1e-12,
