@@ -236,6 +236,13 @@ fn ops() -> Result<()> {
         let p = placelab::profile::profile(|| m.matmul(&m));
         eprintln!("matmul 4096^3 {dtype}, profiled:\n{}", p.text());
     }
+    // The same GEMMs queued 20 at a time and synchronised once: the kernel's own time per call,
+    // without a wait after each (beside the rows above, what one wait adds).
+    for dtype in [DType::BF16, DType::F32] {
+        let m = Tensor::randn([4096, 4096], GPU)?.to_dtype(dtype)?;
+        let ms = per_call_ms(20, || m.matmul(&m).map(drop))?;
+        print_op(&format!("matmul 4096^3 {dtype}, 20 queued"), ms);
+    }
     cuda::set_allow_tf32(true);
     let m = Tensor::randn([4096, 4096], GPU)?;
     timed("matmul 4096^3 f32 tf32", 2.0 * 4096f64.powi(3), || {

@@ -127,6 +127,9 @@ def ops():
     for dtype, name in [(torch.float32, "f32"), (torch.bfloat16, "bf16"), (torch.float16, "f16")]:
         m = torch.randn(4096, 4096, device=dev).to(dtype)
         timed(f"matmul 4096^3 {name}", 2 * 4096.0 ** 3, lambda: m @ m)
+    for dtype, name in [(torch.bfloat16, "bf16"), (torch.float32, "f32")]:
+        m = torch.randn(4096, 4096, device=dev).to(dtype)
+        op(f"matmul 4096^3 {name}, 20 queued", per_call_ms(20, lambda: m @ m))
     torch.backends.cuda.matmul.allow_tf32 = True
     m = torch.randn(4096, 4096, device=dev)
     timed("matmul 4096^3 f32 tf32", 2 * 4096.0 ** 3, lambda: m @ m)

@@ -115,3 +115,24 @@ FILL(u8, b1)
 FILL(unsigned short, b2)
 FILL(unsigned, b4)
 FILL(u64, b8)
+
+// nll_loss's rows, made where the class indices are, so the host never reads them back (a wait
+// that drained the queue twice a training step): row r of `classes` values is −1 at column
+// `target[r]` and 0 elsewhere. A class outside 0..classes leaves its row 0 and writes itself into
+// `fault` (the class, then 1), which the host reads at its next wait for the device
+// (`src/gpu/checks.rs`) and reports as the op's error. PyTorch's device assert ends the context.
+#define CLASS_ROWS(T, NAME)                                                                    \
+    extern "C" __global__ void class_rows_##NAME(u64 n, u64 classes, T* out, const i64* target, \
+                                                 Strided lt, i64* fault) {                     \
+        GRID_STRIDE(i, n) {                                                                    \
+            const u64 row = i / classes, col = i - row * classes;                              \
+            const i64 t = target[offset_of(lt, row)];                                          \
+            out[i] = (i64)col == t ? (T)-1 : (T)0;                                             \
+            if (col == 0 && (t < 0 || t >= (i64)classes)) {                                    \
+                fault[0] = t;                                                                  \
+                fault[1] = 1;                                                                  \
+            }                                                                                  \
+        }                                                                                      \
+    }
+CLASS_ROWS(float, f32)
+CLASS_ROWS(double, f64)

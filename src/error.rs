@@ -95,6 +95,9 @@ pub enum Error {
         device: Device,
         msg: String,
     },
+    /// A check a GPU kernel made as it ran (a class index outside the classes), read by the host
+    /// at its next wait for the device, where the error surfaces.
+    FoundOnDevice { device: Device, cause: Box<Error> },
     /// The user interrupted the running cell (Ctrl-C, or a notebook's stop button).
     Interrupted,
     /// Reading a tensor's values as a Rust type of another dtype.
@@ -228,6 +231,10 @@ impl fmt::Display for Error {
             Error::Cuda { op, device, msg } => write!(
                 f,
                 "CUDA error in {op} on {device}: {msg}. The tensors of this device may be unusable; if this repeats, restart placelab and check the GPU with `nvidia-smi`."
+            ),
+            Error::FoundOnDevice { device, cause } => write!(
+                f,
+                "{cause}\n{device} checked this as its kernel ran, without the host reading the indices back, so it is reported here, at the next point the host waited for the device. The values computed from those indices are not valid: fix them and run that code again."
             ),
             Error::Interrupted => write!(
                 f,

@@ -615,3 +615,66 @@ fn an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors() {
         assert!((sum - 20_000.0).abs() < 0.5, "{sum}");
     }
 }
+
+/// A wrong class index on a GPU: `nll_loss` makes its rows where the indices are, so the host
+/// never reads them back (no wait inside a training step), and the kernel checks them as it runs.
+/// The error surfaces at the host's next wait for the device, whichever it is, names the op and
+/// the index as on the CPU, and the session goes on: later losses are right, and more checks than
+/// the device holds slots for make the host read them, not fail.
+#[test]
+fn a_class_index_out_of_range_on_a_gpu_is_reported_at_the_next_wait_and_the_session_goes_on() {
+    // In a process of its own: the check is the device's, and the first wait for the device in
+    // the process reports it, whichever test's thread made that wait.
+    let name =
+        "a_class_index_out_of_range_on_a_gpu_is_reported_at_the_next_wait_and_the_session_goes_on";
+    if !in_own_process(name, &[]) {
+        return;
+    }
+    use placelab::nn::CrossEntropyLoss;
+    cuda::emulate(1, None).unwrap();
+    let scores = Tensor::randn([4, 3], GPU)
+        .unwrap()
+        .requires_grad_(true)
+        .unwrap();
+    let good = Tensor::from_vec(vec![0i64, 2, 1, 2], [4], GPU).unwrap();
+    let bad = Tensor::from_vec(vec![0i64, 3, 1, 2], [4], GPU).unwrap();
+    let want = CrossEntropyLoss
+        .forward(&scores.cpu().unwrap(), &good.cpu().unwrap())
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    for wait in ["item", "cpu", "synchronize", "backward, then item"] {
+        let loss = CrossEntropyLoss.forward(&scores, &bad).unwrap();
+        let result = match wait {
+            "item" => loss.item::<f32>().map(drop),
+            "cpu" => loss.cpu().map(drop),
+            "synchronize" => cuda::synchronize(0),
+            _ => {
+                // The forward's check fails first; the backward's own check fails at the next.
+                let first = loss.item::<f32>().map(drop);
+                assert!(first.is_err(), "{first:?}");
+                loss.backward().unwrap();
+                scores.grad().unwrap().cpu().map(drop)
+            }
+        };
+        let e = result.unwrap_err();
+        assert!(matches!(e, Error::FoundOnDevice { .. }), "{wait}: {e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("index 3 out of range in nll_loss: dimension 1 has size 3")
+                && text.contains("at the next point the host waited for the device"),
+            "{wait}: {text}"
+        );
+        // Nothing left behind: the next loss is right and reads without an error.
+        let got = CrossEntropyLoss.forward(&scores, &good).unwrap();
+        assert!((got.item::<f32>().unwrap() - want).abs() < 1e-6, "{wait}");
+        scores.zero_grad();
+    }
+    // More checks than slots before any wait: the host reads them when the slots run out.
+    let losses: Vec<Tensor> = (0..200)
+        .map(|_| CrossEntropyLoss.forward(&scores, &good).unwrap())
+        .collect();
+    for l in &losses {
+        assert!((l.item::<f32>().unwrap() - want).abs() < 1e-6);
+    }
+}

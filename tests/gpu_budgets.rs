@@ -63,6 +63,17 @@ fn a_small_sgd_step_launches_no_more_kernels_than_pytorch_and_its_optimizer_allo
         opt.step().unwrap();
     };
     step(); // the first step makes the gradients
+    cuda::synchronize(0).unwrap();
+    // Queued steps keep the GPU busy only if the host never waits inside one: a wait drains the
+    // queue, and the GPU then idles while the host queues the next ops.
+    let waits = emulated::host_waits();
+    step();
+    step();
+    assert_eq!(
+        emulated::host_waits() - waits,
+        0,
+        "an SGD step waited for the GPU on the host"
+    );
     let counts = launches_in(&mut step);
     eprintln!("launches per step: {} {counts:?}", total(&counts));
     assert!(

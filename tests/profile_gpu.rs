@@ -88,10 +88,11 @@ fn a_profiled_step_waits_for_its_gpu_once_not_after_each_op() {
     assert_eq!(p.failure(), None);
     let ops = gpu_ops(&p).count();
     assert!(ops >= 15, "a step is some 20 ops on the GPU:\n{}", p.text());
-    // The step's own waits, plus one for the device at the end (`cuda::synchronize`'s: an
-    // interruptible wait, then the stream's), not one per op.
+    // The step's own waits (none), plus one for the device at the end (`cuda::synchronize`'s: an
+    // interruptible wait, then the stream's) and the read of the loss's index checks after it
+    // (a copy of their slots, `gpu/checks.rs`), not one per op.
     assert!(
-        profiled <= unprofiled + 2,
+        profiled <= unprofiled + 3,
         "the profiled step waited {profiled} times for the GPU, {unprofiled} unprofiled, over {ops} ops:\n{}",
         p.text()
     );

@@ -7,6 +7,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cudarc::cublas::{CudaBlas, result as blas_result, sys as blas_sys};
 use cudarc::driver::{
@@ -49,8 +50,21 @@ impl DriverEvent for Event {
         self.0.synchronize().map_err(msg)
     }
     fn is_complete(&self) -> bool {
-        // A context that cannot be bound reads as "not done": `synchronize` reports the error.
-        self.0.context().bind_to_thread().is_ok() && self.0.is_complete()
+        // A context that cannot be bound, or a failed query (a fault in the work before the
+        // event), reads as done, so that no wait spins forever: `synchronize` reports the error.
+        self.0.context().bind_to_thread().is_err() || !matches!(self.0.try_is_complete(), Ok(false))
+    }
+    fn wait_up_to(&self, limit: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.is_complete() {
+                return true;
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
     }
     fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String> {
         let start = event(start)?;

@@ -9,6 +9,7 @@
 //! order, and the host only waits where a method says so.
 
 use std::any::Any;
+use std::time::Duration;
 
 pub use super::args::Arg;
 use super::nvrtc::KernelSource;
@@ -63,8 +64,13 @@ pub struct Gemm {
 pub trait DriverEvent: Send + Sync {
     /// Waits until the stream has reached the event.
     fn synchronize(&self) -> Result<(), String>;
-    /// Whether the stream has reached the event (never waits).
+    /// Whether the stream has reached the event, or the work before it failed (never waits;
+    /// `synchronize` then reports the failure).
     fn is_complete(&self) -> bool;
+    /// Waits until the stream reaches the event or `limit` has passed; whether it was reached
+    /// (or failed). The host wakes as soon as it is: a real GPU's event is polled in a busy loop,
+    /// as the CUDA runtime's default wait does; the emulator's stream wakes its waiter.
+    fn wait_up_to(&self, limit: Duration) -> bool;
     /// Milliseconds from `start` to this event, both reached.
     fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String>;
     fn as_any(&self) -> &dyn Any;

@@ -28,6 +28,7 @@ const FLOATS: &[&str] = &["f32", "f64", "f16", "bf16"];
 const HALVES: &[&str] = &["f16", "bf16"];
 const SUMS: &[&str] = &["f32", "f64", "f16", "bf16", "i64"];
 const WIDTHS: &[&str] = &["b1", "b2", "b4", "b8"];
+const LOSSES: &[&str] = &["f32", "f64"];
 
 macro_rules! kernels {
     ($($family:ident in $source:ident for $suffixes:ident ($($arg:ident: $t:ty),* $(,)?);)*) => {
@@ -68,6 +69,7 @@ kernels! {
     copy in CAST for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
     fill in CAST for WIDTHS (n: u64, out: u64, bits: u64);
     index_select in CAST for WIDTHS (n: u64, out: u64, src: u64, ls: Strided, dim: i32, positions: u64);
+    class_rows in CAST for LOSSES (n: u64, classes: u64, out: u64, target: u64, lt: Strided, fault: u64);
     sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols_finish in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, partial: u64, out: u64);

@@ -409,3 +409,35 @@ pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> 
         bits,
     )
 }
+
+/// nll_loss's rows (`class_rows` in `kernels/cast.cu`): `classes` values of `dtype` (f32 or
+/// f64) at `out` for each class index in `target` (i64), −1 at the class and 0 elsewhere. A
+/// class outside `0..classes` is reported at the host's next wait for the device (`checks.rs`).
+pub(crate) fn class_rows(
+    g: &Gpu,
+    dtype: DType,
+    out: u64,
+    (target, lt): Input,
+    classes: usize,
+    op: &'static str,
+) -> Result<()> {
+    let n = lt.numel() * classes;
+    if n == 0 {
+        return Ok(());
+    }
+    let fault = g.index_check(op, 1, classes)?;
+    let v = strided(op, lt.offset, &lt.shape, &lt.strides)?;
+    let (nn, c) = (n as u64, classes as u64);
+    launch::class_rows(
+        g,
+        tag(dtype),
+        elementwise_grid(n),
+        op,
+        nn,
+        c,
+        out,
+        target,
+        v,
+        fault,
+    )
+}

@@ -4,7 +4,7 @@
 use crate::autograd::{Backward, no_grad, record, saved as saved_tensor};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{IntoOptions, Tensor, same_device};
+use crate::tensor::{Tensor, same_device};
 
 /// Checks class-index targets against `[N, C]` scores and returns them as `[N, C]` rows in `dtype`
 /// on the scores' device: −1 at each row's class, 0 elsewhere (`picks`).
@@ -36,15 +36,21 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
             why: format!("the target must hold one class index per row of the input, shape [{n}]"),
         });
     }
-    picks(op, target, c, (dtype, scores.device()))
+    picks(op, target, c, dtype)
 }
 
 /// One row per class index in `target` (checked to lie in `0..c`): −1 at the class, 0 elsewhere.
 /// The sign is the loss's: `x · picks` summed is exactly `−Σ x[i, target_i]`, and the gradient
 /// `picks · (g / n)` exactly `(−g) / n` at each class, one kernel fewer each way than negating.
-fn picks(op: &'static str, target: &Tensor, c: usize, opts: impl IntoOptions) -> Result<Tensor> {
+/// On a GPU one kernel makes them from the indices where they are, checking them as it runs (an
+/// error surfaces at the host's next wait); on host memory the values are checked here.
+fn picks(op: &'static str, target: &Tensor, c: usize, dtype: DType) -> Result<Tensor> {
+    let n = target.numel();
+    let on_gpu = (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, op)?;
+    if let Some(rows) = on_gpu {
+        return Ok(Tensor::from_storage(rows, vec![n, c]));
+    }
     let classes = target.to_vec::<i64>()?;
-    let n = classes.len();
     let mut hot = vec![0.0f64; n * c];
     for (i, &k) in classes.iter().enumerate() {
         if k < 0 || k as usize >= c {
@@ -57,7 +63,7 @@ fn picks(op: &'static str, target: &Tensor, c: usize, opts: impl IntoOptions) ->
         }
         hot[i * c + k as usize] = -1.0;
     }
-    Tensor::engine_values(&hot, vec![n, c], opts)
+    Tensor::engine_values(&hot, vec![n, c], (dtype, target.device()))
 }
 
 /// The loss input in f32 (or f64): losses are always accumulated in full precision.
@@ -107,7 +113,7 @@ impl NLLLoss {
             let saved = vec![Some(target.detach()), Some(total_weight.detach())];
             Backward::new(saved, move |g: &Tensor, s: Vec<Option<Tensor>>| {
                 let (target, total_weight) = (saved_tensor(&s, 0)?, saved_tensor(&s, 1)?);
-                let rows = picks("nll_loss", target, c, (g.dtype(), g.device()))?;
+                let rows = picks("nll_loss", target, c, g.dtype())?;
                 Ok(vec![Some(rows.mul(&g.div(total_weight)?)?)])
             })
         };

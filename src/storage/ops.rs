@@ -151,6 +151,38 @@ impl Storage {
         Ok(())
     }
 
+    /// nll_loss's `[n, classes]` rows of `dtype` (f32 or f64) from the class indices of this
+    /// i64 storage viewed by `l`, made by one kernel on a GPU, −1 at each class and 0 elsewhere,
+    /// the indices checked as it runs (`gpu::checks`); `None` on host memory, where the caller
+    /// checks the values and builds the rows itself.
+    pub(crate) fn class_rows_on_gpu(
+        &self,
+        l: &Layout,
+        classes: usize,
+        dtype: DType,
+        op: &'static str,
+    ) -> Result<Option<Storage>> {
+        let Some(g) = self
+            .gpu()
+            .filter(|_| matches!(dtype, DType::F32 | DType::F64))
+        else {
+            return Ok(None);
+        };
+        let g = g?;
+        let n = l.numel() * classes;
+        let _op = self.profiled("one_hot", Work::elementwise(n, 1, dtype));
+        let out = Storage::alloc(self.device(), dtype, n)?;
+        gpu::class_rows(
+            &g,
+            dtype,
+            out.device_ptr(),
+            (self.device_ptr(), l),
+            classes,
+            op,
+        )?;
+        Ok(Some(out))
+    }
+
     /// The entries `positions` (each within the dim) of dimension `dim` of the view `l`, as a
     /// new contiguous storage: one kernel on a GPU (the positions uploaded beside it, with no
     /// wait), a strided copy per entry on the host.

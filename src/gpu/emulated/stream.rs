@@ -7,7 +7,7 @@ use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::gpu::driver::DriverEvent;
 
@@ -115,6 +115,17 @@ impl Stream {
         lock(&self.queue).done >= ticket
     }
 
+    /// Whether job `ticket` has finished, waiting up to `limit` for it (not counted in
+    /// `host_waits`: the caller's own wait counts once, when it ends).
+    pub(crate) fn reached_within(&self, ticket: u64, limit: Duration) -> bool {
+        let q = lock(&self.queue);
+        let (q, _) = self
+            .changed
+            .wait_timeout_while(q, limit, |q| q.done < ticket && q.failure.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        q.done >= ticket || q.failure.is_some()
+    }
+
     /// Waits on the host until job `ticket` has finished (counted in `host_waits`).
     pub(crate) fn wait_for(&self, ticket: u64) -> Result<(), String> {
         HOST_WAITS.fetch_add(1, Ordering::Relaxed);
@@ -212,6 +223,11 @@ impl DriverEvent for Event {
 
     fn is_complete(&self) -> bool {
         self.recorded().is_none_or(|r| r.stream.reached(r.ticket))
+    }
+
+    fn wait_up_to(&self, limit: Duration) -> bool {
+        self.recorded()
+            .is_none_or(|r| r.stream.reached_within(r.ticket, limit))
     }
 
     fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String> {

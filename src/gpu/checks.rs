@@ -1,0 +1,103 @@
+//! Checks a kernel makes as it runs, reported on the host at its next wait for the device.
+//!
+//! `nll_loss` builds its rows from the class indices where they are (`class_rows` in
+//! `kernels/cast.cu`): checking them on the host would mean reading them back, a wait that
+//! drained the device's queue twice a training step. So the kernel checks each index and, for
+//! one outside the classes, writes it into a slot of a small block of device memory. The host
+//! reads the slots in use the next time it waits for the device anyway (a value read back,
+//! `cuda::synchronize`: `Gpu::read_checks` in `runtime.rs`) and reports the op's error there, as
+//! `Error::FoundOnDevice`. PyTorch checks on the device too, with an assert that ends the CUDA
+//! context for the rest of the process; here the session goes on.
+
+use super::driver::Driver;
+use crate::error::Error;
+
+/// How many checks may wait to be read at once; one more makes the host wait and read them.
+const SLOTS: usize = 64;
+/// One slot: the index found out of range (i64), then 1 once one was.
+const SLOT_BYTES: usize = 16;
+
+/// A check queued on the device and not yet read: what its error names.
+struct Pending {
+    op: &'static str,
+    dim: usize,
+    size: usize,
+}
+
+/// A device's check slots and the checks queued into them.
+#[derive(Default)]
+pub(crate) struct Checks {
+    /// The slots' device memory, taken from the driver at the first check (outside the caching
+    /// allocator, so the memory a learner's tensors use reads as in PyTorch) and kept.
+    slots: Option<u64>,
+    pending: Vec<Pending>,
+}
+
+impl Checks {
+    /// Whether every slot holds a check not yet read.
+    pub(crate) fn is_full(&self) -> bool {
+        self.pending.len() == SLOTS
+    }
+
+    /// The slots' block, allocated and zeroed at the first call: (address, bytes, whether it
+    /// was made by this call).
+    pub(crate) fn slots(&mut self, driver: &dyn Driver) -> Result<(u64, usize, bool), String> {
+        let bytes = SLOTS * SLOT_BYTES;
+        if let Some(base) = self.slots {
+            return Ok((base, bytes, false));
+        }
+        let base = driver
+            .malloc(bytes)
+            .map_err(|e| format!("no device memory for its index checks: {e:?}"))?;
+        // SAFETY: `base` is a fresh block of `bytes` bytes of this device.
+        unsafe { driver.copy_htod(base, &[0; SLOTS * SLOT_BYTES]) }?;
+        self.slots = Some(base);
+        Ok((base, bytes, true))
+    }
+
+    /// Queues a check of `op`'s indices along `dim` (of `size`) into the next slot of the block
+    /// at `base` (`slots`), and returns the slot's address for the kernel. The caller has made
+    /// room (`is_full`).
+    pub(crate) fn queue(&mut self, base: u64, op: &'static str, dim: usize, size: usize) -> u64 {
+        let slot = self.pending.len();
+        self.pending.push(Pending { op, dim, size });
+        base + (slot * SLOT_BYTES) as u64
+    }
+
+    /// Reads the checks queued before a wait for the device that has just ended, and frees
+    /// their slots: the first that failed, as the error its op would have raised on the host.
+    /// Nothing queued costs nothing.
+    pub(crate) fn read(&mut self, driver: &dyn Driver) -> Result<Option<Error>, String> {
+        let (Some(base), n) = (self.slots, self.pending.len()) else {
+            return Ok(None);
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+        let mut bytes = vec![0u8; n * SLOT_BYTES];
+        // SAFETY: the first `n` slots of the block; into pageable memory, so the bytes are there
+        // when this returns.
+        unsafe { driver.copy_dtoh(&mut bytes, base) }?;
+        let pending = std::mem::take(&mut self.pending);
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[at..at + 8]);
+            i64::from_le_bytes(w)
+        };
+        let failed = (pending.iter().enumerate())
+            .find(|(i, _)| word(i * SLOT_BYTES + 8) != 0)
+            .map(|(i, p)| (p, word(i * SLOT_BYTES)));
+        let Some((p, index)) = failed else {
+            return Ok(None);
+        };
+        // The slots are zeroed again before any later kernel can write one.
+        // SAFETY: the same slots, from a host slice the copy reads before returning.
+        unsafe { driver.copy_htod(base, &vec![0u8; n * SLOT_BYTES]) }?;
+        Ok(Some(Error::IndexOutOfRange {
+            op: p.op,
+            index,
+            dim: p.dim,
+            size: p.size,
+        }))
+    }
+}
