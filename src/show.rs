@@ -6,7 +6,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN, card_html, card_text};
+use crate::display::{
+    CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN, card_html_of, card_text_of, preview,
+};
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -14,15 +16,17 @@ impl Tensor {
     /// fine), elsewhere as text.
     pub fn show(&self) {
         use std::io::Write;
+        // The values are read once for every form of the card.
+        let values = preview(self, 0);
         let block = if std::env::var_os(crate::probe::ENV).is_some() {
             format!(
                 "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_HTML}\n{}\n{CARD_END}\n",
-                card_text(self, true),
-                card_text(self, false),
-                card_html(self)
+                card_text_of(self, true, &values),
+                card_text_of(self, false, &values),
+                card_html_of(self, &values)
             )
         } else {
-            format!("{}\n", card_text(self, false))
+            format!("{}\n", card_text_of(self, false, &values))
         };
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(block.as_bytes());
@@ -33,11 +37,12 @@ impl Tensor {
     /// copy for terminals, in one write so the blocks never interleave with other output.
     pub fn evcxr_display(&self) {
         use std::io::Write;
+        let values = preview(self, 0);
         let block = format!(
             "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/x-ansi\n{}\nEVCXR_END_CONTENT\n",
-            card_html(self),
-            card_text(self, false),
-            card_text(self, true)
+            card_html_of(self, &values),
+            card_text_of(self, false, &values),
+            card_text_of(self, true, &values)
         );
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(block.as_bytes());

@@ -83,6 +83,12 @@ pub fn header(t: &Tensor, colour: bool) -> String {
 pub fn card_text(t: &Tensor, colour: bool) -> String {
     // Values first: reading them waits for a copy still landing, and the header then has its time.
     let values = preview(t, 0);
+    card_text_of(t, colour, &values)
+}
+
+/// The text card around values already read (`preview`): a card shown in several forms reads
+/// the values once, so a GPU's error reported at that read shows in each form.
+pub fn card_text_of(t: &Tensor, colour: bool, values: &str) -> String {
     format!("{}\n{values}", header(t, colour))
 }
 
@@ -99,9 +105,13 @@ pub fn device_badge(name: &str, stand_in: Option<StandIn>) -> (&'static str, Str
 
 /// The HTML card: a coloured device badge, shape and dtype, bytes, the last transfer, values.
 pub fn card_html(t: &Tensor) -> String {
+    card_html_of(t, &preview(t, 0))
+}
+
+/// The HTML card around values already read (`preview`), as `card_text_of`.
+pub fn card_html_of(t: &Tensor, values: &str) -> String {
     let d = t.device();
     let (bg, label) = device_badge(&d.to_string(), d.stand_in());
-    let values = preview(t, 0);
     let transfer: Html = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
         Ok(q) => Html::text(&in_flight_text(q)),
         Err(Some(tr)) => el("span")
@@ -136,7 +146,7 @@ pub fn card_html(t: &Tensor) -> String {
         .class("placelab-tensor")
         .style("font-family:ui-monospace,monospace;font-size:13px;border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;display:inline-block;max-width:100%")
         .child(head)
-        .child(el("pre").style("margin:6px 0 0 0").text(&values))
+        .child(el("pre").style("margin:6px 0 0 0").text(values))
         .into_string()
 }
 

@@ -93,8 +93,10 @@ fn write_value(v: f64, style: &Style) -> String {
 
 /// The values of `t`, formatted; `indent` is the column the first `[` sits at.
 pub fn preview(t: &Tensor, indent: usize) -> String {
-    let Ok(host) = t.host_readable() else {
-        return "(values not readable on the host)".into();
+    let host = match t.host_readable() {
+        Ok(host) => host,
+        // A GPU's error found at this read (an index its kernel checked) is the user's to see.
+        Err(e) => return format!("(values not shown: {e})"),
     };
     let shape = t.shape().to_vec();
     let summarize = t.numel() > THRESHOLD;
