@@ -56,26 +56,63 @@ COPY(u64, b8)
 
 // index_select in one launch: output element `i` (row-major over the output's shape, which is
 // `ls.shape`) reads the source at the same coordinates, except along dim `dim`, where coordinate
-// `c` reads the source's `positions[c]` (checked on the host, never negative).
+// `c` reads the source at the index tensor's entry `c` (i64, or i32 with `index_i32`, viewed by
+// `li`; a negative one counts from the end of the dim, of `size`). The kernel checks each entry
+// as it reads it: one outside the dim gives zeros and is written into `fault` (the entry, then
+// 1), which the host reads at its next wait for the device (`src/gpu/checks.rs`); a null `fault`
+// means the host checked the entries already.
 //
 // When the dims after `dim` are one gap-free run of at least `GATHER_ROW_MIN` elements (rows of
 // a matrix, the usual case), each selected run is a row to copy: a block per row, 16-byte packs
 // where both ends allow, one address computation per row instead of a division per element per
 // dim. The host sizes the grid to the rows then (`gpu::ops::index_select`).
 #define GATHER_ROW_MIN 128
+
+struct Positions {
+    const void* index;
+    Strided li;
+    int index_i32;
+    u64 size;
+    i64* fault;
+};
+
+// The source position along the selected dim for coordinate `c`, or -1 for an entry outside it.
+__device__ __forceinline__ i64 position(const Positions& at, u64 c) {
+    const u64 off = offset_of(at.li, c);
+    const i64 raw = at.index_i32 ? (i64)((const int*)at.index)[off] : ((const i64*)at.index)[off];
+    const i64 p = raw < 0 ? raw + (i64)at.size : raw;
+    if (p >= 0 && p < (i64)at.size) return p;
+    if (at.fault) {
+        at.fault[0] = raw;
+        at.fault[1] = 1;
+    }
+    return -1;
+}
+
 template <typename T>
-__device__ void gather_rows(T* out, const T* src, const Strided& ls, int dim, const i64* positions,
+__device__ void gather_rows(T* out, const T* src, const Strided& ls, int dim, const Positions& at,
                             u64 n) {
     const u64 inner = ls.shape[ls.rank - 1], rows = n / inner;
     for (u64 row = blockIdx.x; row < rows; row += gridDim.x) {
         u64 off = ls.offset, rest = row;
+        bool valid = true;
         for (int d = dim; d >= 0; --d) {
             const u64 c = rest % ls.shape[d];
             rest /= ls.shape[d];
-            off += (d == dim ? (u64)positions[c] : c) * ls.strides[d];
+            if (d == dim) {
+                const i64 p = position(at, c);
+                valid = p >= 0;
+                off += (valid ? (u64)p : 0) * ls.strides[d];
+            } else {
+                off += c * ls.strides[d];
+            }
+        }
+        T* to = out + row * inner;
+        if (!valid) {
+            for (u64 j = threadIdx.x; j < inner; j += blockDim.x) to[j] = (T)0;
+            continue;
         }
         const T* from = src + off;
-        T* to = out + row * inner;
         const u64 packs = ((u64)from & 15) == 0 && ((u64)to & 15) == 0 ? inner / Pack<T>::N : 0;
         for (u64 p = threadIdx.x; p < packs; p += blockDim.x)
             ((Pack<T>*)to)[p] = ((const Pack<T>*)from)[p];
@@ -85,20 +122,29 @@ __device__ void gather_rows(T* out, const T* src, const Strided& ls, int dim, co
 
 #define GATHER(T, W)                                                                           \
     extern "C" __global__ void index_select_##W(u64 n, T* out, const T* src, Strided ls,       \
-                                                int dim, const i64* positions) {               \
+                                                int dim, const void* index, Strided li,        \
+                                                int index_i32, u64 size, i64* fault) {         \
+        const Positions at = {index, li, index_i32, size, fault};                              \
         if (dim == (int)ls.rank - 2 && ls.strides[ls.rank - 1] == 1 &&                         \
             ls.shape[ls.rank - 1] >= GATHER_ROW_MIN) {                                         \
-            gather_rows<T>(out, src, ls, dim, positions, n);                                   \
+            gather_rows<T>(out, src, ls, dim, at, n);                                          \
             return;                                                                            \
         }                                                                                      \
         GRID_STRIDE(i, n) {                                                                    \
             u64 off = ls.offset, rest = i;                                                     \
+            bool valid = true;                                                                 \
             for (int d = (int)ls.rank - 1; d >= 0; --d) {                                      \
                 u64 c = rest % ls.shape[d];                                                    \
                 rest /= ls.shape[d];                                                           \
-                off += (d == dim ? (u64)positions[c] : c) * ls.strides[d];                     \
+                if (d == dim) {                                                                \
+                    const i64 p = position(at, c);                                             \
+                    valid = p >= 0;                                                            \
+                    off += (valid ? (u64)p : 0) * ls.strides[d];                               \
+                } else {                                                                       \
+                    off += c * ls.strides[d];                                                  \
+                }                                                                              \
             }                                                                                  \
-            out[i] = src[off];                                                                 \
+            out[i] = valid ? src[off] : (T)0;                                                  \
         }                                                                                      \
     }
 GATHER(u8, b1)

@@ -685,3 +685,69 @@ fn a_class_index_out_of_range_on_a_gpu_is_reported_at_the_next_wait_and_the_sess
         assert!((l.item::<f32>().unwrap() - want).abs() < 1e-6);
     }
 }
+
+/// `index_select` on a GPU reads its index where it is and checks each entry as it runs: a wrong
+/// one gives zeros and is reported at the host's next wait, naming the entry as on the CPU, and
+/// the session goes on. Its gradient (which reads the entries back, in the backward) is the
+/// CPU's, repeated and negative entries included, for whole rows and for short ones.
+#[test]
+fn index_select_on_a_gpu_checks_its_entries_as_it_runs_and_its_gradient_is_the_cpus() {
+    let name = "index_select_on_a_gpu_checks_its_entries_as_it_runs_and_its_gradient_is_the_cpus";
+    if !in_own_process(name, &[]) {
+        return;
+    }
+    cuda::emulate(1, None).unwrap();
+    // 200 columns: the kernel copies whole rows; 3: element by element.
+    for cols in [200usize, 3] {
+        let data = Tensor::randn([6, cols], Device::Cpu).unwrap();
+        let weights = Tensor::randn([5, cols], Device::Cpu).unwrap();
+        let gradient_on = |device: &Device| {
+            let x = data.to(device).unwrap().requires_grad_(true).unwrap();
+            let idx = Tensor::from_vec(vec![5i32, -1, 0, 5, 2], [5], Device::Cpu).unwrap();
+            let picked = x.index_select(0, &idx.to(device).unwrap()).unwrap();
+            (picked.mul(weights.to(device).unwrap()).unwrap())
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            (
+                picked.to_vec::<f32>().unwrap(),
+                x.grad().unwrap().to_vec::<f32>().unwrap(),
+            )
+        };
+        let (picked, grad) = gradient_on(&GPU);
+        let (want_picked, want_grad) = gradient_on(&Device::Cpu);
+        assert!(
+            picked == want_picked,
+            "{cols} columns: the rows picked differ"
+        );
+        // A repeated row's gradient is a sum, in another order on each device.
+        let off = (grad.iter().zip(&want_grad)).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(off < 1e-5, "{cols} columns: the gradients differ by {off}");
+
+        let x = data.to(&GPU).unwrap();
+        for (bad, entry) in [(vec![0i64, 6, 1], 6), (vec![-7, 0, 0], -7)] {
+            let idx = Tensor::from_vec(bad, [3], GPU).unwrap();
+            let waits = emulated::host_waits();
+            let picked = x.index_select(0, &idx).unwrap();
+            assert_eq!(
+                emulated::host_waits(),
+                waits,
+                "index_select waited for the GPU"
+            );
+            let e = picked.cpu().map(drop).unwrap_err();
+            let text = e.to_string();
+            assert!(
+                matches!(e, Error::FoundOnDevice { .. })
+                    && text.contains(&format!(
+                        "index {entry} out of range in index_select: dimension 0 has size 6"
+                    )),
+                "{text}"
+            );
+            let good = Tensor::from_vec(vec![1i64, 0], [2], GPU).unwrap();
+            let rows = x.index_select(0, &good).unwrap().to_vec::<f32>().unwrap();
+            let want = data.index_select(0, &good.cpu().unwrap()).unwrap();
+            assert_eq!(rows, want.to_vec::<f32>().unwrap());
+        }
+    }
+}

@@ -383,31 +383,43 @@ pub(crate) fn cat(sizes: Vec<usize>, dim: usize) -> Backward {
 /// up). Memory is the input's gradient and one row at a time, whatever the number of positions.
 pub(crate) fn index_select(input: Vec<usize>, dim: usize, positions: Vec<usize>) -> Backward {
     Backward::nothing_saved(move |g: &Tensor| {
-        let numel = crate::layout::numel_checked("index_select backward", &input)?;
-        let mut grad = Storage::full(g.device(), g.dtype(), numel, Scalar::Int(0))?;
-        let mut rows_of: std::collections::BTreeMap<usize, Vec<i64>> = Default::default();
-        for (row, &p) in positions.iter().enumerate() {
-            rows_of.entry(p).or_default().push(row as i64);
-        }
-        let layout = Layout::contiguous(input.clone());
-        for (p, rows) in rows_of {
-            let summed = match rows.as_slice() {
-                [row] => g.narrow(dim, *row as usize, 1)?,
-                _ => {
-                    let n = rows.len();
-                    let index = Tensor::engine_values(&rows, vec![n], g.device())?;
-                    g.index_select(dim, &index)?
-                        .sum(dim, true)?
-                        .to_dtype(g.dtype())?
-                }
-            };
-            let mut dst = layout.clone();
-            dst.offset = p * dst.strides[dim];
-            dst.shape[dim] = 1;
-            grad.write_view(&dst, summed.storage(), summed.layout())?;
-        }
-        Ok(vec![Some(Tensor::from_storage(grad, input)), None])
+        let grad = index_select_grad(g, input, dim, &positions)?;
+        Ok(vec![Some(grad), None])
     })
+}
+
+/// The gradient of `index_select` along `dim` of an input of shape `input` at `positions`: `g`'s
+/// entries summed into the rows they were read from.
+pub(crate) fn index_select_grad(
+    g: &Tensor,
+    input: Vec<usize>,
+    dim: usize,
+    positions: &[usize],
+) -> Result<Tensor> {
+    let numel = crate::layout::numel_checked("index_select backward", &input)?;
+    let mut grad = Storage::full(g.device(), g.dtype(), numel, Scalar::Int(0))?;
+    let mut rows_of: std::collections::BTreeMap<usize, Vec<i64>> = Default::default();
+    for (row, &p) in positions.iter().enumerate() {
+        rows_of.entry(p).or_default().push(row as i64);
+    }
+    let layout = Layout::contiguous(input.clone());
+    for (p, rows) in rows_of {
+        let summed = match rows.as_slice() {
+            [row] => g.narrow(dim, *row as usize, 1)?,
+            _ => {
+                let n = rows.len();
+                let index = Tensor::engine_values(&rows, vec![n], g.device())?;
+                g.index_select(dim, &index)?
+                    .sum(dim, true)?
+                    .to_dtype(g.dtype())?
+            }
+        };
+        let mut dst = layout.clone();
+        dst.offset = p * dst.strides[dim];
+        dst.shape[dim] = 1;
+        grad.write_view(&dst, summed.storage(), summed.layout())?;
+    }
+    Ok(Tensor::from_storage(grad, input))
 }
 
 /// Gradient of a view op: the gradient reshaped back (reshape, squeeze, unsqueeze, flatten).

@@ -330,17 +330,28 @@ pub(crate) fn write_view(g: &Gpu, dtype: DType, (pd, ld): Input, (ps, ls): Input
     )
 }
 
-/// `index_select` in one launch: fills the contiguous output (the shape of `l` with `count`
-/// entries along `dim`) from the view `l`, reading `positions[c]` (a device buffer of `count`
-/// i64, each checked to lie within the dim) for coordinate `c` along `dim`.
+/// The entries an `index_select` reads along its dim: a device buffer of i64 or i32 viewed by
+/// `layout` (one dim, or none), negative ones counting from the end of the dim. `checked`: the
+/// host has checked them already; else the kernel checks each (`checks.rs`).
+pub(crate) struct Entries<'a> {
+    pub ptr: u64,
+    pub layout: &'a Layout,
+    pub dtype: DType,
+    pub checked: bool,
+}
+
+/// `index_select` in one launch: fills the contiguous output (the shape of `l` with one entry of
+/// `entries` for each coordinate along `dim`) from the view `l`. An entry outside the dim gives
+/// zeros and is reported at the host's next wait for the device.
 pub(crate) fn index_select(
     g: &Gpu,
     dtype: DType,
     out: u64,
     (src, l): Input,
     dim: usize,
-    (positions, count): (u64, usize),
+    entries: Entries,
 ) -> Result<()> {
+    let count = entries.layout.numel();
     let n: usize = (l.shape.iter().enumerate())
         .map(|(d, &size)| if d == dim { count } else { size })
         .product();
@@ -377,19 +388,19 @@ pub(crate) fn index_select(
         },
         None => elementwise_grid(n),
     };
-    let nn = n as u64;
-    let t = width_tag(dtype);
+    let e = entries.layout;
+    let li = strided("index_select", e.offset, &e.shape, &e.strides)?;
+    let size = l.shape[dim];
+    let fault = match entries.checked {
+        true => 0,
+        false => g.index_check("index_select", dim, size)?,
+    };
+    let index_i32 = i32::from(entries.dtype == DType::I32);
+    let (nn, t, at) = (n as u64, width_tag(dtype), at as i32);
+    let (index, size) = (entries.ptr, size as u64);
+    let op = "index_select";
     launch::index_select(
-        g,
-        t,
-        grid,
-        "index_select",
-        nn,
-        out,
-        src,
-        v,
-        at as i32,
-        positions,
+        g, t, grid, op, nn, out, src, v, at, index, li, index_i32, size, fault,
     )
 }
 

@@ -183,6 +183,37 @@ impl Storage {
         Ok(Some(out))
     }
 
+    /// `index_select` on a GPU along `dim` of the view `l`, at the entries of the index storage
+    /// `index` (i64 or i32, viewed by `li`, negative ones counting from the end), read where
+    /// they are: one kernel, which checks them as it runs (a wrong one is reported at the
+    /// host's next wait, `gpu::checks`). `None` on host memory, where the caller reads the
+    /// entries and checks them itself.
+    pub(crate) fn index_select_on_gpu(
+        &self,
+        l: &Layout,
+        dim: usize,
+        (index, li): (&Storage, &Layout),
+    ) -> Result<Option<Storage>> {
+        let Some(g) = self.gpu() else {
+            return Ok(None);
+        };
+        let g = g?;
+        let mut shape = l.shape.clone();
+        shape[dim] = li.numel();
+        let numel = crate::layout::numel_checked("index_select", &shape)?;
+        let _op = self.profiled("index_select", Work::elementwise(numel, 1, self.dtype));
+        let out = Storage::alloc(self.device(), self.dtype, numel)?;
+        let entries = gpu::Entries {
+            ptr: index.device_ptr(),
+            layout: li,
+            dtype: index.dtype,
+            checked: false,
+        };
+        let src = (self.device_ptr(), l);
+        gpu::index_select(&g, self.dtype, out.device_ptr(), src, dim, entries)?;
+        Ok(Some(out))
+    }
+
     /// The entries `positions` (each within the dim) of dimension `dim` of the view `l`, as a
     /// new contiguous storage: one kernel on a GPU (the positions uploaded beside it, with no
     /// wait), a strided copy per entry on the host.
@@ -205,8 +236,14 @@ impl Storage {
             // From pageable memory the driver has staged the bytes when this returns; the
             // kernel after it on the stream reads them. Nothing waits for either.
             crate::gpu::copy::host_to_device(g.index, on_host.bytes(), on_device.device_ptr())?;
-            let (src, at) = ((self.device_ptr(), l), (on_device.device_ptr(), at.len()));
-            gpu::index_select(&g, self.dtype, out.device_ptr(), src, dim, at)?;
+            let entries = gpu::Entries {
+                ptr: on_device.device_ptr(),
+                layout: &Layout::contiguous(vec![at.len()]),
+                dtype: DType::I64,
+                checked: true,
+            };
+            let src = (self.device_ptr(), l);
+            gpu::index_select(&g, self.dtype, out.device_ptr(), src, dim, entries)?;
             return Ok(out);
         }
         // One op, priced as the one kernel a GPU runs: the entries are copied directly, not

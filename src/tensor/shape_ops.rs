@@ -2,7 +2,7 @@
 //! contiguous; and the copying ones: cat, stack, index_select.
 
 use super::{Tensor, same_device};
-use crate::autograd::{grads, no_grad, record};
+use crate::autograd::{Backward, grads, no_grad, record, saved as saved_tensor};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::{
@@ -377,20 +377,34 @@ impl Tensor {
             ));
         }
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
-        let idx: Vec<i64> = index.to_f64_vec()?.into_iter().map(|v| v as i64).collect();
-        let mut positions = Vec::with_capacity(idx.len());
-        for &i in &idx {
-            let p = if i < 0 { i + size as i64 } else { i };
-            if p < 0 || p >= size as i64 {
-                return Err(Error::IndexOutOfRange {
-                    op: "index_select",
-                    index: i,
-                    dim: d,
-                    size,
-                });
-            }
-            positions.push(p as usize);
+        // On a GPU the kernel reads the entries where they are and checks them as it runs (a
+        // wrong one is reported at the host's next wait): no wait to read them back here.
+        let on_gpu = match self.rank() {
+            0 => None,
+            _ => (self.storage()).index_select_on_gpu(
+                self.layout(),
+                d,
+                (index.storage(), index.layout()),
+            )?,
+        };
+        if let Some(out) = on_gpu {
+            let mut shape = self.shape().to_vec();
+            shape[d] = index.numel();
+            let input = self.shape().to_vec();
+            // As PyTorch, the backward keeps the index; it reads the entries (a wait) then.
+            let backward = || {
+                Backward::new(vec![Some(index.detach())], move |g, s| {
+                    let positions = positions_of(saved_tensor(&s, 0)?, d, size)?;
+                    Ok(vec![
+                        Some(grads::index_select_grad(g, input, d, &positions)?),
+                        None,
+                    ])
+                })
+            };
+            let out = Tensor::from_storage(out, shape);
+            return Ok(record(out, "index_select", &[self, index], backward));
         }
+        let positions = positions_of(index, d, size)?;
         if self.rank() == 0 {
             return Ok(self.clone());
         }
@@ -431,4 +445,24 @@ impl Tensor {
             backward,
         ))
     }
+}
+
+/// The entries of `index` (i64 or i32) as positions along dim `d` of size `size`, a negative one
+/// counting from the end: read on the host, each checked.
+fn positions_of(index: &Tensor, d: usize, size: usize) -> Result<Vec<usize>> {
+    let idx: Vec<i64> = index.to_f64_vec()?.into_iter().map(|v| v as i64).collect();
+    let mut positions = Vec::with_capacity(idx.len());
+    for &i in &idx {
+        let p = if i < 0 { i + size as i64 } else { i };
+        if p < 0 || p >= size as i64 {
+            return Err(Error::IndexOutOfRange {
+                op: "index_select",
+                index: i,
+                dim: d,
+                size,
+            });
+        }
+        positions.push(p as usize);
+    }
+    Ok(positions)
 }
