@@ -163,17 +163,21 @@ FILL(unsigned, b4)
 FILL(u64, b8)
 
 // nll_loss's rows, made where the class indices are, so the host never reads them back (a wait
-// that drained the queue twice a training step): row r of `classes` values is −1 at column
-// `target[r]` and 0 elsewhere. A class outside 0..classes leaves its row 0 and writes itself into
-// `fault` (the class, then 1), which the host reads at its next wait for the device
-// (`src/gpu/checks.rs`) and reports as the op's error. PyTorch's device assert ends the context.
+// that drained the queue twice a training step): row r of `classes` values is `v` at column
+// `target[r]` and 0 elsewhere, where `v` is −1 (the forward's picks) or, with `num` and `den`
+// (0-d values on the device), −num/den (the backward's gradient, −g / total_weight, in one launch
+// instead of three). A class outside 0..classes leaves its row 0 and writes itself into `fault`
+// (the class, then 1), which the host reads at its next wait for the device (`src/gpu/checks.rs`)
+// and reports as the op's error. PyTorch's device assert ends the context instead.
 #define CLASS_ROWS(T, NAME)                                                                    \
     extern "C" __global__ void class_rows_##NAME(u64 n, u64 classes, T* out, const i64* target, \
-                                                 Strided lt, i64* fault) {                     \
+                                                 Strided lt, const T* num, const T* den,       \
+                                                 i64* fault) {                                 \
+        const T v = num ? -(num[0] / den[0]) : (T)-1;                                          \
         GRID_STRIDE(i, n) {                                                                    \
             const u64 row = i / classes, col = i - row * classes;                              \
             const i64 t = target[offset_of(lt, row)];                                          \
-            out[i] = (i64)col == t ? (T)-1 : (T)0;                                             \
+            out[i] = (i64)col == t ? v : (T)0;                                                 \
             if (col == 0 && (t < 0 || t >= (i64)classes)) {                                    \
                 fault[0] = t;                                                                  \
                 fault[1] = 1;                                                                  \

@@ -143,3 +143,63 @@ fn addmm_refuses_what_it_cannot_take() {
         assert!(e.contains("addmm") && e.contains(want), "{e}");
     }
 }
+
+/// `nll_loss`'s backward on a GPU, one kernel (the rows and `−g / total_weight` together, as
+/// PyTorch's `nll_loss_backward`), gives bit for bit what the unfused ops gave (the rows of −1
+/// times `g / total_weight`), in f32 and f64, for a loss scaled after it (`g` not 1), on a view
+/// of the targets; and it is one launch.
+#[test]
+fn the_nll_backward_in_one_kernel_gives_the_unfused_gradient() {
+    use placelab::nn::NLLLoss;
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    for dtype in [DType::F32, DType::F64] {
+        let (n, c) = (7usize, 5usize);
+        let x = Tensor::randn([n, c], Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .to(&GPU)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        // Every other entry of 14 classes: a strided view.
+        let classes: Vec<i64> = (0..2 * n as i64).map(|i| (i * 3) % c as i64).collect();
+        let all = Tensor::from_vec(classes.clone(), [2 * n], GPU).unwrap();
+        let target = all
+            .reshape([n, 2])
+            .unwrap()
+            .narrow(1, 0, 1)
+            .unwrap()
+            .reshape([n])
+            .unwrap();
+        let loss = NLLLoss.forward(&x, &target).unwrap().mul(3.0).unwrap();
+        cuda::synchronize(0).unwrap();
+        let before = emulated::launches("class_rows_f32") + emulated::launches("class_rows_f64");
+        loss.backward().unwrap();
+        cuda::synchronize(0).unwrap();
+        let after = emulated::launches("class_rows_f32") + emulated::launches("class_rows_f64");
+        assert_eq!(
+            after - before,
+            1,
+            "{dtype}: the backward's launches of class_rows"
+        );
+        let grad = values(&x.grad().unwrap());
+        // The unfused ops: the picks' −1 times (3 / n), in the dtype.
+        let (pick32, pick64) = (-1.0f32, -1.0f64);
+        let at_class = match dtype {
+            DType::F32 => f64::from(pick32 * (3.0f32 / n as f32)),
+            _ => pick64 * (3.0 / n as f64),
+        };
+        for (i, row) in grad.chunks(c).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                let want = if k as i64 == classes[2 * i] {
+                    at_class
+                } else {
+                    0.0
+                };
+                assert_eq!(v.to_bits(), want.to_bits(), "{dtype}: row {i}, class {k}");
+            }
+        }
+    }
+}

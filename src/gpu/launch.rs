@@ -69,7 +69,7 @@ kernels! {
     copy in CAST for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
     fill in CAST for WIDTHS (n: u64, out: u64, bits: u64);
     index_select in CAST for WIDTHS (n: u64, out: u64, src: u64, ls: Strided, dim: i32, index: u64, li: Strided, index_i32: i32, size: u64, fault: u64);
-    class_rows in CAST for LOSSES (n: u64, classes: u64, out: u64, target: u64, lt: Strided, fault: u64);
+    class_rows in CAST for LOSSES (n: u64, classes: u64, out: u64, target: u64, lt: Strided, num: u64, den: u64, fault: u64);
     sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols_finish in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, partial: u64, out: u64);

@@ -422,14 +422,16 @@ pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> 
 }
 
 /// nll_loss's rows (`class_rows` in `kernels/cast.cu`): `classes` values of `dtype` (f32 or
-/// f64) at `out` for each class index in `target` (i64), −1 at the class and 0 elsewhere. A
-/// class outside `0..classes` is reported at the host's next wait for the device (`checks.rs`).
+/// f64) at `out` for each class index in `target` (i64), at the class −1, or −num/den with
+/// `scale` (the device addresses of two 0-d values of `dtype`), and 0 elsewhere. A class outside
+/// `0..classes` is reported at the host's next wait for the device (`checks.rs`).
 pub(crate) fn class_rows(
     g: &Gpu,
     dtype: DType,
     out: u64,
     (target, lt): Input,
     classes: usize,
+    scale: Option<(u64, u64)>,
     op: &'static str,
 ) -> Result<()> {
     let n = lt.numel() * classes;
@@ -439,16 +441,20 @@ pub(crate) fn class_rows(
     let fault = g.index_check(op, 1, classes)?;
     let v = strided(op, lt.offset, &lt.shape, &lt.strides)?;
     let (nn, c) = (n as u64, classes as u64);
+    let (num, den) = scale.unwrap_or((0, 0));
+    let grid = elementwise_grid(n);
     launch::class_rows(
         g,
         tag(dtype),
-        elementwise_grid(n),
+        grid,
         op,
         nn,
         c,
         out,
         target,
         v,
+        num,
+        den,
         fault,
     )
 }

@@ -4,6 +4,8 @@
 use crate::autograd::{Backward, no_grad, record, saved as saved_tensor};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::profile::Work;
+use crate::storage::profiled;
 use crate::tensor::{Tensor, same_device};
 
 /// Checks class-index targets against `[N, C]` scores and returns them as `[N, C]` rows in `dtype`
@@ -43,15 +45,67 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
 /// The sign is the loss's: `x · picks` summed is exactly `−Σ x[i, target_i]`, and the gradient
 /// `picks · (g / n)` exactly `(−g) / n` at each class, one kernel fewer each way than negating.
 /// On a GPU one kernel makes them from the indices where they are, checking them as it runs (an
-/// error surfaces at the host's next wait); on host memory the values are checked here.
+/// error surfaces at the host's next wait); on host memory the values are checked here, in one
+/// op of the same name (`one_hot`), so a simulated GPU's profile lists what a real one runs.
 fn picks(op: &'static str, target: &Tensor, c: usize, dtype: DType) -> Result<Tensor> {
-    let n = target.numel();
-    let on_gpu = (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, op)?;
+    let on_gpu = (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, None, op)?;
     if let Some(rows) = on_gpu {
-        return Ok(Tensor::from_storage(rows, vec![n, c]));
+        return Ok(Tensor::from_storage(rows, vec![target.numel(), c]));
     }
+    let work = Work::elementwise(target.numel() * c, 1, dtype);
+    let _op = profiled(target.device(), "one_hot", work);
+    class_rows_on_host(op, target, c, -1.0, dtype)
+}
+
+/// nll_loss's gradient for the loss's gradient `g`: `−g / total_weight` at each row's class, 0
+/// elsewhere, in one op as PyTorch's `nll_loss_backward`: on a GPU one kernel (the rows and the
+/// scale together), on host memory the rows built with the value. The same values as the picks
+/// times `g / total_weight`, which a `g` of another shape or dtype takes.
+fn nll_gradient(target: &Tensor, c: usize, g: &Tensor, total_weight: &Tensor) -> Result<Tensor> {
+    let dtype = g.dtype();
+    let scalar = g.numel() == 1
+        && dtype == total_weight.dtype()
+        && matches!(dtype, DType::F32 | DType::F64)
+        && g.device() == target.device();
+    if !scalar {
+        return picks("nll_loss", target, c, dtype)?.mul(&g.div(total_weight)?);
+    }
+    let scale = [
+        (g.storage(), g.layout()),
+        (total_weight.storage(), total_weight.layout()),
+    ];
+    let on_gpu =
+        (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, Some(scale), "nll_loss")?;
+    if let Some(rows) = on_gpu {
+        return Ok(Tensor::from_storage(rows, vec![target.numel(), c]));
+    }
+    let _op = profiled(
+        target.device(),
+        "nll_loss_backward",
+        Work::elementwise(target.numel() * c, 1, dtype),
+    );
+    // Host memory: the two values are read where they are, and divided in their dtype.
+    let value = |t: &Tensor| t.storage().read_f64_at(&[t.layout().offset])[0];
+    let (g, w) = (value(g), value(total_weight));
+    let at_class = match dtype {
+        DType::F32 => f64::from(-((g as f32) / (w as f32))),
+        _ => -(g / w),
+    };
+    class_rows_on_host("nll_loss", target, c, at_class, dtype)
+}
+
+/// `[n, c]` rows of `dtype` on `target`'s (host-backed) device: `at_class` at each row's class in
+/// `target`, checked to lie in `0..c`, and 0 elsewhere.
+fn class_rows_on_host(
+    op: &'static str,
+    target: &Tensor,
+    c: usize,
+    at_class: f64,
+    dtype: DType,
+) -> Result<Tensor> {
     let classes = target.to_vec::<i64>()?;
-    let mut hot = vec![0.0f64; n * c];
+    let n = classes.len();
+    let mut rows = vec![0.0f64; n * c];
     for (i, &k) in classes.iter().enumerate() {
         if k < 0 || k as usize >= c {
             return Err(Error::IndexOutOfRange {
@@ -61,9 +115,17 @@ fn picks(op: &'static str, target: &Tensor, c: usize, dtype: DType) -> Result<Te
                 size: c,
             });
         }
-        hot[i * c + k as usize] = -1.0;
+        rows[i * c + k as usize] = at_class;
     }
-    Tensor::engine_values(&hot, vec![n, c], (dtype, target.device()))
+    let opts = (dtype, target.device());
+    match dtype {
+        // Made in the dtype itself: no conversion op beside the row's own.
+        DType::F32 => {
+            let rows: Vec<f32> = rows.iter().map(|&v| v as f32).collect();
+            Tensor::engine_values(&rows, vec![n, c], opts)
+        }
+        _ => Tensor::engine_values(&rows, vec![n, c], opts),
+    }
 }
 
 /// The loss input in f32 (or f64): losses are always accumulated in full precision.
@@ -113,8 +175,7 @@ impl NLLLoss {
             let saved = vec![Some(target.detach()), Some(total_weight.detach())];
             Backward::new(saved, move |g: &Tensor, s: Vec<Option<Tensor>>| {
                 let (target, total_weight) = (saved_tensor(&s, 0)?, saved_tensor(&s, 1)?);
-                let rows = picks("nll_loss", target, c, g.dtype())?;
-                Ok(vec![Some(rows.mul(&g.div(total_weight)?)?)])
+                Ok(vec![Some(nll_gradient(target, c, g, total_weight)?)])
             })
         };
         Ok(record(loss, "nll_loss", &[&x], backward))

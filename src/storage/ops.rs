@@ -152,14 +152,16 @@ impl Storage {
     }
 
     /// nll_loss's `[n, classes]` rows of `dtype` (f32 or f64) from the class indices of this
-    /// i64 storage viewed by `l`, made by one kernel on a GPU, −1 at each class and 0 elsewhere,
-    /// the indices checked as it runs (`gpu::checks`); `None` on host memory, where the caller
-    /// checks the values and builds the rows itself.
+    /// i64 storage viewed by `l`, made by one kernel on a GPU: at each class −1, or −num/den with
+    /// `scale` (two 0-d views of `dtype` on this device: the backward's −g / total_weight), 0
+    /// elsewhere, the indices checked as it runs (`gpu::checks`). `None` on host memory, where
+    /// the caller checks the values and builds the rows itself.
     pub(crate) fn class_rows_on_gpu(
         &self,
         l: &Layout,
         classes: usize,
         dtype: DType,
+        scale: Option<[(&Storage, &Layout); 2]>,
         op: &'static str,
     ) -> Result<Option<Storage>> {
         let Some(g) = self
@@ -170,16 +172,19 @@ impl Storage {
         };
         let g = g?;
         let n = l.numel() * classes;
-        let _op = self.profiled("one_hot", Work::elementwise(n, 1, dtype));
+        let name = if scale.is_some() {
+            "nll_loss_backward"
+        } else {
+            "one_hot"
+        };
+        let _op = self.profiled(name, Work::elementwise(n, 1, dtype));
         let out = Storage::alloc(self.device(), dtype, n)?;
-        gpu::class_rows(
-            &g,
-            dtype,
-            out.device_ptr(),
-            (self.device_ptr(), l),
-            classes,
-            op,
-        )?;
+        let at = |(s, l): (&Storage, &Layout)| {
+            s.device_ptr() + (l.offset * s.dtype.size_in_bytes()) as u64
+        };
+        let scale = scale.map(|[num, den]| (at(num), at(den)));
+        let target = (self.device_ptr(), l);
+        gpu::class_rows(&g, dtype, out.device_ptr(), target, classes, scale, op)?;
         Ok(Some(out))
     }
 

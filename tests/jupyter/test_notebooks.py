@@ -372,6 +372,10 @@ def test_04_models_on_a_device():
     assert "predicted" not in text, "nothing is predicted for the CPU"
     text, html = run.profile("profile-gpu")
     check_profile(text, html, "profile-gpu")
+    # About as many ops as PyTorch's step has kernels (the markdown's "19 here"): one op each for
+    # the fused addmm, ReLU's backward, the loss's backward and the SGD update. The table counts
+    # the autograd engine's row (host work) among its 20.
+    assert re.search(r"^20 ops took", text, re.M) and "autograd engine" in text, text
     if not run.real_gpu:
         # Standing for an H100: each row predicted, and the small step host-bound: the host's
         # time to queue its ops above the GPU's, with the step measured on a real H100 beside.
