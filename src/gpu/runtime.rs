@@ -217,9 +217,10 @@ impl Gpu {
     /// keeps its variables. A stream sync cannot be interrupted, so this waits on an event in
     /// slices, looking for an interrupt between them. For its first 20 ms the wait wakes the
     /// moment the event is reached (a busy loop on a real GPU, as `torch.cuda.synchronize`'s
-    /// default wait is): sleeping between looks had added up to 250 µs to every wait, a third of
-    /// a timed 4096³ bf16 GEMM. A longer wait looks every 200 µs, so that a long queue does not
-    /// hold a core for its whole length. Only waits that release no memory use it; those that
+    /// default wait is): sleeping between looks (10 µs doubling to 200 µs) woke it a median
+    /// 23 µs late after a 173 µs op and 126–208 µs late after 1–2.7 ms ones (benches/RESULTS.md),
+    /// the size of the gap between a timed GEMM and PyTorch's on an H100. A longer wait looks
+    /// every 200 µs, so that a long queue does not hold a core for its whole length. Only waits that release no memory use it; those that
     /// guard memory (a segment's release, an in-flight copy) wait to the end.
     pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
         const BUSY_FOR: Duration = Duration::from_millis(20);
