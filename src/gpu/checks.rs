@@ -41,20 +41,25 @@ impl Checks {
         self.pending.len() == SLOTS
     }
 
-    /// The slots' block, allocated and zeroed at the first call: (address, bytes, whether it
-    /// was made by this call).
-    pub(crate) fn slots(&mut self, driver: &dyn Driver) -> Result<(u64, usize, bool), String> {
-        let bytes = SLOTS * SLOT_BYTES;
+    /// The slots' block, allocated and zeroed at the first call, `made` told of it (address,
+    /// bytes) before anything is queued that writes it (the emulator's AddressSanitizer marks).
+    pub(crate) fn slots(
+        &mut self,
+        driver: &dyn Driver,
+        made: impl FnOnce(u64, usize),
+    ) -> Result<u64, String> {
         if let Some(base) = self.slots {
-            return Ok((base, bytes, false));
+            return Ok(base);
         }
+        let bytes = SLOTS * SLOT_BYTES;
         let base = driver
             .malloc(bytes)
             .map_err(|e| format!("no device memory for its index checks: {e:?}"))?;
+        made(base, bytes);
         // SAFETY: `base` is a fresh block of `bytes` bytes of this device.
         unsafe { driver.copy_htod(base, &[0; SLOTS * SLOT_BYTES]) }?;
         self.slots = Some(base);
-        Ok((base, bytes, true))
+        Ok(base)
     }
 
     /// Queues a check of `op`'s indices along `dim` (of `size`) into the next slot of the block

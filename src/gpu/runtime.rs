@@ -253,10 +253,8 @@ impl Gpu {
             self.wait_interruptibly(op)?; // reads the checks, freeing their slots
         }
         let mut checks = lock(&self.checks);
-        let (base, bytes, made) = (checks.slots(&*self.driver)).map_err(|e| self.err(op, e))?;
-        if made {
-            mark_emulated_block(self.index, base as usize, bytes, true);
-        }
+        let made = |base: u64, bytes| mark_emulated_block(self.index, base as usize, bytes, true);
+        let base = (checks.slots(&*self.driver, made)).map_err(|e| self.err(op, e))?;
         Ok(checks.queue(base, op, dim, size))
     }
 
