@@ -263,6 +263,8 @@ pub struct DeviceList {
     pub missing: Option<String>,
     /// Real CUDA devices on this machine, simulated or not.
     pub real: usize,
+    /// Emulated CUDA devices this process uses now (`PLACELAB_EMULATE_CUDA`, `cuda::emulate`).
+    pub emulated: usize,
     /// Why this machine has no real CUDA device, when it has none.
     pub no_real_gpu: Option<String>,
 }
@@ -303,6 +305,9 @@ pub fn devices(with_free: bool) -> DeviceList {
         versions: versions_line(),
         missing: unavailable_reason(),
         real: real_device_count(),
+        emulated: (0..device_count())
+            .filter(|&i| Device::Cuda(i).stand_in() == Some(StandIn::Emulated))
+            .count(),
         no_real_gpu: no_real_gpu_reason(),
     }
 }

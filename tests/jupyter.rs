@@ -159,15 +159,26 @@ fn installed_kernelspec() -> PathBuf {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The CUDA devices the kernels pytest starts begin with.
+#[derive(Clone, Copy, PartialEq)]
+enum StandIns {
+    /// PLACELAB_SIMULATE_CUDA set to this.
+    Simulated(&'static str),
+    /// PLACELAB_EMULATE_CUDA set to this: the real kernels and `src/gpu/`, on the CPU.
+    Emulated(&'static str),
+    /// Neither: the machine as it is (a notebook's first cell decides).
+    AsTheMachineIs,
+}
+
 /// Runs one pytest file against kernels with one simulated GPU (see `pytest_on`).
 fn pytest(file: &str) {
-    pytest_on(file, Some("1"));
+    pytest_on(file, StandIns::Simulated("1"));
 }
 
 /// Runs one pytest file against the kernel and fails with pytest's output unless every test
-/// collected passed (exit 0). The whole output is also kept in `target/jupyter-logs/`.
-/// `simulate` is the kernels' PLACELAB_SIMULATE_CUDA (`None`: the machine as it is).
-fn pytest_on(file: &str, simulate: Option<&str>) {
+/// collected passed (exit 0). The whole output is also kept in `target/jupyter-logs/`, as
+/// `FILE.log` (`FILE-emulated.log` on emulated devices).
+fn pytest_on(file: &str, devices: StandIns) {
     if skipped() {
         return;
     }
@@ -186,16 +197,29 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
     ] {
         std::fs::create_dir_all(dir).expect("target/ is writable");
     }
-    let log_path = logs.join(format!("{}.log", file.trim_end_matches(".py")));
+    let run_name = match devices {
+        StandIns::Emulated(_) => format!("{}-emulated", file.trim_end_matches(".py")),
+        _ => file.trim_end_matches(".py").to_string(),
+    };
+    let log_path = logs.join(format!("{run_name}.log"));
     let log = File::create(&log_path).expect("target/ is writable");
     // Each run starts with an empty history: searches count only this run's cells.
-    let history = work.join(format!("{}-history.jsonl", file.trim_end_matches(".py")));
+    let history = work.join(format!("{run_name}-history.jsonl"));
     let _ = std::fs::remove_file(&history);
     let started = Instant::now();
     let mut command = user_command(&python);
-    match simulate {
-        Some(n) => command.env("PLACELAB_SIMULATE_CUDA", n),
-        None => command.env_remove("PLACELAB_SIMULATE_CUDA"),
+    command
+        .env_remove("PLACELAB_SIMULATE_CUDA")
+        .env_remove("PLACELAB_EMULATE_CUDA");
+    match devices {
+        StandIns::Simulated(n) => command.env("PLACELAB_SIMULATE_CUDA", n),
+        StandIns::Emulated(n) => command.env("PLACELAB_EMULATE_CUDA", n),
+        StandIns::AsTheMachineIs => &mut command,
+    };
+    // An emulated run's executed notebooks go beside the simulated run's, not over them.
+    let notebooks_out = match devices {
+        StandIns::Emulated(_) => target().join("notebooks-emulated"),
+        _ => target().join("notebooks"),
     };
     let mut child = command
         .args([
@@ -220,7 +244,7 @@ fn pytest_on(file: &str, simulate: Option<&str>) {
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PLACELAB_CACHE", session_cache())
         .env("PLACELAB_KERNEL_NAME", KERNEL_NAME)
-        .env("PLACELAB_NOTEBOOK_OUT", target().join("notebooks"))
+        .env("PLACELAB_NOTEBOOK_OUT", notebooks_out)
         .env("PLACELAB_HISTORY", &history)
         .env("PLACELAB_BIN", env!("CARGO_BIN_EXE_placelab"))
         .env("PLACELAB_INTERRUPT_GRACE", INTERRUPT_GRACE)
@@ -313,12 +337,20 @@ fn notebooks_consoles_and_the_command_line_run_it() {
     pytest("test_front_ends.py");
 }
 
-/// The seven tutorials, executed through the kernel on the machine as it is (simulated GPUs
-/// come from each notebook's first cell), with the facts each teaches checked. Also renders
-/// them, executed, to `target/notebooks/*.html` (README: "Reading the notebooks").
+/// The tutorials, executed through the kernel on the machine as it is (simulated GPUs come from
+/// each notebook's first cell), with the facts each teaches checked. Also renders them,
+/// executed, to `target/notebooks/*.html` (README: "Reading the notebooks").
 #[test]
 fn tutorial_notebooks_run_and_teach_their_facts() {
-    pytest_on("test_notebooks.py", None);
+    pytest_on("test_notebooks.py", StandIns::AsTheMachineIs);
+}
+
+/// The same tutorials on the GPU code path: two emulated devices, which each notebook's first
+/// cell keeps, run the real `kernels/*.cu` and `src/gpu/` as a real GPU would; each test checks
+/// the facts that path shows (cuBLAS's workspace, a reduction's scratch, measured times).
+#[test]
+fn tutorial_notebooks_teach_their_facts_on_the_gpu_code_path() {
+    pytest_on("test_notebooks.py", StandIns::Emulated("2,16GiB"));
 }
 
 /// `notebooks/executed/` is read in place of running the notebooks (the README links it), so

@@ -60,7 +60,7 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: ":simulate",
         usage: ":simulate cuda N [CAPACITY | GPU] [--if-no-gpu] [--emulate]",
-        help: "use N simulated CUDA devices of CAPACITY each (default 16GiB; e.g. `:simulate cuda 2 8GiB`), as PLACELAB_SIMULATE_CUDA=N,CAPACITY; with a GPU's name instead (`:simulate cuda 2 h100`, or `--as h100`; a100, t4, …), standing for that GPU: its memory, and beside each measured copy what it would take there (predicted); with --if-no-gpu, only where no real GPU exists; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
+        help: "use N simulated CUDA devices of CAPACITY each (default 16GiB; e.g. `:simulate cuda 2 8GiB`), as PLACELAB_SIMULATE_CUDA=N,CAPACITY; with a GPU's name instead (`:simulate cuda 2 h100`, or `--as h100`; a100, t4, …), standing for that GPU: its memory, and beside each measured copy what it would take there (predicted); with --if-no-gpu, only where no real GPU exists and no emulated one is in use; with --emulate, run the real CUDA kernels on the CPU (slower; for checking GPU code)",
         run: simulate,
     },
     Magic {
@@ -435,6 +435,14 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
                 return CellReport::info(format!(
                     "this machine has {} real CUDA device(s): nothing simulated, the lessons run on them",
                     list.real
+                ));
+            }
+            // Emulated devices were asked for (PLACELAB_EMULATE_CUDA, `--emulate`): they run
+            // the real GPU code path, which the notebook's simulated devices would replace.
+            Some(list) if list.emulated > 0 => {
+                return CellReport::info(format!(
+                    "this session has {} emulated CUDA device(s): nothing simulated, the lessons run on them (the real kernels, on the CPU)",
+                    list.emulated
                 ));
             }
             Some(list) => list.no_real_gpu,

@@ -6,7 +6,7 @@
 //! A reply is lines of `kind key=value …` ending with `end`: for `stats`, one `device` line per
 //! used device, one `transfer` line per transfer with `seq > AFTER_SEQ`, and `seq last=N`; for
 //! `empty_cache`, `released bytes=N`; for `devices`, one `listed TEXT` line per device, then
-//! `versions TEXT`, `missing TEXT` and `no_real_gpu TEXT` where there is one, and `real count=N`.
+//! `versions TEXT`, `missing TEXT` and `no_real_gpu TEXT` where there is one, `real count=N` and `emulated count=N`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -171,6 +171,7 @@ impl Reply {
                     }
                 }
                 let _ = writeln!(out, "real count={}", d.real);
+                let _ = writeln!(out, "emulated count={}", d.emulated);
             }
             Reply::Error(why) => {
                 let _ = writeln!(out, "error {why}");
@@ -216,6 +217,7 @@ fn parse_devices(reply: &str) -> DeviceList {
             "missing" => d.missing = Some(rest),
             "no_real_gpu" => d.no_real_gpu = Some(rest),
             "real" => d.real = number(&fields(line), "count") as usize,
+            "emulated" => d.emulated = number(&fields(line), "count") as usize,
             _ => {}
         }
     }
@@ -352,6 +354,7 @@ mod tests {
             versions: None,
             missing: None,
             real: 0,
+            emulated: 2,
             no_real_gpu: Some("libcuda.so: not found".into()),
         });
         assert_eq!(

@@ -6,6 +6,11 @@ notebooks and their HTML are written to target/notebooks/ for reading without Ju
 The kernel starts without PLACELAB_SIMULATE_CUDA, as a user's does: each notebook's first cell
 (`:simulate cuda 2 16GiB --if-no-gpu`) decides. On a machine with a real GPU the same checks run
 against it, and those that only a real GPU can satisfy (pinned above pageable) run too.
+
+With PLACELAB_EMULATE_CUDA set (tests/jupyter.rs runs them once so), the first cell keeps the
+emulated devices, and every notebook runs on the GPU code path: the real `kernels/*.cu` and
+`src/gpu/`, as on a real GPU. Where that path shows other facts than a simulated GPU (cuBLAS's
+workspace, a reduction's scratch block, no predictions), each test checks the GPU path's.
 """
 
 from __future__ import annotations
@@ -38,7 +43,13 @@ class Run:
     def __init__(self, nb: Any):
         self.nb = nb
         self.cells = {c.id: c for c in nb.cells}
-        self.real_gpu = "real CUDA device" in self.text("simulate")
+        first = self.text("simulate")
+        # Which devices ran it: "real", "emulated" (the GPU code path on the CPU) or "simulated".
+        self.gpu = "real" if "real CUDA device" in first else "emulated" if "emulated CUDA device" in first else "simulated"
+        self.real_gpu = self.gpu == "real"
+        # The CPU's kernels on host memory, standing for a named GPU: the only run that predicts.
+        self.simulated = self.gpu == "simulated"
+        self.label = {"real": "cuda:0", "emulated": "cuda:0 (emulated)", "simulated": "cuda:0 (simulated)"}[self.gpu]
 
     def cell(self, cell_id: str) -> Any:
         assert cell_id in self.cells, f"no cell with id {cell_id!r}"
@@ -101,13 +112,16 @@ def seconds(text: str) -> float:
     return float(value) * {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
-def check_profile(text: str, html: str, cell_id: str) -> None:
+def check_profile(text: str, html: str, cell_id: str, queued: bool = False) -> None:
     """What every profile shows: ops accounting for the code's wall time within 10%, and a
-    timeline with its peak."""
+    timeline with its peak. `queued`: the ops ran on a GPU (real or emulated), where each only
+    queues its work in a few microseconds, so the code between them (recording the graph) is a
+    larger share of the wall time: within 25% there."""
     coverage = re.search(r"took (\S+ \S+) of the code's (\S+ \S+) \((\d+)%\)", text)
     assert coverage, text
     ops, wall = seconds(coverage.group(1)), seconds(coverage.group(2))
-    assert 0.9 * wall <= ops <= wall, f"{cell_id}: the ops should account for the wall time within 10%:\n{text}"
+    share = 0.75 if queued else 0.9
+    assert share * wall <= ops <= wall, f"{cell_id}: the ops should account for the wall time within {1 - share:.0%}:\n{text}"
     assert "<svg" in html and "<polyline" in html and "peak" in html, html[:2000]
 
 
@@ -145,6 +159,9 @@ def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
         html, _ = HTMLExporter().from_notebook_node(nb)
         (OUT / name).with_suffix(".html").write_text(html, encoding="utf-8")
     run = Run(nb)
+    # Asked for emulated devices, a run on simulated ones would check the wrong path and pass.
+    if os.environ.get("PLACELAB_EMULATE_CUDA"):
+        assert run.gpu == "emulated", run.describe("simulate")
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -228,12 +245,14 @@ def test_01_devices_and_tensors():
     if run.real_gpu:
         assert "CUDA driver" in devices and "NVRTC" in devices, devices
     else:
-        assert "cuda:0 (simulated)" in devices, devices
+        assert f"{run.label} " in devices, devices
+    if run.gpu == "emulated":
+        assert "cuda:0 (emulated) kernels/*.cu on the CPU" in devices, devices
     assert re.fullmatch(r"\(true, \d+\)", run.text("counts").strip()), run.text("counts")
     assert run.text("pick").strip() == "cuda:0"
     assert run.card("default-cpu").startswith("Tensor f32[3] · cpu · 12 B"), run.card("default-cpu")
     card = run.card("on-device")
-    label = "cuda:0" if run.real_gpu else "cuda:0 (simulated)"
+    label = run.label
     assert card.startswith(f"Tensor f32[1000, 1000] · {label} · 3.81 MiB · no .to() yet"), card
     # A 3.81 MiB request (between 1 and 10 MiB) gets a 20 MiB segment, as in PyTorch.
     assert f"── {label} allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB" in run.strip("on-device"), run.strip("on-device")
@@ -286,10 +305,14 @@ def test_03_transfer_cost():
     assert list(pageable)[0] == "4.00 KiB" and list(pageable)[-1] == "256.00 MiB", rows
     assert all(v > 0 for v in [*pageable.values(), *pinned.values()]), rows
     large = ["16.00 MiB", "64.00 MiB", "256.00 MiB"]
-    if run.real_gpu:
-        for s in large:
-            assert pinned[s] > pageable[s], f"pinned should beat pageable at {s}: {rows}"
+    if not run.simulated:
+        # A real or emulated GPU stands for no other: nothing predicted, and no other GPU's
+        # measurements beside. Pinned above pageable is a bus's fact; an emulated copy is a
+        # memcpy on this CPU, timed beside other work, so only a real GPU is held to it.
         assert all(r[4] == r[5] == r[6] == r[7] == "-" for r in rows), f"a real GPU predicts nothing: {rows}"
+        if run.real_gpu:
+            for s in large:
+                assert pinned[s] > pageable[s], f"pinned should beat pageable at {s}: {rows}"
     else:
         # Standing for an H100: pinned copies predicted faster than pageable from 16 MiB, near
         # PCIe 5 ×16's 55.6 GB/s at 256 MiB; small copies latency-bound.
@@ -332,10 +355,12 @@ def test_03_transfer_cost():
     assert max(mine, torch) + pinned < fast < slow and abs(mine + pinned - 2.2) < 0.1 and abs(torch + pinned - 1.9) < 0.1, pin.group(0)
     # The 64 MiB pinned batch, copied once more: on a stand-in for an H100, predicted at PCIe 5's
     # pinned rate (about 1.2 ms).
-    copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · (\S+(?: \S+)?) on an H100 \(predicted\)", run.text("your-turn").strip())
-    assert copy, run.text("your-turn")
-    if not run.real_gpu:
-        assert 0.0008 < seconds(copy.group(2)) < 0.002, copy.group(0)
+    if run.simulated:
+        copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · (\S+ \S+) on an H100 \(predicted\)", run.text("your-turn").strip())
+        assert copy and 0.0008 < seconds(copy.group(2)) < 0.002, run.text("your-turn")
+    else:
+        copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · nothing predicted: cuda:0 is no stand-in for an H100", run.text("your-turn").strip())
+        assert copy and seconds(copy.group(1)) > 0, run.text("your-turn")
     # The same total both ways; twenty copies and reads against one of each.
     inside = re.search(r"moving inside the loop: 20 copies to the device, 20 values read back, total (\S+),", run.text("inside-loop"))
     once = re.search(r"moving once: 1 copy to the device, 1 value read back, total (\S+),", run.text("once"))
@@ -357,7 +382,7 @@ def test_04_models_on_a_device():
     # The same weights, batch and optimizer on both devices: the same loss, the same step.
     gap = re.search(r"parameters after the step: (\S+)", run.text("step-gpu"))
     # A simulated GPU runs the CPU's kernels: bit for bit. A real one sums in another order.
-    limit = 1e-5 if run.real_gpu else 0.0
+    limit = 0.0 if run.simulated else 1e-5
     assert gap and abs(losses[0] - losses[1]) <= 1e-3 and float(gap.group(1)) <= limit, run.text("step-gpu")
     mismatch = run.error("model-mismatch").evalue
     assert "device mismatch in linear" in mismatch and "`input` is on cpu" in mismatch and "cuda:0" in mismatch, mismatch
@@ -371,12 +396,21 @@ def test_04_models_on_a_device():
     assert not re.search(r"^forward\s+(matmul|add)\s", text, re.M), text
     assert "predicted" not in text, "nothing is predicted for the CPU"
     text, html = run.profile("profile-gpu")
-    check_profile(text, html, "profile-gpu")
+    check_profile(text, html, "profile-gpu", queued=not run.simulated)
     # About as many ops as PyTorch's step has kernels (the markdown's "19 here"): one op each for
     # the fused addmm, ReLU's backward, the loss's backward and the SGD update. The table counts
     # the autograd engine's row (host work) among its 20.
-    assert re.search(r"^20 ops took", text, re.M) and "autograd engine" in text, text
-    if not run.real_gpu:
+    # On the GPU path `item()` reads the loss back, one op more: `to_vec`, whose host time is the
+    # wait for the step's queued work (a simulated GPU's values are in host memory already).
+    ops = 20 if run.simulated else 21
+    assert re.search(rf"^{ops} ops took", text, re.M) and "autograd engine" in text, text
+    assert (re.search(r"^\w+\s+to_vec\s+cuda:0\s+1\s", text, re.M) is None) == run.simulated, text
+    if not run.simulated:
+        # Nothing predicted; the host's queueing, its wait for the loss and the GPU's time.
+        line = re.fullmatch(r"21 ops · the host queued them in (\S+ \S+), then waited (\S+ \S+) to read the loss · the GPU ran them in (\S+ \S+)", run.text("profile-gpu").splitlines()[0])
+        assert line and all(seconds(g) > 0 for g in line.groups()), run.text("profile-gpu")
+        assert "predicted" not in text and "busy" in text, text
+    if run.simulated:
         # Standing for an H100: each row predicted, and the small step host-bound: the host's
         # time to queue its ops above the GPU's, with the step measured on a real H100 beside.
         line = re.search(r"(\d+) ops · measured here (.+?) · predicted on an H100: host (.+?), GPU (.+?) → the step (.+?) \((host|GPU)-bound\)", run.text("profile-gpu"))
@@ -416,8 +450,11 @@ def test_05_memory_management():
     # A 4 MiB request (between 1 and 10 MiB) gets a 20 MiB segment, as in PyTorch.
     assert "allocated 4.00 MiB · reserved 22.00 MiB" in after_empty[1], after_empty
     peak, now = run.numbers("peak")
-    # t, u and v (32 MiB each), the sum's 512-byte block, and `small`.
-    assert (peak, now) == (3 * 32 * MiB + 512 + 4096, 4096), run.text("peak")
+    # t, u and v (32 MiB each), the sum's 512-byte block, and `small`; on a GPU also the sum's
+    # scratch for its blocks' partial sums, 2,048 of 8 bytes (as the markdown says).
+    scratch = 0 if run.simulated else 2048 * 8
+    assert (peak, now) == (3 * 32 * MiB + 512 + 4096 + scratch, 4096), run.text("peak")
+    assert "on a real (or emulated) GPU the peak is 16,384 bytes higher" in run.cell("c15").source
     oom = run.error("oom").evalue
     assert "out of memory on cuda:0: tried to allocate" in oom and "free" in oom, oom
     # Recording keeps what PyTorch keeps: the ReLU's 8 MiB output (the batch and the weights are
@@ -433,7 +470,7 @@ def test_05_memory_management():
     # A training step's peak, from the profile, is the allocator's own peak, and it comes in the
     # backward pass with the first layer's 16 MiB weight gradient.
     text, html = run.profile("step-memory")
-    check_profile(text, html, "step-memory")
+    check_profile(text, html, "step-memory", queued=not run.simulated)
     peak_line = re.search(r"the profile's peak (\d+) bytes · max_memory_allocated (\d+) bytes", run.text("step-memory"))
     assert peak_line and peak_line.group(1) == peak_line.group(2), run.text("step-memory")
     # PyTorch's peak for this step, measured with its profiler on the CPU, is 24.17 MiB above
@@ -513,13 +550,19 @@ def test_07_several_gpus():
     assert "DataParallel over one device does nothing" in run.text("one-device")
     timed = re.fullmatch(r"one GPU: (\S+ \S+) (predicted|measured) · DataParallel over (\d+) GPUs: (\S+ \S+) (predicted|measured)", run.text("your-turn").strip())
     assert timed, run.text("your-turn")
-    if not run.real_gpu:
+    if run.simulated:
         # Standing for H100s: the split forward's copies and twice the launches cost more than
         # the work it shares, for this small model.
         assert timed.group(2) == timed.group(5) == "predicted" and seconds(timed.group(4)) > seconds(timed.group(1)), timed.group(0)
-    if not run.real_gpu:
         # Standing for H100s, the copy between them is predicted over NVLink.
         assert "(predicted: NVLink, 450 GB/s each way)" in run.card("peer-copy"), run.card("peer-copy")
+    else:
+        # Measured until the GPUs were done; which wins is a timing, not asserted.
+        assert timed.group(2) == timed.group(5) == "measured", timed.group(0)
+        if n > 1:
+            # The way the copy went, as the markdown says a real or emulated GPU shows.
+            card = run.card("peer-copy")
+            assert "peer to peer" in card or "staged through host memory" in card, card
     # 256 MiB between two GPUs: NVLink (H100) beats PCIe peer to peer (L4), which beats staging
     # through the host (RTX 4090: no peer copies on GeForce RTX 40 cards).
     links = {l.split()[0]: l for l in run.text("link-compare").splitlines() if l.strip()}
@@ -537,8 +580,9 @@ def test_08_capstone():
     assert run.text("loader").startswith("23 batches an epoch · the first: images [64, 64] on cpu"), run.text("loader")
     found = re.search(r"test accuracy ([\d.]+)% untrained → ([\d.]+)% after 20 epochs", run.text("train"))
     assert found and float(found.group(1)) < 30 and float(found.group(2)) >= 95.0, run.text("train")
+    predicted = r" · predicted on an H100: (\S+ \S+) in all \((host|GPU)-bound\), of which copies (\S+ \S+)$" if run.simulated else r" · of which copies (\S+ \S+)$"
     rows = {m.group(1): m for m in re.finditer(
-        r"^(copied per batch|pinned, prefetched|all on the GPU)\s+(\d+) copies\s+(\S+ \S+) · measured here\s+(\S+ \S+) · predicted on an H100: (\S+(?: \S+)?) in all \((host|GPU)-bound\), of which copies (\S+ \S+)$",
+        r"^(copied per batch|pinned, prefetched|all on the GPU)\s+(\d+) copies\s+(\S+ \S+) · measured here\s+(\S+ \S+)" + predicted,
         run.text("placements"), re.M)}
     assert len(rows) == 3, run.text("placements")
     # 2 copies a batch, 23 batches, 3 epochs, of the same 1.09 MiB; none once the data is there.
@@ -549,8 +593,13 @@ def test_08_capstone():
     # a real GPU also holds cuBLAS's workspace (32 MiB from Hopper on, 8 MiB + 128 KiB before).
     left = re.search(r"── cuda:0[^\n]* allocated (\S+ \S+) \((\d+) tensors\)", run.strip("train"))
     assert left and left.group(2) == "16", run.strip("train")
-    assert left.group(1) in (("32.08 MiB", "8.20 MiB") if run.real_gpu else ("78.00 KiB",)), run.strip("train")
-    if not run.real_gpu:
+    # An emulated GPU is a Hopper (compute capability 9.0), with Hopper's workspace.
+    workspace = {"real": ("32.08 MiB", "8.20 MiB"), "emulated": ("32.08 MiB",), "simulated": ("78.00 KiB",)}[run.gpu]
+    assert left.group(1) in workspace, run.strip("train")
+    if not run.simulated:
+        # The copies' own time, measured: none once the data is on the GPU.
+        assert seconds(rows["all on the GPU"].group(5)) == 0 < seconds(rows["copied per batch"].group(5)), run.text("placements")
+    else:
         # Copies are a small share of the predicted time, and the epochs are host-bound: the
         # host queues the tiny network's ops more slowly than an H100 would run them.
         for name in ("copied per batch", "pinned, prefetched"):
