@@ -5,6 +5,12 @@
 /// Runs `f`, turning a panic of cudarc's loader (a library that is missing or lacks a symbol)
 /// into an error instead of unwinding through the caller.
 pub(crate) fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> std::result::Result<R, String> {
+    catch_quietly(f).map_err(|msg| format!("{what}: {msg}"))
+}
+
+/// Runs `f`, catching a panic without printing it: `Err` holds the panic's message. A panic
+/// on another thread meanwhile prints as usual.
+pub(crate) fn catch_quietly<R>(f: impl FnOnce() -> R) -> std::result::Result<R, String> {
     thread_local! {
         static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
@@ -24,11 +30,9 @@ pub(crate) fn guarded<R>(what: &str, f: impl FnOnce() -> R) -> std::result::Resu
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     QUIET.with(|q| q.set(was_quiet));
     r.map_err(|p| {
-        let msg = p
-            .downcast_ref::<String>()
+        p.downcast_ref::<String>()
             .cloned()
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_default();
-        format!("{what}: {msg}")
+            .unwrap_or_default()
     })
 }

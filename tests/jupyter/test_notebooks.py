@@ -129,13 +129,27 @@ def is_strip(output: Any) -> bool:
     return "placelab-memory" in output.get("data", {}).get("text/html", "")
 
 
+def solution(nb: Any) -> str:
+    """The code of the task's solution, folded in the markdown cell `solution`."""
+    folded = [c for c in nb.cells if c.id == "solution"]
+    assert len(folded) == 1 and folded[0].cell_type == "markdown", "no markdown cell with id solution"
+    found = re.fullmatch(r"<details><summary>[^<]+</summary>\n\n```rust\n(.+?)\n```\n\n</details>", folded[0].source, re.S)
+    assert found, f"the solution is one rust block inside <details>:\n{folded[0].source}"
+    return found.group(1)
+
+
 def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
     """Runs notebooks/`name` through the kernel; writes the executed notebook and its HTML.
     `guesses` replaces the source of guess cells (by id), as a learner fills them in; such a run
-    is not written out (the executed copies are the notebooks as committed)."""
+    is not written out (the executed copies are the notebooks as committed).
+
+    The task's scaffold runs as committed (it says what is left to do), and its folded solution
+    runs after the last cell, as the learner would run it in place of the scaffold (the task is
+    the last code cell): `run.text("solution-run")`. That cell is not written out."""
     path = NOTEBOOKS / name
     nb = nbformat.read(path, as_version=4)
     committed_clean(name, nb)
+    nb.cells.append(nbformat.v4.new_code_cell(solution(nb), id="solution-run"))
     for cell_id, source in (guesses or {}).items():
         cells = [c for c in nb.cells if c.id == cell_id]
         assert len(cells) == 1 and cells[0].source.lstrip().startswith("// Your prediction"), f"{name}: {cell_id} is no guess cell"
@@ -151,6 +165,7 @@ def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
     )
     # Cells tagged `raises-exception` may fail; any other failure raises CellExecutionError.
     client.execute()
+    solved = nb.cells.pop()
     record(f"{name}, {len(nb.cells)} cells incl. kernel start", f"{time.monotonic() - started:.1f} s")
     nbformat.validate(nb)
     if not guesses:
@@ -159,6 +174,10 @@ def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
         html, _ = HTMLExporter().from_notebook_node(nb)
         (OUT / name).with_suffix(".html").write_text(html, encoding="utf-8")
     run = Run(nb)
+    run.cells[solved.id] = solved
+    assert not any(o.output_type == "error" for o in solved.outputs), run.describe(solved.id)
+    # The scaffold ran as committed, under Run All: it says what is left, and fails nothing.
+    assert run.text("your-turn").startswith("Your turn: "), run.describe("your-turn")
     # Asked for emulated devices, a run on simulated ones would check the wrong path and pass.
     if os.environ.get("PLACELAB_EMULATE_CUDA"):
         assert run.gpu == "emulated", run.describe("simulate")
@@ -185,13 +204,19 @@ def committed_clean(name: str, nb: Any) -> None:
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert cell.outputs == [] and cell.execution_count is None, f"{name}: commit it without outputs"
-    # Hands-on: at least two predictions the next cells reveal, and a task whose solution is
-    # hidden (the tests run it, and each notebook's test checks what it prints).
+    # Hands-on: at least two predictions the next cells reveal, and a task: a scaffold the
+    # learner completes (`todo!()` until then), the last code cell, and under it its solution,
+    # folded in markdown, so that Run All never runs it (the tests run it, and each notebook's
+    # test checks what it prints).
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert markdown.count("**Predict") >= 2, f"{name}: fewer than two predictions"
     assert "### Your turn" in markdown, f"{name}: no task"
-    hidden = [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("jupyter", {}).get("source_hidden")]
-    assert [c.id for c in hidden] == ["your-turn"], f"{name}: the task's solution is one hidden cell, id your-turn"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code[-1].id == "your-turn", f"{name}: the task is the last code cell, id your-turn"
+    assert code[-1].source.startswith("exercise::attempt(|| {") and "todo!(" in code[-1].source, f"{name}: the task starts from a scaffold"
+    ids = [c.id for c in nb.cells]
+    assert ids[ids.index("your-turn") + 1] == "solution", f"{name}: the solution follows the task"
+    assert not any(c.metadata.get("jupyter", {}).get("source_hidden") for c in code), f"{name}: no hidden code: a solution is folded markdown"
 
 
 def test_the_notebooks_are_numbered_and_listed_in_the_readme():
@@ -233,8 +258,7 @@ def test_00_rust_for_pytorch_users():
         assert "no memory freed (something else still holds its storage" in run.text(cell), run.describe(cell)
     # ...and gives the memory back once the graph (or the optimizer, in the solution) lets go.
     assert "freed loss: 4.00 MiB on cuda:0" in run.text("del-loss"), run.text("del-loss")
-    assert run.text("your-turn").strip() == f"freed {4 * MiB} bytes", run.text("your-turn")
-    assert run.nb.cells[[c.id for c in run.nb.cells].index("your-turn")].metadata["jupyter"]["source_hidden"]
+    assert run.text("solution-run").strip() == f"freed {4 * MiB} bytes", run.text("solution-run")
 
 
 @pytest.mark.limit(400)
@@ -263,7 +287,7 @@ def test_01_devices_and_tensors():
     assert "── 1 transfer this cell: 16 B" in run.strip("default-device"), run.strip("default-device")
     assert "cuda:7 is not available" in run.error("no-such-device").evalue
     assert run.text("parse").strip() == "(cuda:1, Some(1), true)"
-    assert run.text("your-turn").strip() == "cuda:0 · 524288 bytes", run.text("your-turn")
+    assert run.text("solution-run").strip() == "cuda:0 · 524288 bytes", run.text("solution-run")
 
 
 @pytest.mark.limit(400)
@@ -287,7 +311,7 @@ def test_02_moving_tensors():
     assert "── 1 transfer this cell: 3.81 MiB" in run.strip("fixed-on-cpu"), run.strip("fixed-on-cpu")
     assert len([l for l in run.text("transfers").splitlines() if "→" in l]) >= 4, run.text("transfers")
     # Casting on the CPU first moves half the bytes.
-    assert run.text("your-turn").strip() == "move then cast: 4000000 bytes copied · cast then move: 2000000 bytes copied", run.text("your-turn")
+    assert run.text("solution-run").strip() == "move then cast: 4000000 bytes copied · cast then move: 2000000 bytes copied", run.text("solution-run")
 
 
 @pytest.mark.limit(400)
@@ -356,11 +380,11 @@ def test_03_transfer_cost():
     # The 64 MiB pinned batch, copied once more: on a stand-in for an H100, predicted at PCIe 5's
     # pinned rate (about 1.2 ms).
     if run.simulated:
-        copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · (\S+ \S+) on an H100 \(predicted\)", run.text("your-turn").strip())
-        assert copy and 0.0008 < seconds(copy.group(2)) < 0.002, run.text("your-turn")
+        copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · (\S+ \S+) on an H100 \(predicted\)", run.text("solution-run").strip())
+        assert copy and 0.0008 < seconds(copy.group(2)) < 0.002, run.text("solution-run")
     else:
-        copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · nothing predicted: cuda:0 is no stand-in for an H100", run.text("your-turn").strip())
-        assert copy and seconds(copy.group(1)) > 0, run.text("your-turn")
+        copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · nothing predicted: cuda:0 is no stand-in for an H100", run.text("solution-run").strip())
+        assert copy and seconds(copy.group(1)) > 0, run.text("solution-run")
     # The same total both ways; twenty copies and reads against one of each.
     inside = re.search(r"moving inside the loop: 20 copies to the device, 20 values read back, total (\S+),", run.text("inside-loop"))
     once = re.search(r"moving once: 1 copy to the device, 1 value read back, total (\S+),", run.text("once"))
@@ -427,8 +451,8 @@ def test_04_models_on_a_device():
         assert "on an H100 SXM (predicted: the host queues the ops in " in text and "host-bound" in text, text
     # Adam: two moments per parameter, as large as the parameters together, on their device.
     assert "8 state tensors, 795.08 KiB on cuda:0" in run.text("optimizer-state"), run.text("optimizer-state")
-    losses = [float(v) for v in run.text("your-turn").strip().split(" → ")]
-    assert len(losses) == 5 and all(a > b for a, b in zip(losses, losses[1:])), run.text("your-turn")
+    losses = [float(v) for v in run.text("solution-run").strip().split(" → ")]
+    assert len(losses) == 5 and all(a > b for a, b in zip(losses, losses[1:])), run.text("solution-run")
 
 
 @pytest.mark.limit(400)
@@ -484,7 +508,7 @@ def test_05_memory_management():
     assert "Allocated memory after each cell" in svg and "cuda:0" in svg
     # The graph's saved tensors (batch, ReLU output, second weight, log-probabilities, targets
     # and total weight), freed by backward.
-    assert run.text("your-turn").strip() == "saved before backward: 6 tensors, 10674180 bytes · after: 0 tensors", run.text("your-turn")
+    assert run.text("solution-run").strip() == "saved before backward: 6 tensors, 10674180 bytes · after: 0 tensors", run.text("solution-run")
 
 
 @pytest.mark.limit(400)
@@ -512,8 +536,8 @@ def test_06_mixed_precision():
     assert 10 <= ratios["matrix product 4096³"][0] <= 12 and 12 <= ratios["matrix product 4096³"][1] <= 15, ratios
     assert all(1.5 <= r <= 2.5 for r in ratios["training step"]), ratios
     assert "NVIDIA H100 80GB HBM3, 2026-11-27" in run.text("speedup"), run.text("speedup")
-    lost = re.fullmatch(r"1e-8 in f16: 0 · scaled by 65536, stored in f16, unscaled in f32: (\S+)", run.text("your-turn").strip())
-    assert lost and abs(float(lost.group(1)) - 1e-8) < 1e-10, run.text("your-turn")
+    lost = re.fullmatch(r"1e-8 in f16: 0 · scaled by 65536, stored in f16, unscaled in f32: (\S+)", run.text("solution-run").strip())
+    assert lost and abs(float(lost.group(1)) - 1e-8) < 1e-10, run.text("solution-run")
     # What the graph keeps, as PyTorch's (gen_saved_tensors.py's rule, checked with
     # saved_tensors_hooks): the ReLU outputs, the log-probabilities and the 4-byte total weight in
     # f32; under autocast the f16 batch, ReLU outputs and the copies of the weights that take part
@@ -548,8 +572,8 @@ def test_07_several_gpus():
         assert "device mismatch in add" in mismatch and "cuda:0" in mismatch and f"cuda:{n - 1}" in mismatch, mismatch
         assert "on cuda:0" in run.text("data-parallel") and f"cuda:{n - 1}]" in run.text("data-parallel")
     assert "DataParallel over one device does nothing" in run.text("one-device")
-    timed = re.fullmatch(r"one GPU: (\S+ \S+) (predicted|measured) · DataParallel over (\d+) GPUs: (\S+ \S+) (predicted|measured)", run.text("your-turn").strip())
-    assert timed, run.text("your-turn")
+    timed = re.fullmatch(r"one GPU: (\S+ \S+) (predicted|measured) · DataParallel over (\d+) GPUs: (\S+ \S+) (predicted|measured)", run.text("solution-run").strip())
+    assert timed, run.text("solution-run")
     if run.simulated:
         # Standing for H100s: the split forward's copies and twice the launches cost more than
         # the work it shares, for this small model.
@@ -618,6 +642,5 @@ def test_08_capstone():
     assert coverage and int(coverage.group(1)) > 23 * 15 and int(coverage.group(2)) >= 70, text
     assert "<svg" in html and "<polyline" in html and "peak" in html, html[:2000]
     assert "index_select" in text and "(in addmm's backward)" in text, text
-    found = re.search(r"test accuracy ([\d.]+)% · parameters 37.54 KiB", run.text("your-turn"))
-    assert found and float(found.group(1)) >= 95.0, run.text("your-turn")
-    assert run.nb.cells[[c.id for c in run.nb.cells].index("your-turn")].metadata["jupyter"]["source_hidden"]
+    found = re.search(r"test accuracy ([\d.]+)% · parameters 37.54 KiB", run.text("solution-run"))
+    assert found and float(found.group(1)) >= 95.0, run.text("solution-run")
