@@ -36,7 +36,6 @@ LAYERS = [
     (0, "units", ["units.rs"]),
     (0, "html", ["html.rs"]),
     (0, "dtype", ["dtype.rs"]),
-    (0, "exercise", ["exercise.rs"]),
     (0, "op", ["op.rs"]),
     # what named GPUs would take: a table and a model (names dtypes only)
     (1, "cost", ["cost/"]),
@@ -50,6 +49,8 @@ LAYERS = [
     (4, "alloc", ["alloc/"]),
     (4, "cpu", ["cpu/"]),
     (4, "profile", ["profile/"]),
+    # a learner's predictions and tasks (errors, and the registry's quiet panic catch)
+    (4, "exercise", ["exercise.rs"]),
     (5, "cuda_backend", ["gpu/"]),
     # 3.-5. memory, storage, transfers
     (6, "memory", ["memory/"]),

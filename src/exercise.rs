@@ -86,7 +86,7 @@ fn judge<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> (Verd
         ),
         Some(g) => (
             Verdict::Wrong,
-            format!("{what}: {actual:?}, not {g:?} as you predicted. The next cell says why."),
+            format!("{what}: {actual:?}, not {g:?} as you predicted. Read on for why."),
         ),
     }
 }

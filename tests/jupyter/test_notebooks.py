@@ -31,6 +31,9 @@ from kernel_helpers import FIRST_CELL_TIMEOUT, KERNEL_NAME, record
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 OUT = Path(os.environ.get("PLACELAB_NOTEBOOK_OUT", "target/notebooks"))
+# On emulated devices the guess cells are filled in, as a learner would (the simulated run is
+# Run All as committed, the executed copies): each notebook runs once per path.
+EMULATED = bool(os.environ.get("PLACELAB_EMULATE_CUDA"))
 MiB = 1 << 20
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +109,19 @@ class Run:
         return f"--- cell {cell_id}:\n{c.source}\n--- outputs:\n{json.dumps(c.outputs, indent=1)[:4000]}"
 
 
+def checked(run: Run, cell_id: str, what: str, actual: str, guess: str) -> None:
+    """The line `exercise::check` printed in `cell_id` for `what`, whose value is `actual` (as
+    Rust's Debug prints it): on the run with guesses filled in, whether `guess` matched; under
+    Run All, that no guess was written."""
+    if not run.guessed:
+        line = f"{what}: {actual}. You wrote no prediction"
+    elif guess == actual:
+        line = f"{what}: {actual}, as you predicted."
+    else:
+        line = f"{what}: {actual}, not {guess} as you predicted."
+    assert line in run.text(cell_id), f"{line!r} not in:\n{run.text(cell_id)}"
+
+
 def seconds(text: str) -> float:
     """A duration as placelab prints it ("537.9 µs", "1.38 ms", "2 s", "781 ns")."""
     value, unit = text.split()
@@ -138,10 +154,11 @@ def solution(nb: Any) -> str:
     return found.group(1)
 
 
-def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
+def execute(name: str, guesses: dict[str, list[str]] | None = None) -> Run:
     """Runs notebooks/`name` through the kernel; writes the executed notebook and its HTML.
-    `guesses` replaces the source of guess cells (by id), as a learner fills them in; such a run
-    is not written out (the executed copies are the notebooks as committed).
+    `guesses` fills in guess cells (by id) as a learner does, each `None` in turn replaced by
+    `Some(value)`, on the emulated run (`EMULATED`); such a run is not written out (the executed
+    copies are the notebooks as committed).
 
     The task's scaffold runs as committed (it says what is left to do), and its folded solution
     runs after the last cell, as the learner would run it in place of the scaffold (the task is
@@ -150,10 +167,13 @@ def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
     nb = nbformat.read(path, as_version=4)
     committed_clean(name, nb)
     nb.cells.append(nbformat.v4.new_code_cell(solution(nb), id="solution-run"))
-    for cell_id, source in (guesses or {}).items():
+    guesses = guesses if EMULATED else None
+    for cell_id, values in (guesses or {}).items():
         cells = [c for c in nb.cells if c.id == cell_id]
         assert len(cells) == 1 and cells[0].source.lstrip().startswith("// Your prediction"), f"{name}: {cell_id} is no guess cell"
-        cells[0].source = source
+        written = iter(values)
+        cells[0].source = re.sub(r"= None;", lambda _: f"= Some({next(written)});", cells[0].source)
+        assert next(written, None) is None and "= None;" not in cells[0].source, f"{name}: {cell_id} takes {len(values)} guesses"
     started = time.monotonic()
     client = NotebookClient(
         nb,
@@ -174,6 +194,7 @@ def execute(name: str, guesses: dict[str, str] | None = None) -> Run:
         html, _ = HTMLExporter().from_notebook_node(nb)
         (OUT / name).with_suffix(".html").write_text(html, encoding="utf-8")
     run = Run(nb)
+    run.guessed = bool(guesses)
     run.cells[solved.id] = solved
     assert not any(o.output_type == "error" for o in solved.outputs), run.describe(solved.id)
     # The scaffold ran as committed, under Run All: it says what is left, and fails nothing.
@@ -217,6 +238,13 @@ def committed_clean(name: str, nb: Any) -> None:
     ids = [c.id for c in nb.cells]
     assert ids[ids.index("your-turn") + 1] == "solution", f"{name}: the solution follows the task"
     assert not any(c.metadata.get("jupyter", {}).get("source_hidden") for c in code), f"{name}: no hidden code: a solution is folded markdown"
+    # A guess cell declares each guess with its type (a learner's `Some(4096)` is then the right
+    # integer), and the next cell checks them.
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code" and c.source.startswith("// Your prediction"):
+            lets = [l for l in c.source.splitlines() if l.startswith("let ")]
+            assert lets and all(re.match(r"let \w+: Option<.+> = None;", l) for l in lets), f"{name}: {c.id}"
+            assert "exercise::check(" in nb.cells[i + 1].source, f"{name}: the cell after {c.id} checks its guesses"
 
 
 def test_the_notebooks_are_numbered_and_listed_in_the_readme():
@@ -234,25 +262,22 @@ def test_the_notebooks_are_numbered_and_listed_in_the_readme():
 
 @pytest.mark.limit(400)
 def test_00_rust_for_pytorch_users():
-    run = execute("00-rust-for-pytorch-users.ipynb")
+    # A learner's guesses, two of them PyTorch's habits: the checks say which were right.
+    run = execute("00-rust-for-pytorch-users.ipynb", {
+        "guess-handles": ["false", "false"],
+        "guess-block": ["4194304"],
+    })
     assert run.text("let").strip() == "[3.0, 3.0, 3.0]", run.text("let")
     mismatch = run.error("error").evalue
     assert "device mismatch in add" in mismatch and "cpu" in mismatch and "cuda:0" in mismatch, mismatch
     assert run.text("closure").strip() == "21.0", run.text("closure")
-    # A clone is a second handle (Python's `y = x`); copy() copies the data. Under Run All no
-    # guess is written: the check says what ran and asks for one.
-    handles = run.text("handles")
-    assert "y = x.clone() shares x's storage: true. You wrote no prediction" in handles, handles
-    assert "z = x.copy()? shares x's storage: false. You wrote no prediction" in handles, handles
-    # A learner who writes guesses, one of them PyTorch's habit: the check says which were right.
-    guessed = execute("00-rust-for-pytorch-users.ipynb", {"guess-handles": "let y_shares_x = Some(false);\nlet z_shares_x = Some(false);"})
-    handles = guessed.text("handles")
-    assert "y = x.clone() shares x's storage: true, not false as you predicted." in handles, handles
-    assert "z = x.copy()? shares x's storage: false, as you predicted." in handles, handles
+    # A clone is a second handle (Python's `y = x`); copy() copies the data.
+    checked(run, "handles", "y = x.clone() shares x's storage", "true", "false")
+    checked(run, "handles", "z = x.copy()? shares x's storage", "false", "false")
     moved = run.error("moved")
     assert moved.ename == "CompileError" and "moved" in moved.evalue, moved.evalue
     # The block's 4 MiB are freed at its closing brace.
-    assert run.text("block").strip().endswith("allocated after the block: 0 bytes more than before"), run.text("block")
+    checked(run, "block", "bytes allocated after the block, more than before", "0", "4194304")
     # :del frees nothing while another handle, a graph or an optimizer holds the tensor...
     for cell in ("del-a", "del-h", "del-w"):
         assert "no memory freed (something else still holds its storage" in run.text(cell), run.describe(cell)
@@ -263,7 +288,10 @@ def test_00_rust_for_pytorch_users():
 
 @pytest.mark.limit(400)
 def test_01_devices_and_tensors():
-    run = execute("01-devices-and-tensors.ipynb")
+    run = execute("01-devices-and-tensors.ipynb", {
+        "guess-on-device": ["4000000", "4000000"],
+        "guess-dtypes": ["2000000", "80"],
+    })
     devices = run.text("devices")
     assert "cpu (" in devices and "cuda:0" in devices, devices
     if run.real_gpu:
@@ -280,6 +308,10 @@ def test_01_devices_and_tensors():
     assert card.startswith(f"Tensor f32[1000, 1000] · {label} · 3.81 MiB · no .to() yet"), card
     # A 3.81 MiB request (between 1 and 10 MiB) gets a 20 MiB segment, as in PyTorch.
     assert f"── {label} allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB" in run.strip("on-device"), run.strip("on-device")
+    checked(run, "on-device", "bytes on b's card", "4000000", "4000000")
+    checked(run, "on-device", "bytes the device reserved", str(20 * MiB), "4000000")
+    checked(run, "dtypes", "bytes of f16[1000, 1000]", "2000000", "2000000")
+    checked(run, "dtypes", "bytes of i64[10]", "80", "80")
     assert "4000000 bytes" in run.text("facts")
     assert "f16[1000, 1000]: 2000000 bytes" in run.text("dtypes") and "i64[10]: 80 bytes" in run.text("dtypes")
     # Values from the program cross the bus, as torch.tensor(data, device="cuda") copies them.
@@ -292,7 +324,7 @@ def test_01_devices_and_tensors():
 
 @pytest.mark.limit(400)
 def test_02_moving_tensors():
-    run = execute("02-moving-tensors.ipynb")
+    run = execute("02-moving-tensors.ipynb", {"guess-same-device": ["true"]})
     assert "last .to(): cpu → cuda:0" in run.card("moved"), run.card("moved")
     assert run.text("both").strip() == "(cpu, cuda:0)"
     not_in_place = run.error("not-in-place")
@@ -300,7 +332,8 @@ def test_02_moving_tensors():
     assert "unused `placelab::Tensor` that must be used" in not_in_place.evalue, not_in_place.evalue
     assert "leave the original unchanged" in "\n".join(not_in_place.traceback), not_in_place.traceback
     assert "last .to(): cuda:0 → cpu" in run.card("back")
-    assert run.text("same-device").strip() == "(true, cuda:0)"
+    assert run.text("same-device").strip().splitlines()[-1] == "(true, cuda:0)", run.text("same-device")
+    checked(run, "same-device", "y.to(&device) copies y again", "false", "true")
     assert "this cell +" not in run.strip("same-device"), run.strip("same-device")
     mismatch = run.error("mismatch").evalue
     assert "device mismatch in add" in mismatch and "cpu" in mismatch and "cuda:0" in mismatch, mismatch
@@ -316,7 +349,7 @@ def test_02_moving_tensors():
 
 @pytest.mark.limit(400)
 def test_03_transfer_cost():
-    run = execute("03-transfer-cost.ipynb")
+    run = execute("03-transfer-cost.ipynb", {"guess-loop": ["(20, 20)"]})
     assert "54 copies recorded" in run.text("sweep")
     table = run.text("table")
     rows = [l.split() for l in table.splitlines() if re.match(r"\s*[\d.]+ (KiB|MiB)", l)]
@@ -386,6 +419,7 @@ def test_03_transfer_cost():
         copy = re.fullmatch(r"64\.00 MiB from Pinned memory: (\S+ \S+) here · nothing predicted: cuda:0 is no stand-in for an H100", run.text("solution-run").strip())
         assert copy and seconds(copy.group(1)) > 0, run.text("solution-run")
     # The same total both ways; twenty copies and reads against one of each.
+    checked(run, "inside-loop", "(copies, values read back) in the loop", "(20, 20)", "(20, 20)")
     inside = re.search(r"moving inside the loop: 20 copies to the device, 20 values read back, total (\S+),", run.text("inside-loop"))
     once = re.search(r"moving once: 1 copy to the device, 1 value read back, total (\S+),", run.text("once"))
     assert inside and once, run.text("inside-loop") + run.text("once")
@@ -394,7 +428,7 @@ def test_03_transfer_cost():
 
 @pytest.mark.limit(400)
 def test_04_models_on_a_device():
-    run = execute("04-models-on-a-device.ipynb")
+    run = execute("04-models-on-a-device.ipynb", {"guess-state": ["4"]})
     assert "SimpleNN · 101,770 parameters · 397.54 KiB · cpu" in run.text("card-cpu"), run.text("card-cpu")
     assert "moved 4 parameter tensor(s), 397.54 KiB to cuda:0" in run.text("move-model")
     assert "fc1 Linear(784 → 128)" in run.text("move-model") and "· cpu" not in run.text("move-model").split("fc1")[1]
@@ -451,13 +485,14 @@ def test_04_models_on_a_device():
         assert "on an H100 SXM (predicted: the host queues the ops in " in text and "host-bound" in text, text
     # Adam: two moments per parameter, as large as the parameters together, on their device.
     assert "8 state tensors, 795.08 KiB on cuda:0" in run.text("optimizer-state"), run.text("optimizer-state")
+    checked(run, "optimizer-state", "Adam's state tensors", "8", "4")
     losses = [float(v) for v in run.text("solution-run").strip().split(" → ")]
     assert len(losses) == 5 and all(a > b for a, b in zip(losses, losses[1:])), run.text("solution-run")
 
 
 @pytest.mark.limit(400)
 def test_05_memory_management():
-    run = execute("05-memory-management.ipynb")
+    run = execute("05-memory-management.ipynb", {"guess-peak": ["96", "4096"]})
     assert run.text("start").strip() == "4000"
     assert "allocated 4.00 KiB" in run.strip("start"), run.strip("start")
     assert "allocated 100.00 MiB" in run.text("big"), run.text("big")
@@ -473,7 +508,9 @@ def test_05_memory_management():
     assert "allocated 4.00 KiB · reserved 2.00 MiB" in after_empty[0], after_empty
     # A 4 MiB request (between 1 and 10 MiB) gets a 20 MiB segment, as in PyTorch.
     assert "allocated 4.00 MiB · reserved 22.00 MiB" in after_empty[1], after_empty
-    peak, now = run.numbers("peak")
+    peak, now = (int(n) for n in re.search(r"^peak (\d+) bytes; allocated now (\d+) bytes$", run.text("peak"), re.M).groups())
+    checked(run, "peak", "the peak in whole MiB", "96", "96")
+    checked(run, "peak", "bytes allocated after the block", "4096", "4096")
     # t, u and v (32 MiB each), the sum's 512-byte block, and `small`; on a GPU also the sum's
     # scratch for its blocks' partial sums, 2,048 of 8 bytes (as the markdown says).
     scratch = 0 if run.simulated else 2048 * 8
@@ -513,7 +550,7 @@ def test_05_memory_management():
 
 @pytest.mark.limit(400)
 def test_06_mixed_precision():
-    run = execute("06-mixed-precision.ipynb")
+    run = execute("06-mixed-precision.ipynb", {"guess-savings": ["256"]})
     assert "f32 4194304 bytes · f16 2097152 bytes · bf16 2097152 bytes" in run.text("start")
     assert run.card("half-card").startswith("Tensor f16[1024, 1024] · cuda:0"), run.card("half-card")
     # 1.001 separates them: f16 keeps it (steps of 2^-10 near 1), bf16 rounds it to 1.
@@ -548,11 +585,12 @@ def test_06_mixed_precision():
         mixed = batch * 1024 * 2 + 2 * batch * 2048 * 2 + 2048 * 2048 * 2 + 2048 * 10 * 2 + batch * 10 * 4 + 2 * 512
         assert kept.get(batch) == (f32, mixed), run.text("savings")
     assert kept[256][1] > kept[256][0] and kept[4096][1] < kept[4096][0], run.text("savings")
+    checked(run, "savings", "the batch at which mixed precision keeps less", "4096", "256")
 
 
 @pytest.mark.limit(400)
 def test_07_several_gpus():
-    run = execute("07-several-gpus.ipynb")
+    run = execute("07-several-gpus.ipynb", {"guess-copies": ["2"]})
     count = re.fullmatch(r"\((\d+), cuda:(\d+)\)", run.text("count").strip().splitlines()[-1])
     assert count, run.text("count")
     n = int(count.group(1))
@@ -564,7 +602,7 @@ def test_07_several_gpus():
     # every other GPU, their outputs back; the learner's guess (none under Run All) checked.
     split = re.search(r"copies: (\d+) to scatter the batch, (\d+) to replicate the parameters, (\d+) to gather the outputs", run.text("data-parallel"))
     assert split and tuple(int(g) for g in split.groups()) == (n - 1, 4 * (n - 1), n - 1), run.text("data-parallel")
-    assert f"copies for one forward: {6 * (n - 1)}. You wrote no prediction" in run.text("data-parallel"), run.text("data-parallel")
+    checked(run, "data-parallel", "copies for one forward", str(6 * (n - 1)), "2")
     if n > 1:
         assert run.text("on-each").strip() == f"(cuda:0, cuda:{n - 1})"
         assert f"last .to(): cuda:0 → cuda:{n - 1}" in run.card("peer-copy"), run.card("peer-copy")
@@ -598,7 +636,7 @@ def test_07_several_gpus():
 
 @pytest.mark.limit(400)
 def test_08_capstone():
-    run = execute("08-capstone.ipynb")
+    run = execute("08-capstone.ipynb", {"guess-placements": ["(138, 69, 0)"]})
     load = run.text("load")
     assert "1797 images: 1437 to train on, 360 to test" in load and "#" in load, load
     assert run.text("loader").startswith("23 batches an epoch · the first: images [64, 64] on cpu"), run.text("loader")
@@ -613,6 +651,7 @@ def test_08_capstone():
     for name in ("copied per batch", "pinned, prefetched"):
         assert rows[name].group(2) == "138" and rows[name].group(3) == "1.09 MiB", rows[name].group(0)
     assert rows["all on the GPU"].group(2) == "0", rows["all on the GPU"].group(0)
+    checked(run, "placements", "copies in 3 epochs", "(138, 138, 0)", "(138, 69, 0)")
     # What training left on the GPU: parameters, gradients and Adam's two moments, 4 x 19.5 KiB;
     # a real GPU also holds cuBLAS's workspace (32 MiB from Hopper on, 8 MiB + 128 KiB before).
     left = re.search(r"── cuda:0[^\n]* allocated (\S+ \S+) \((\d+) tensors\)", run.strip("train"))
