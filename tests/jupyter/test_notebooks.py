@@ -492,7 +492,7 @@ def test_04_models_on_a_device():
 
 @pytest.mark.limit(400)
 def test_05_memory_management():
-    run = execute("05-memory-management.ipynb", {"guess-peak": ["96", "4096"]})
+    run = execute("05-memory-management.ipynb", {"guess-peak": ["96", "4096"], "guess-no-grad": ["8", "8"]})
     assert run.text("start").strip() == "4000"
     assert "allocated 4.00 KiB" in run.strip("start"), run.strip("start")
     assert "allocated 100.00 MiB" in run.text("big"), run.text("big")
@@ -526,7 +526,11 @@ def test_05_memory_management():
         "saved for backward: f32 [512, 1024] (2.00 MiB)",
         "saved for backward: f32 [512, 4096] (8.00 MiB)",
     ], run.text("no-grad")
-    with_graph, without = run.numbers("no-grad")[-2:]
+    kept = re.search(r"^kept after a forward pass: (\d+) bytes recording for backward, (\d+) bytes under no_grad$", run.text("no-grad"), re.M)
+    assert kept, run.text("no-grad")
+    with_graph, without = (int(g) for g in kept.groups())
+    checked(run, "no-grad", "MiB kept recording for backward", "8", "8")
+    checked(run, "no-grad", "MiB kept under no_grad", "0", "8")
     assert without == 512 * 10 * 4 and with_graph == 8 * MiB + without, run.text("no-grad")
     # A training step's peak, from the profile, is the allocator's own peak, and it comes in the
     # backward pass with the first layer's 16 MiB weight gradient.
@@ -550,7 +554,7 @@ def test_05_memory_management():
 
 @pytest.mark.limit(400)
 def test_06_mixed_precision():
-    run = execute("06-mixed-precision.ipynb", {"guess-savings": ["256"]})
+    run = execute("06-mixed-precision.ipynb", {"guess-savings": ["256"], "guess-speedup": ["11"]})
     assert "f32 4194304 bytes · f16 2097152 bytes · bf16 2097152 bytes" in run.text("start")
     assert run.card("half-card").startswith("Tensor f16[1024, 1024] · cuda:0"), run.card("half-card")
     # 1.001 separates them: f16 keeps it (steps of 2^-10 near 1), bf16 rounds it to 1.
@@ -573,6 +577,7 @@ def test_06_mixed_precision():
     assert 10 <= ratios["matrix product 4096³"][0] <= 12 and 12 <= ratios["matrix product 4096³"][1] <= 15, ratios
     assert all(1.5 <= r <= 2.5 for r in ratios["training step"]), ratios
     assert "NVIDIA H100 80GB HBM3, 2026-11-27" in run.text("speedup"), run.text("speedup")
+    checked(run, "speedup", "the whole step's speedup, rounded", str(round(ratios["training step"][0])), "11")
     lost = re.fullmatch(r"1e-8 in f16: 0 · scaled by 65536, stored in f16, unscaled in f32: (\S+)", run.text("solution-run").strip())
     assert lost and abs(float(lost.group(1)) - 1e-8) < 1e-10, run.text("solution-run")
     # What the graph keeps, as PyTorch's (gen_saved_tensors.py's rule, checked with
