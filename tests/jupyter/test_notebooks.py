@@ -200,7 +200,7 @@ def execute(name: str, guesses: dict[str, list[str]] | None = None) -> Run:
     # The scaffold ran as committed, under Run All: it says what is left, and fails nothing.
     assert run.text("your-turn").startswith("Your turn: "), run.describe("your-turn")
     # Asked for emulated devices, a run on simulated ones would check the wrong path and pass.
-    if os.environ.get("PLACELAB_EMULATE_CUDA"):
+    if EMULATED:
         assert run.gpu == "emulated", run.describe("simulate")
     for cell in nb.cells:
         if cell.cell_type != "code":
