@@ -114,8 +114,20 @@ __device__ void gather_rows(T* out, const T* src, const Strided& ls, int dim, co
         }
         const T* from = src + off;
         const u64 packs = ((u64)from & 15) == 0 && ((u64)to & 15) == 0 ? inner / Pack<T>::N : 0;
-        for (u64 p = threadIdx.x; p < packs; p += blockDim.x)
-            ((Pack<T>*)to)[p] = ((const Pack<T>*)from)[p];
+        const Pack<T>* pf = (const Pack<T>*)from;
+        Pack<T>* pt = (Pack<T>*)to;
+        const u64 step = blockDim.x;
+        u64 p = threadIdx.x;
+        // Four loads issued before their stores: the source and destination may not overlap,
+        // but the compiler cannot know that, and would otherwise wait out each load in turn.
+        for (; p + 3 * step < packs; p += 4 * step) {
+            const Pack<T> a = pf[p], b = pf[p + step], c = pf[p + 2 * step], d = pf[p + 3 * step];
+            pt[p] = a;
+            pt[p + step] = b;
+            pt[p + 2 * step] = c;
+            pt[p + 3 * step] = d;
+        }
+        for (; p < packs; p += step) pt[p] = pf[p];
         for (u64 j = packs * Pack<T>::N + threadIdx.x; j < inner; j += blockDim.x) to[j] = from[j];
     }
 }

@@ -65,17 +65,34 @@ __device__ void sum_partials(u64 chunks, u64 len, u64 parts, int mean, const T* 
     BLOCK_STRIDE(b, chunks) {
         u64 row, start, end;
         chunk_of(b, parts, len, &row, &start, &end);
-        const T* r = in + row * len;
-        // Four independent sums per thread, so the loads of a thread overlap.
+        // The chunk as a scalar head up to the first 16-byte boundary, 16-byte packs (one load
+        // instruction each), and a scalar tail; four packs in flight per thread, each summed
+        // into its own accumulator, so a thread's loads overlap.
+        const T* c = in + row * len + start;
+        const u64 n = end > start ? end - start : 0;
+        const int N = Pack<T>::N;
+        u64 head = ((16 - ((u64)c & 15)) & 15) / sizeof(T);
+        head = head < n ? head : n;
+        const u64 packs = (n - head) / N, step = blockDim.x;
+        const Pack<T>* body = (const Pack<T>*)(c + head);
         A acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
-        u64 step = blockDim.x, j = start + threadIdx.x;
-        for (; j + 3 * step < end; j += 4 * step) {
-            acc0 += (A)Math<T>::load(r[j]);
-            acc1 += (A)Math<T>::load(r[j + step]);
-            acc2 += (A)Math<T>::load(r[j + 2 * step]);
-            acc3 += (A)Math<T>::load(r[j + 3 * step]);
+        u64 p = threadIdx.x;
+        for (; p + 3 * step < packs; p += 4 * step) {
+            const Pack<T> v0 = body[p], v1 = body[p + step], v2 = body[p + 2 * step],
+                          v3 = body[p + 3 * step];
+            for (int k = 0; k < N; ++k) {
+                acc0 += (A)Math<T>::load(v0.v[k]);
+                acc1 += (A)Math<T>::load(v1.v[k]);
+                acc2 += (A)Math<T>::load(v2.v[k]);
+                acc3 += (A)Math<T>::load(v3.v[k]);
+            }
         }
-        for (; j < end; j += step) acc0 += (A)Math<T>::load(r[j]);
+        for (; p < packs; p += step) {
+            const Pack<T> v = body[p];
+            for (int k = 0; k < N; ++k) acc0 += (A)Math<T>::load(v.v[k]);
+        }
+        if (threadIdx.x < head) acc1 += (A)Math<T>::load(c[threadIdx.x]);
+        for (u64 j = head + packs * N + threadIdx.x; j < n; j += step) acc2 += (A)Math<T>::load(c[j]);
         A acc = block_reduce((acc0 + acc1) + (acc2 + acc3), sh, Add());
         if (threadIdx.x == 0) {
             // A row in one chunk is done here: no second launch.

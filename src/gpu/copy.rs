@@ -165,6 +165,19 @@ pub(crate) fn device_to_host(index: usize, src: u64, dst: &mut [u8]) -> Result<T
     })
 }
 
+/// Copies `dst.len()` bytes at the device address `src` of `cuda:index` into pageable host
+/// memory, untimed, and returns once they are there: reading values back (`item`, `to_vec`),
+/// after the caller has waited for the device's queue. Without a transfer's two timing events,
+/// the read costs what PyTorch's `item()` does: one copy.
+pub(crate) fn device_to_host_untimed(index: usize, src: u64, dst: &mut [u8]) -> Result<()> {
+    let g = gpu(index)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: `src` holds `dst.len()` bytes; into pageable memory the copy is done on return.
+    unsafe { g.driver.copy_dtoh(dst, src) }.map_err(|e| g.err("reading values back", e))
+}
+
 /// Queues a copy of `bytes` bytes from `src` on `cuda:from` to `dst` on `cuda:to`, directly
 /// between the devices: peer to peer where the hardware allows it (peer access is enabled once
 /// per ordered pair, before the first copy), else staged by the driver through host memory.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::args::Arg;
 use super::checks::Checks;
 use super::cuda_driver::CudaDriver;
-use super::driver::{AllocFailure, Driver, Grid};
+use super::driver::{AllocFailure, Driver, DriverEvent, Grid};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
@@ -31,6 +31,9 @@ pub(crate) struct Gpu {
     peers: Mutex<HashMap<usize, bool>>,
     /// Index checks kernels make as they run, read at the host's next wait (`checks.rs`).
     pub(super) checks: Mutex<Checks>,
+    /// The event `wait_interruptibly` records and polls, kept between waits (creating and
+    /// destroying one per wait cost every `item()` two more driver calls).
+    idle_event: Mutex<Option<Box<dyn DriverEvent>>>,
 }
 
 /// Device memory for cuBLAS: its address, its size, and what keeps it allocated.
@@ -83,6 +86,7 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
         workspace: Mutex::default(),
         peers: Mutex::default(),
         checks: Mutex::default(),
+        idle_event: Mutex::default(),
     });
     lock(unreported_setups()).push((index, context_setup));
     map.insert(index, g.clone());
@@ -118,6 +122,7 @@ pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
         workspace: Mutex::default(),
         peers: Mutex::default(),
         checks: Mutex::default(),
+        idle_event: Mutex::default(),
     }
 }
 
@@ -226,7 +231,12 @@ impl Gpu {
         const BUSY_FOR: Duration = Duration::from_millis(20);
         const SLICE: Duration = Duration::from_millis(1);
         const NAP: Duration = Duration::from_micros(200);
-        let done = self.driver.new_event().map_err(|e| self.err(op, e))?;
+        // Two threads waiting at once each get an event: the second makes its own.
+        let kept = lock(&self.idle_event).take();
+        let done = match kept {
+            Some(e) => e,
+            None => self.driver.new_event().map_err(|e| self.err(op, e))?,
+        };
         self.driver.record(&*done).map_err(|e| self.err(op, e))?;
         let start = Instant::now();
         loop {
@@ -243,6 +253,7 @@ impl Gpu {
         }
         // Reports a failure of the queued work, if any, then of the checks its kernels made.
         done.synchronize().map_err(|e| self.err(op, e))?;
+        lock(&self.idle_event).get_or_insert(done);
         self.read_checks()
     }
 
@@ -261,13 +272,12 @@ impl Gpu {
     /// Reads the index checks queued before a wait for the device that has just ended: the first
     /// that failed is the error (`checks.rs`).
     pub(crate) fn read_checks(&self) -> Result<()> {
-        match lock(&self.checks).read(&*self.driver) {
-            Ok(None) => Ok(()),
-            Ok(Some(cause)) => Err(Error::FoundOnDevice {
+        match lock(&self.checks).read() {
+            None => Ok(()),
+            Some(cause) => Err(Error::FoundOnDevice {
                 device: self.device(),
                 cause: Box::new(cause),
             }),
-            Err(e) => Err(self.err("reading the device's index checks", e)),
         }
     }
 
