@@ -1,5 +1,6 @@
-//! `addmm`, the bias and the product of a `Linear` in one GEMM (cuBLAS with β = 1, as PyTorch's
-//! `addmm`), gives what `matmul` then `add` gave, on the CPU and on emulated devices (the real
+//! `addmm`, the bias and the product of a `Linear` in one GEMM (on a GPU the bias row in
+//! cuBLASLt's epilogue, as PyTorch's `addmm`; a bias matrix copied into the output, the product
+//! added onto it with β = 1), gives what `matmul` then `add` gave, on the CPU and on emulated devices (the real
 //! backend code, with launches counted), in every float dtype, forward and backward; and refuses
 //! what it cannot take with an error that says what to pass instead.
 
@@ -78,30 +79,44 @@ fn addmm_gives_matmul_then_add_forward_and_backward() {
     }
 }
 
-/// A `Linear` forward on a GPU is what PyTorch's is: a copy of the bias into the output and one
-/// GEMM adding the product onto it; no add kernel, and no output but the one it returns.
-#[test]
-fn a_linear_forward_is_one_copy_and_one_gemm() {
-    let _serial = serial();
-    cuda::emulate(1, None).unwrap();
-    let layer = Linear::new(300, 10, GPU).unwrap();
-    let x = Tensor::randn([64, 300], GPU).unwrap();
-    let _warm = layer.forward(&x).unwrap(); // cuBLAS's workspace, made at the first GEMM
+/// The launches the code `f` queues on the emulated `cuda:0`, by name.
+fn launches_of(f: impl FnOnce()) -> Vec<(String, u64)> {
     cuda::synchronize(0).unwrap();
     let before = emulated::launch_counts();
-    let start = cuda::memory_allocated(0).unwrap();
-    cuda::reset_peak_memory_stats(0).unwrap();
-    let y = layer.forward(&x).unwrap();
+    f();
     cuda::synchronize(0).unwrap();
     let mut launched = emulated::launch_counts();
     for (name, n) in before {
         *launched.get_mut(&name).unwrap() -= n;
     }
     launched.retain(|_, n| *n > 0);
-    let names: Vec<(&str, u64)> = launched.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-    assert_eq!(names, [("copy_b4", 1), ("gemm", 1)], "{launched:?}");
+    launched.into_iter().collect()
+}
+
+/// A `Linear` forward on a GPU is what PyTorch's is: one GEMM with the bias in its epilogue; no
+/// copy, no add kernel, and no output but the one it returns. A bias that is a whole matrix is
+/// copied into the output first, and the GEMM adds the product onto it.
+#[test]
+fn a_linear_forward_is_one_gemm_with_its_bias() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    let layer = Linear::new(300, 10, GPU).unwrap();
+    let x = Tensor::randn([64, 300], GPU).unwrap();
+    let _warm = layer.forward(&x).unwrap(); // cuBLAS's workspace, made at the first GEMM
+    cuda::synchronize(0).unwrap();
+    let start = cuda::memory_allocated(0).unwrap();
+    cuda::reset_peak_memory_stats(0).unwrap();
+    let mut y = None;
+    let launched = launches_of(|| y = Some(layer.forward(&x).unwrap()));
+    let y = y.unwrap();
+    assert_eq!(launched, [("gemm".to_string(), 1)]);
     // 64 × 10 f32 is 2,560 bytes, one 2,560-byte block (a multiple of 512): nothing else.
     assert_eq!(cuda::max_memory_allocated(0).unwrap() - start, 2560);
+    let bias_matrix = Tensor::randn([64, 10], GPU).unwrap();
+    let w = Tensor::randn([300, 10], GPU).unwrap();
+    let launched = launches_of(|| drop(bias_matrix.addmm(&x, &w).unwrap()));
+    let want = [("copy_b4", 1), ("gemm", 1)].map(|(k, n)| (k.to_string(), n));
+    assert_eq!(launched, want);
     // Leading dims fold into rows: a [2, 32, 300] batch gives [2, 32, 10], the same values.
     let folded = layer.forward(&x.reshape([2, 32, 300]).unwrap()).unwrap();
     assert_eq!(folded.shape(), &[2, 32, 10]);

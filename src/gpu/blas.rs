@@ -14,6 +14,18 @@ use crate::error::{Error, Result};
 /// address of `bytes` bytes, and what keeps them allocated for as long as the handle lives.
 pub(crate) type WorkspaceSource<'a> = &'a dyn Fn(usize) -> Result<(u64, Box<dyn Send>)>;
 
+/// What a GEMM does with its output C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Onto {
+    /// C = A·B.
+    Overwrite,
+    /// C += A·B (β = 1).
+    Accumulate,
+    /// C = A·B + the row at this device address in every row (one matrix): `addmm`'s bias, in
+    /// the GEMM's epilogue.
+    Bias(u64),
+}
+
 /// One operand of a batched GEMM: a device pointer, each batch's matrix offset (in elements) and
 /// the (row, column) strides.
 pub(crate) type Operand<'a> = (u64, &'a [usize], (usize, usize));
@@ -103,9 +115,10 @@ pub(crate) fn matmul(
     (pa, a_off, (a_rs, a_cs)): Operand,
     (pb, b_off, (b_rs, b_cs)): Operand,
     (m, n, k): (usize, usize, usize),
-    (out, accumulate): (u64, bool),
+    (out, onto): (u64, Onto),
     workspace: WorkspaceSource,
 ) -> Result<()> {
+    let accumulate = onto == Onto::Accumulate;
     check_dtype(dtype)?;
     let batches = a_off.len();
     if batches == 0 || m == 0 || n == 0 {
@@ -113,9 +126,16 @@ pub(crate) fn matmul(
     }
     if k == 0 {
         // An empty sum: zeros, or nothing to add.
-        return match accumulate {
-            true => Ok(()),
-            false => super::ops::fill(g, dtype, out, batches * m * n, crate::dtype::Scalar::Int(0)),
+        return match onto {
+            Onto::Accumulate => Ok(()),
+            Onto::Overwrite => {
+                super::ops::fill(g, dtype, out, batches * m * n, crate::dtype::Scalar::Int(0))
+            }
+            // The storage layer broadcasts the bias itself when there is no product to add.
+            Onto::Bias(_) => Err(Error::invalid(
+                "addmm",
+                "an empty product takes no bias epilogue",
+            )),
         };
     }
     let (Some((trans_a, lda)), Some((trans_b, ldb))) =
@@ -169,6 +189,16 @@ pub(crate) fn matmul(
             batch: count,
             accumulate,
             allow_tf32: allow_tf32(),
+            bias: match onto {
+                Onto::Bias(bias) if count == 1 => bias,
+                Onto::Bias(_) => {
+                    return Err(Error::invalid(
+                        "addmm",
+                        "a bias joins one matrix product, not a batch",
+                    ));
+                }
+                _ => 0,
+            },
         };
         // SAFETY: the storage layer hands over live blocks holding every matrix the offsets
         // and strides address, and an output of `batches × m × n` elements.

@@ -17,6 +17,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use super::args::Arg;
+use super::blas_lt::{self, LtHandle};
 use super::driver::{AllocFailure, Driver, DriverEvent, Gemm, Grid};
 use super::nvrtc::{self, KernelSource};
 use crate::device::guard::guarded;
@@ -31,6 +32,8 @@ pub(crate) struct CudaDriver {
     /// Never dropped: cudarc's `Drop` for it unwraps the destroy call's status, the one panic
     /// a driver error could still cause. The handle lives as long as the process.
     blas: Mutex<Option<ManuallyDrop<CudaBlas>>>,
+    /// cuBLASLt, for GEMMs with a bias (`blas_lt`), made at the first.
+    blas_lt: Mutex<Option<LtHandle>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -100,6 +103,7 @@ impl CudaDriver {
             modules: Mutex::default(),
             functions: Mutex::default(),
             blas: Mutex::default(),
+            blas_lt: Mutex::default(),
         })
     }
 
@@ -331,6 +335,16 @@ impl Driver for CudaDriver {
         }
         let handle = *slot.as_ref().expect("created above").handle();
         self.bind()?;
+        if c.bias != 0 {
+            let mut lt = lock(&self.blas_lt);
+            if lt.is_none() {
+                *lt = Some(guarded("loading cuBLASLt", LtHandle::new)??);
+            }
+            let lt = lt.as_ref().expect("created above");
+            let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
+            // SAFETY: as for the cuBLAS call below.
+            return unsafe { blas_lt::gemm_with_bias(lt, stream, c, (ws, ws_bytes)) };
+        }
         let (data_type, compute) = match c.dtype {
             DType::F32 if c.allow_tf32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32),
             DType::F32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),

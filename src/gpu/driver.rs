@@ -57,6 +57,10 @@ pub struct Gemm {
     pub accumulate: bool,
     /// f32 products may use TF32 tensor cores.
     pub allow_tf32: bool,
+    /// 0, or the device address of `m` elements added to every column of C in the GEMM's
+    /// epilogue (cuBLASLt's bias; `addmm`'s bias row, row-major): only with one matrix and
+    /// without `accumulate`.
+    pub bias: u64,
 }
 
 /// A point on a device's stream that the host (or another stream) can wait for, and that

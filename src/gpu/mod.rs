@@ -1,5 +1,5 @@
 //! The CUDA backend: kernels compiled by NVRTC (`nvrtc`) and launched with typed parameters
-//! (`launch`, `ops`, `reduce`, `optim`, on views as `strided` builds them), GEMMs (`blas`), checks kernels make as they run (`checks`), timed copies (`copy`) and cached pinned host memory (`pinned`), and each device's driver, stream
+//! (`launch`, `ops`, `reduce`, `optim`, on views as `strided` builds them), GEMMs (`blas`, with a bias through `blas_lt`), checks kernels make as they run (`checks`), timed copies (`copy`) and cached pinned host memory (`pinned`), and each device's driver, stream
 //! and raw memory (`runtime`). What runs it is behind one seam (`driver`): a real GPU through
 //! cudarc (`cuda_driver`, with libraries found by `libs`), or the emulator (`emulated`), which
 //! runs the same `kernels/*.cu` compiled for the CPU. It works on device pointers, host slices
@@ -7,6 +7,7 @@
 
 pub(crate) mod args;
 pub mod blas;
+pub(crate) mod blas_lt;
 pub(crate) mod checks;
 pub mod copy;
 pub(crate) mod cuda_driver;

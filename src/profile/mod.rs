@@ -28,6 +28,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 
 pub use gpu::{Bound, Finish, GpuBusy, GpuClock, PendingGpuTime};
+pub(crate) use record::unpriced;
 pub use record::{
     ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
     grad_fn, phase, profile, profile_as, profile_blocking, recording,

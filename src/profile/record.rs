@@ -80,6 +80,22 @@ thread_local! {
     pub(super) static PROFILING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Whether each GPU op waits for its work (`profile_blocking`), while it runs.
     static BLOCKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Inside `unpriced`: ops are timed but predict nothing.
+    static UNPRICED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with its ops predicting nothing: host work a simulated device does that a GPU does
+/// another way, priced already by the op around it (`addmm`'s bias, which a GPU adds in the
+/// GEMM's epilogue and a simulated one copies into the output first).
+pub(crate) fn unpriced<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            UNPRICED.with(|u| u.set(self.0));
+        }
+    }
+    let _restore = Restore(UNPRICED.with(|u| u.replace(true)));
+    f()
 }
 
 /// Runs `f` on the recording, if one is running.
@@ -134,7 +150,10 @@ pub fn begin(
     }
     let stands_for = registry::stands_for(&device)
         .or_else(|| PRICED_AS.with(|p| p.get()).filter(|_| device.is_cuda()));
-    let predicted = stands_for.and_then(|gpu| work.predict(gpu));
+    let priced = !UNPRICED.with(|u| u.get());
+    let predicted = stands_for
+        .filter(|_| priced)
+        .and_then(|gpu| work.predict(gpu));
     let outermost = OPEN.with(|o| {
         let mut o = o.borrow_mut();
         match o.as_mut() {

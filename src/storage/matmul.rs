@@ -9,7 +9,7 @@ use super::Storage;
 use crate::cpu::{self, matmul::Matmul};
 use crate::dtype::{DType, Element};
 use crate::error::Result;
-use crate::gpu::blas;
+use crate::gpu::blas::{self, Onto};
 use crate::layout::Layout;
 use crate::memory::Block;
 use crate::profile::Work;
@@ -75,9 +75,58 @@ impl Storage {
         };
         let pa = (a.0.device_ptr(), a.1, a.2);
         let pb = (b.0.device_ptr(), b.1, b.2);
-        let c = (out.device_ptr(), accumulate);
-        blas::matmul(&*g?, dtype, pa, pb, (m, n, k), c, &workspace)?;
+        let onto = if accumulate {
+            Onto::Accumulate
+        } else {
+            Onto::Overwrite
+        };
+        blas::matmul(
+            &*g?,
+            dtype,
+            pa,
+            pb,
+            (m, n, k),
+            (out.device_ptr(), onto),
+            &workspace,
+        )?;
         Ok(out)
+    }
+
+    /// `a · b + bias` on a GPU, one `m × k` by `k × n` product, `bias` the `n` contiguous
+    /// elements of `bias_storage` from `offset` added to every row in the GEMM's epilogue
+    /// (cuBLASLt, as PyTorch's `addmm`): no broadcast copy before the GEMM. `None` where that
+    /// does not apply (host memory, an empty product); the caller then broadcasts the bias into
+    /// the output and adds the product onto it.
+    pub(crate) fn addmm_on_gpu(
+        a: GemmOperand,
+        b: GemmOperand,
+        (m, n, k): (usize, usize, usize),
+        (bias, offset): (&Storage, usize),
+    ) -> Result<Option<Storage>> {
+        let Some(g) = a.0.gpu() else {
+            return Ok(None);
+        };
+        if k == 0 || m == 0 || n == 0 || a.1.len() != 1 {
+            return Ok(None);
+        }
+        let (device, dtype) = (a.0.device(), a.0.dtype);
+        let work = Work::Matmul {
+            dims: (1, m as u64, n as u64, k as u64),
+            dtype,
+            tf32: blas::allow_tf32(),
+        };
+        let _op = a.0.profiled("addmm", work);
+        let out = Storage::alloc(device, dtype, m * n)?;
+        let workspace = |bytes| {
+            let block = Block::alloc_engine_buffer(device, bytes, "cuBLAS workspace")?;
+            Ok((block.ptr() as u64, Box::new(block) as Box<dyn Send>))
+        };
+        let pa = (a.0.device_ptr(), a.1, a.2);
+        let pb = (b.0.device_ptr(), b.1, b.2);
+        let row = bias.device_ptr() + (offset * dtype.size_in_bytes()) as u64;
+        let c = (out.device_ptr(), Onto::Bias(row));
+        blas::matmul(&*g?, dtype, pa, pb, (m, n, k), c, &workspace)?;
+        Ok(Some(out))
     }
 }
 

@@ -148,17 +148,40 @@ impl Tensor {
         }
         crate::layout::numel_checked("addmm", &[m, n])?;
         let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(mat1)?, gemm_ready(mat2)?)))?;
-        // The bias in every row of a new output, which the GEMM then adds the product onto.
-        let onto = self
-            .storage()
-            .copy_as(&self.layout().broadcast_to(&[m, n]), self.dtype())?;
         let (la, lb) = (a.layout(), b.layout());
-        let s = Storage::matmul(
-            (a.storage(), &[la.offset], (la.strides[0], la.strides[1])),
-            (b.storage(), &[lb.offset], (lb.strides[0], lb.strides[1])),
-            (m, n, k),
-            Some(onto),
-        )?;
+        let pa = (
+            a.storage(),
+            &[la.offset][..],
+            (la.strides[0], la.strides[1]),
+        );
+        let pb = (
+            b.storage(),
+            &[lb.offset][..],
+            (lb.strides[0], lb.strides[1]),
+        );
+        // On a GPU a bias row (shape `[n]` or `[1, n]`, its elements side by side) joins the
+        // GEMM's epilogue.
+        let l = self.layout();
+        let is_row = self.shape().last() == Some(&n) && self.numel() == n;
+        let bias_row = is_row && (n == 1 || l.strides.last() == Some(&1));
+        let fused = match bias_row {
+            true => Storage::addmm_on_gpu(pa, pb, (m, n, k), (self.storage(), l.offset))?,
+            false => None,
+        };
+        let s = match fused {
+            Some(s) => s,
+            None => {
+                // The bias in every row of a new output, which the GEMM then adds the product
+                // onto. A bias row a GPU would add in the GEMM's epilogue is not priced: a
+                // simulated device predicts what the GPU it stands for runs.
+                let broadcast = || (self.storage()).copy_as(&l.broadcast_to(&[m, n]), self.dtype());
+                let onto = match bias_row && self.device().is_cuda() {
+                    true => crate::profile::unpriced(broadcast)?,
+                    false => broadcast()?,
+                };
+                Storage::matmul(pa, pb, (m, n, k), Some(onto))?
+            }
+        };
         let out = Tensor::from_storage(s, vec![m, n]);
         Ok(record(out, "addmm", &[self, mat1, mat2], || {
             grads::addmm(self, mat1, mat2)

@@ -413,11 +413,22 @@ unsafe fn gemm_as<S: Copy, T: Matmul>(c: &Gemm, load: fn(S) -> T, store: fn(T) -
             }
         }
     }
+    if c.bias != 0 {
+        // cuBLASLt's bias epilogue: element i of the bias in row i of every column, in the
+        // compute type, before the product is added (one rounding, as on a GPU).
+        let bias = c.bias as *const S;
+        for j in 0..n {
+            for i in 0..m {
+                // SAFETY: the caller vouches for the bias's `m` elements.
+                out[j * m + i] = load(unsafe { *bias.add(i) });
+            }
+        }
+    }
     T::matmul(
         &lhs.operand(),
         &rhs.operand(),
         (n, m, k),
-        c.accumulate,
+        c.accumulate || c.bias != 0,
         &mut out,
     );
     for b in 0..c.batch {
