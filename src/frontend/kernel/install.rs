@@ -137,9 +137,16 @@ pub fn install(
     check_name(name)?;
     let exe = own_path()?;
     let dir = kernels_dir(place)?.join(name);
+    // Each file whole or not at all (written beside, then renamed over): a Jupyter reading the
+    // kernelspec while it is installed again never finds half a `kernel.json`.
     let write = |file: &str, bytes: &[u8]| {
-        std::fs::write(dir.join(file), bytes)
-            .map_err(|e| format!("cannot write {}: {e}", dir.join(file).display()))
+        let (to, part) = (
+            dir.join(file),
+            dir.join(format!(".{file}.{}", std::process::id())),
+        );
+        std::fs::write(&part, bytes)
+            .and_then(|()| std::fs::rename(&part, &to))
+            .map_err(|e| format!("cannot write {}: {e}", to.display()))
     };
     // The folders above the kernelspec that are not there yet: create_dir_all makes them.
     let abs = absolute(&dir)?;
