@@ -377,3 +377,50 @@ fn a_training_step_on_the_gpu_matches_the_cpu() {
         );
     }
 }
+
+/// A wrong index in a kernel that checks its indices as it runs (`nll_loss`'s classes,
+/// `index_select`'s entries) is written into page-locked host memory by the GPU itself and
+/// reported at the host's next wait, naming the index as on the CPU; the next op is right.
+#[test]
+fn a_wrong_index_is_reported_by_the_gpu_at_the_next_wait() {
+    let _serial = gpu::serial();
+    let scores = Tensor::randn([4, 3], GPU).unwrap();
+    let good = Tensor::from_vec(vec![0i64, 2, 1, 2], [4], GPU).unwrap();
+    let bad = Tensor::from_vec(vec![0i64, 3, 1, 2], [4], GPU).unwrap();
+    let criterion = nn::CrossEntropyLoss::new();
+    let loss = criterion.forward(&scores, &bad).unwrap();
+    let text = match loss.item::<f32>() {
+        Err(e @ Error::FoundOnDevice { .. }) => e.to_string(),
+        other => panic!("a wrong class read back as {other:?}"),
+    };
+    assert!(
+        text.contains("index 3 out of range in nll_loss: dimension 1 has size 3"),
+        "{text}"
+    );
+    let want = (criterion.forward(&scores.cpu().unwrap(), &good.cpu().unwrap()))
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    let got = criterion.forward(&scores, &good).unwrap();
+    assert!((got.item::<f32>().unwrap() - want).abs() < 1e-5);
+    let rows = Tensor::randn([8, 256], GPU).unwrap();
+    let entries = Tensor::from_vec(vec![1i64, 9, 2], [3], GPU).unwrap();
+    let picked = rows.index_select(0, &entries).unwrap();
+    let text = match cuda::synchronize(0) {
+        Err(e @ Error::FoundOnDevice { .. }) => e.to_string(),
+        other => panic!("a wrong entry synchronized as {other:?}"),
+    };
+    assert!(
+        text.contains("index 9 out of range in index_select"),
+        "{text}"
+    );
+    drop(picked);
+    let fine = Tensor::from_vec(vec![1i64, 7], [2], GPU).unwrap();
+    let want = rows
+        .cpu()
+        .unwrap()
+        .index_select(0, &fine.cpu().unwrap())
+        .unwrap();
+    let got = rows.index_select(0, &fine).unwrap();
+    assert_eq!(got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+}

@@ -44,6 +44,11 @@ impl Checks {
         self.pending.len() == SLOTS
     }
 
+    /// How many checks are queued and not yet read.
+    pub(crate) fn queued(&self) -> usize {
+        self.pending.len()
+    }
+
     /// The slots' block, allocated and zeroed at the first call, `made` told of it (address,
     /// bytes) before anything is queued that writes it (the emulator's AddressSanitizer marks).
     pub(crate) fn slots(

@@ -231,6 +231,7 @@ impl Gpu {
         const BUSY_FOR: Duration = Duration::from_millis(20);
         const SLICE: Duration = Duration::from_millis(1);
         const NAP: Duration = Duration::from_micros(200);
+        let checks_before = lock(&self.checks).queued();
         // Two threads waiting at once each get an event: the second makes its own.
         let kept = lock(&self.idle_event).take();
         let done = match kept {
@@ -254,6 +255,11 @@ impl Gpu {
         // Reports a failure of the queued work, if any, then of the checks its kernels made.
         done.synchronize().map_err(|e| self.err(op, e))?;
         lock(&self.idle_event).get_or_insert(done);
+        // Checks another thread queued meanwhile belong to kernels queued after the event: the
+        // slots are read from host memory, without the stream's order, so wait for those too.
+        if lock(&self.checks).queued() != checks_before {
+            self.synchronize()?;
+        }
         self.read_checks()
     }
 
