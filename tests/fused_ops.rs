@@ -1,14 +1,18 @@
 //! `addmm`, the bias and the product of a `Linear` in one GEMM (on a GPU the bias row in
 //! cuBLASLt's epilogue, as PyTorch's `addmm`; a bias matrix copied into the output, the product
-//! added onto it with β = 1), gives what `matmul` then `add` gave, on the CPU and on emulated devices (the real
-//! backend code, with launches counted), in every float dtype, forward and backward; and refuses
-//! what it cannot take with an error that says what to pass instead.
+//! added onto it with β = 1), gives what `matmul` then `add` gave, on the CPU and on emulated
+//! devices (the real backend code, with launches counted), in every float dtype, forward and
+//! backward; and refuses what it cannot take with an error that says what to pass instead.
 
 use std::sync::Mutex;
 
 use placelab::cuda::emulated;
 use placelab::nn::{Linear, Module};
 use placelab::prelude::*;
+
+#[path = "support/launches.rs"]
+mod launches;
+use launches::launches_in;
 
 const GPU: Device = Device::Cuda(0);
 
@@ -81,16 +85,7 @@ fn addmm_gives_matmul_then_add_forward_and_backward() {
 
 /// The launches the code `f` queues on the emulated `cuda:0`, by name.
 fn launches_of(f: impl FnOnce()) -> Vec<(String, u64)> {
-    cuda::synchronize(0).unwrap();
-    let before = emulated::launch_counts();
-    f();
-    cuda::synchronize(0).unwrap();
-    let mut launched = emulated::launch_counts();
-    for (name, n) in before {
-        *launched.get_mut(&name).unwrap() -= n;
-    }
-    launched.retain(|_, n| *n > 0);
-    launched.into_iter().collect()
+    launches_in(f).into_iter().collect()
 }
 
 /// A `Linear` forward on a GPU is what PyTorch's is: one GEMM with the bias in its epilogue; no

@@ -13,24 +13,15 @@ use placelab::nn::{CrossEntropyLoss, Linear, Module, ReLU, Sequential};
 use placelab::prelude::*;
 use placelab::profile::Phase;
 
+#[path = "support/launches.rs"]
+mod launches;
+use launches::launches_in;
+
 const GPU: Device = Device::Cuda(0);
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The launches queued while `f` ran, by kernel name.
-fn launches_in(f: impl FnOnce()) -> BTreeMap<String, u64> {
-    let before = emulated::launch_counts();
-    f();
-    cuda::synchronize(0).unwrap();
-    let mut after = emulated::launch_counts();
-    for (name, n) in before {
-        *after.get_mut(&name).unwrap() -= n;
-    }
-    after.retain(|_, n| *n > 0);
-    after
 }
 
 fn total(counts: &BTreeMap<String, u64>) -> u64 {

@@ -92,8 +92,8 @@ impl Storage {
         Ok(out)
     }
 
-    /// `a · b + bias` on a GPU, one `m × k` by `k × n` product, `bias` the `n` contiguous
-    /// elements of `bias_storage` from `offset` added to every row in the GEMM's epilogue
+    /// `a · b + bias` on a GPU, one `m × k` by `k × n` product, the `n` contiguous elements of
+    /// `bias` from element `offset` added to every row in the GEMM's epilogue
     /// (cuBLASLt, as PyTorch's `addmm`): no broadcast copy before the GEMM. `None` where that
     /// does not apply (host memory, an empty product); the caller then broadcasts the bias into
     /// the output and adds the product onto it.

@@ -175,7 +175,7 @@ impl Tensor {
                 // onto. A bias row a GPU would add in the GEMM's epilogue is not priced: a
                 // simulated device predicts what the GPU it stands for runs.
                 let broadcast = || (self.storage()).copy_as(&l.broadcast_to(&[m, n]), self.dtype());
-                let onto = match bias_row && self.device().is_cuda() {
+                let onto = match bias_row && k > 0 && self.device().is_cuda() {
                     true => crate::profile::unpriced(broadcast)?,
                     false => broadcast()?,
                 };
