@@ -1,6 +1,6 @@
 //! placelab's own measurements on real GPUs, kept as data: each run is the JSON lines
 //! `benches/gpu-check.sh` wrote there (one object a line), after a first line naming the GPU,
-//! the date and the commit measured. The cost model is fitted on them (`fit.rs`), and a
+//! the date and the commit measured (`benches/keep-run.py` writes such a file from a run). The cost model is fitted on them (`fit.rs`), and a
 //! prediction a learner sees on a simulated device can be shown beside what that GPU measured.
 
 /// One run of `gpu-check.sh` on one GPU.
@@ -53,6 +53,7 @@ pub fn runs() -> &'static [Run] {
             include_str!("measured/h100-2026-11-27-a.jsonl"),
             include_str!("measured/h100-2026-11-27-b.jsonl"),
             include_str!("measured/h100-2026-11-27-c.jsonl"),
+            include_str!("measured/h200-2026-11-28-f.jsonl"),
         ]
         .into_iter()
         .map(|text| parse(text).expect("a kept run parses"))
