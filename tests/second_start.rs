@@ -25,8 +25,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_placelab");
 /// Kernels opened at once on the empty cache: a class's first minute.
 const CLASS: usize = 8;
 /// Seconds a kernel may take to start and answer its first cell, the engine's build included.
-/// Alone on two cores that build takes under two minutes; in CI it shares them with the other
-/// lanes' builds and sessions, and a class's first answer once came after more than 900 s.
+/// Alone on two cores a class's first answers came 213 s after it opened; in CI the build shares
+/// them with the other lanes' builds and sessions, and once took over 900 s (benches/RESULTS.md).
 const ENGINE_BUILD_WAIT: u32 = 2400;
 
 fn repo() -> PathBuf {

@@ -1,7 +1,8 @@
 //! placelab's own measurements on real GPUs, kept as data: each run is the JSON lines
 //! `benches/gpu-check.sh` wrote there (one object a line), after a first line naming the GPU,
-//! the date and the commit measured (`benches/keep-run.py` writes such a file from a run). The cost model is fitted on them (`fit.rs`), and a
-//! prediction a learner sees on a simulated device can be shown beside what that GPU measured.
+//! the date and the commit measured (`benches/keep-run.py` writes such a file from a run). The
+//! cost model is fitted on them (`fit.rs`), and a prediction a learner sees on a simulated
+//! device can be shown beside what that GPU measured.
 
 /// One run of `gpu-check.sh` on one GPU.
 #[derive(Debug, Clone)]
