@@ -1,6 +1,8 @@
 //! User mistakes: each is an `Err` whose message names the operation, both sides, and the fix.
 //! None may panic.
 
+#[path = "support/own_process.rs"]
+mod own_process;
 #[path = "support/stand_in.rs"]
 mod stand_in;
 
@@ -450,4 +452,54 @@ fn empty_batches_flow_through_layers_losses_and_indexing() {
 #[test]
 fn every_test_again_on_emulated_devices() {
     stand_in::rerun_emulated("every_test_again_on_emulated_devices");
+}
+
+/// The front end's interrupt is a SIGINT to the cell's process naming the cell it meant, and a
+/// signal is handled whenever that process next runs: one meant for a cell that has ended must
+/// not stop the next (the soak of interrupts saw a cell stop at its first op, never touched).
+/// A terminal's Ctrl-C names no cell and always stops the one running.
+#[test]
+fn an_interrupt_meant_for_an_earlier_cell_does_not_stop_the_next() {
+    // In a process of its own: the interrupt flag and the SIGINT handler are the process's.
+    let name = "an_interrupt_meant_for_an_earlier_cell_does_not_stop_the_next";
+    if !own_process::in_own_process(name, &[]) {
+        return;
+    }
+    // As the cell process does (`probe::serve_from_env`), and its answer to the front end's
+    // `begin` line.
+    placelab::interrupt::install_sigint_handler();
+    let begin = |cell: u64| assert_eq!(placelab::probe::answer(&format!("begin {cell}")), "end\n");
+    // SIGINT naming `cell` (as the front end sends it), or none (as a terminal's Ctrl-C), to
+    // this thread: its handler has run when the call returns.
+    let sigint = |cell: Option<u64>| {
+        // SAFETY: a signal to this thread, whose handler only touches atomics.
+        let sent = unsafe {
+            match cell {
+                Some(c) => {
+                    let value = libc::sigval {
+                        sival_ptr: c as usize as *mut libc::c_void,
+                    };
+                    libc::pthread_sigqueue(libc::pthread_self(), libc::SIGINT, value)
+                }
+                None => libc::raise(libc::SIGINT),
+            }
+        };
+        assert_eq!(sent, 0);
+    };
+    begin(5);
+    let x = Tensor::ones([3], CPU).unwrap();
+    sigint(Some(4));
+    assert!(
+        !placelab::interrupt::is_requested(),
+        "a late SIGINT for cell 4 stopped cell 5"
+    );
+    assert_eq!((&x + 1.0).unwrap().to_vec::<f32>().unwrap(), vec![2.0; 3]);
+    sigint(Some(5));
+    assert!(matches!(&x + 1.0, Err(Error::Interrupted)));
+    begin(6);
+    assert_eq!((&x * 2.0).unwrap().to_vec::<f32>().unwrap(), vec![2.0; 3]);
+    sigint(None);
+    assert!(matches!(&x * 2.0, Err(Error::Interrupted)));
+    begin(7);
+    assert!(!placelab::interrupt::is_requested());
 }

@@ -1,8 +1,8 @@
 //! Stopping the running cell from any thread (Ctrl-C, Jupyter's interrupt): the compiler while
 //! the cell compiles, else SIGINT to the cell's process, and SIGKILL only after the grace period.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// SIGINTs this process received since `catch_sigint` (a signal handler may only touch atomics).
 static SIGINTS: AtomicU64 = AtomicU64::new(0);
@@ -36,10 +36,10 @@ pub struct Interrupter {
 
 #[derive(Debug, Default)]
 pub(super) struct RunningCell {
-    /// The cell process while a cell runs, else 0.
-    pub(super) pid: AtomicI32,
-    /// Counts cells, so a late kill never hits the next one.
-    pub(super) cell: AtomicU64,
+    /// The running cell. An interrupt reads it and acts on that cell's process under this lock,
+    /// and a cell begins and ends under it: so nothing an interrupt does reaches the next cell
+    /// (the soak saw the SIGINT for a cell stopped before it began reach the next one).
+    slot: Mutex<Slot>,
     /// Set when the grace period ran out and the process was killed.
     pub(super) killed: AtomicBool,
     /// Set when the interrupt came while the cell compiled, and the compiler was stopped.
@@ -54,6 +54,48 @@ pub(super) struct RunningCell {
     in_job: AtomicBool,
     /// An interrupt came for a cell sent but not yet running: none of it will run.
     stop_before_start: AtomicBool,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    /// The cell process while a cell runs, else 0.
+    pid: i32,
+    /// Counts cells: the number of the one running, or of the last.
+    cell: u64,
+    /// The cell process knows `cell` (`begin` reached it), so a SIGINT names it.
+    named: bool,
+}
+
+impl RunningCell {
+    /// The number the next cell will have, for the `begin` its process is told first.
+    pub(super) fn next_cell(&self) -> u64 {
+        self.slot().cell + 1
+    }
+
+    /// Cell `cell` runs in process `pid` (`named`: its process was told the number); false,
+    /// and nothing runs, if an interrupt already stopped it.
+    pub(super) fn begin(&self, pid: i32, cell: u64, named: bool) -> bool {
+        let mut slot = self.slot();
+        self.killed.store(false, Ordering::Release);
+        self.compile_stopped.store(false, Ordering::Release);
+        self.requested.store(false, Ordering::Release);
+        *slot = Slot { pid, cell, named };
+        if self.stop_before_start.swap(false, Ordering::SeqCst) {
+            slot.pid = 0;
+            return false;
+        }
+        true
+    }
+
+    /// The cell has ended: no interrupt reaches its process any more.
+    pub(super) fn end(&self) {
+        self.slot().pid = 0;
+    }
+
+    fn slot(&self) -> MutexGuard<'_, Slot> {
+        // The slot is three plain values, whole after any panic.
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// How long an interrupted cell may take to stop before its process is killed:
@@ -98,12 +140,6 @@ impl Interrupter {
         r.stop_before_start.swap(false, Ordering::SeqCst)
     }
 
-    /// Whether an interrupt came since the job began, before the cell started running (called
-    /// once the cell's process is recorded, so that one of the two sees the other).
-    pub(super) fn stopped_before_start(&self) -> bool {
-        self.running.stop_before_start.swap(false, Ordering::SeqCst)
-    }
-
     /// The job is done: a late stop request is forgotten.
     pub(super) fn job_ends(&self) {
         self.running.in_job.store(false, Ordering::SeqCst);
@@ -115,40 +151,36 @@ impl Interrupter {
     /// Returns whether a cell was running, or sent and about to run.
     pub fn interrupt(&self) -> bool {
         let r = &self.running;
-        let mut pid = r.pid.load(Ordering::SeqCst);
-        if pid <= 0 {
+        // Held until the cell is signalled: the cell cannot end and the next begin meanwhile.
+        let slot = r.slot();
+        if slot.pid <= 0 {
             if r.queued.load(Ordering::SeqCst) == 0 && !r.in_job.load(Ordering::SeqCst) {
                 return false;
             }
             r.stop_before_start.store(true, Ordering::SeqCst);
-            // The cell may have begun meanwhile: then it is stopped as a running one too.
-            pid = r.pid.load(Ordering::SeqCst);
-            if pid <= 0 {
-                return true;
-            }
+            return true;
         }
-        let cell = self.running.cell.load(Ordering::Acquire);
-        self.running.requested.store(true, Ordering::Release);
+        let target = *slot;
+        r.requested.store(true, Ordering::Release);
         // While the cell compiles none of it runs yet: stop the compiler, and leave the cell's
         // process (and every variable in it) alone.
         let compilers = compile_processes();
         if !compilers.is_empty() {
-            self.running.compile_stopped.store(true, Ordering::Release);
+            r.compile_stopped.store(true, Ordering::Release);
             kill_all(&compilers);
         }
         // The cell's process is asked as well: a compile seen ending may still finish, and the
         // cell then stops at its first tensor op (the soak found such cells running on, with
         // nothing left to stop them). An idle process only raises its flag, which the next cell
         // lowers.
-        // SAFETY: signalling the cell's process, whose pid we recorded when the cell started.
-        unsafe { libc::kill(pid, libc::SIGINT) };
+        signal_cell(target);
+        drop(slot);
         let running = self.running.clone();
         std::thread::spawn(move || {
             for round in 1.. {
                 std::thread::sleep(interrupt_grace());
-                let same = running.pid.load(Ordering::Acquire) == pid
-                    && running.cell.load(Ordering::Acquire) == cell;
-                if !same {
+                let slot = running.slot();
+                if *slot != target {
                     return;
                 }
                 // Still compiling (evcxr compiles some cells twice): stop the compiler again
@@ -159,12 +191,29 @@ impl Interrupter {
                     continue;
                 }
                 running.killed.store(true, Ordering::Release);
-                // SAFETY: as above; the same cell is still running.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                // SAFETY: signalling the cell's process while the same cell still runs (the
+                // lock is held).
+                unsafe { libc::kill(target.pid, libc::SIGKILL) };
                 return;
             }
         });
         true
+    }
+}
+
+/// SIGINT to the running cell's process, naming the cell where its process knows the number:
+/// a signal handled late, once the next cell began, is then ignored there (`interrupt.rs`).
+fn signal_cell(target: Slot) {
+    // SAFETY: signalling the cell's process, recorded when the cell began; it still runs.
+    unsafe {
+        if target.named {
+            let value = libc::sigval {
+                sival_ptr: target.cell as usize as *mut libc::c_void,
+            };
+            libc::sigqueue(target.pid, libc::SIGINT, value);
+        } else {
+            libc::kill(target.pid, libc::SIGINT);
+        }
     }
 }
 
@@ -220,4 +269,61 @@ fn compile_processes() -> Vec<i32> {
         .map(|(pid, ..)| *pid)
         .collect();
     below(compilers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    /// A stand-in for the cell's process: `sleep`, which SIGINT ends.
+    fn cell_process() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_interrupt_reaches_the_running_cell_and_never_a_cell_that_ended() {
+        let interrupter = Interrupter::default();
+        let r = &interrupter.running;
+        let mut process = cell_process();
+        let pid = process.id() as i32;
+        assert!(r.begin(pid, r.next_cell(), true));
+        r.end();
+        assert!(!interrupter.interrupt(), "no cell runs, none is sent");
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            process.try_wait().unwrap().is_none(),
+            "the process of a cell that had ended was signalled"
+        );
+        assert_eq!(r.next_cell(), 2);
+        assert!(r.begin(pid, 2, true));
+        assert!(interrupter.interrupt());
+        assert!(r.requested.load(Ordering::Acquire));
+        assert_eq!(process.wait().unwrap().signal(), Some(libc::SIGINT));
+        r.end();
+    }
+
+    #[test]
+    fn an_interrupt_before_a_sent_cell_begins_stops_all_of_it() {
+        let interrupter = Interrupter::default();
+        let r = &interrupter.running;
+        let mut process = cell_process();
+        interrupter.cell_sent();
+        assert!(!interrupter.job_begins());
+        assert!(interrupter.interrupt(), "a sent cell is stopped");
+        assert!(!r.begin(process.id() as i32, r.next_cell(), true));
+        interrupter.job_ends();
+        // The next cell runs, and its process was never signalled.
+        interrupter.cell_sent();
+        assert!(!interrupter.job_begins());
+        assert!(r.begin(process.id() as i32, r.next_cell(), true));
+        assert!(process.try_wait().unwrap().is_none());
+        r.end();
+        interrupter.job_ends();
+        process.kill().unwrap();
+        process.wait().unwrap();
+    }
 }

@@ -486,28 +486,24 @@ impl Session {
         let mut report = CellReport::default();
         let mut variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
         variables.sort();
-        // A new cell: an interrupt that came while none ran is forgotten.
-        let _ = self.probe.ask(Request::Begin);
+        let running = &self.interrupter.running;
+        let cell = running.next_cell();
+        // A new cell: an interrupt that came while none ran is forgotten, and one still on its
+        // way for an earlier cell will be ignored.
+        let named = self.probe.ask(Request::Begin { cell }).is_some();
         let pid = self
             .ctx
             .process_handle()
             .lock()
             .map(|c| c.id() as i32)
             .unwrap_or(0);
-        let running = &self.interrupter.running;
-        running.cell.fetch_add(1, Ordering::AcqRel);
-        running.killed.store(false, Ordering::Release);
-        running.compile_stopped.store(false, Ordering::Release);
-        running.requested.store(false, Ordering::Release);
         let sigints = interrupter::sigints();
         running.sigints_at_start.store(sigints, Ordering::Release);
-        running.pid.store(pid, Ordering::SeqCst);
-        if self.interrupter.stopped_before_start() {
-            running.pid.store(0, Ordering::SeqCst);
+        if !running.begin(pid, cell, named) {
             return CellReport::stopped_before_start();
         }
         let result = self.ctx.execute(code);
-        running.pid.store(0, Ordering::Release);
+        running.end();
         // A Ctrl-C at a terminal also reaches cargo and rustc directly, and may end them before
         // the interrupter runs: the signal's count says it came.
         let requested =

@@ -51,8 +51,8 @@ pub fn serve_from_env() {
 pub fn answer(request: &str) -> String {
     let reply = match Request::parse(request) {
         Some(Request::Stats { after_seq }) => Reply::Snapshot(snapshot(after_seq)),
-        Some(Request::Begin) => {
-            crate::interrupt::clear();
+        Some(Request::Begin { cell }) => {
+            crate::interrupt::begin(cell);
             Reply::Done
         }
         Some(Request::Sync { token }) => {

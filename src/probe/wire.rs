@@ -1,7 +1,7 @@
 //! The probe's wire protocol, in one place: the cell process writes it (`probe::answer`) and the
 //! front end reads it (`frontend/probe_client.rs`) with these same types.
 //!
-//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN`, `begin` or
+//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN`, `begin CELL` or
 //! `devices`.
 //! A reply is lines of `kind key=value …` ending with `end`: for `stats`, one `device` line per
 //! used device, one `transfer` line per transfer with `seq > AFTER_SEQ`, and `seq last=N`; for
@@ -24,8 +24,9 @@ pub enum Request {
     /// Write a sync marker with `token` to stderr, so the front end knows the cell's output up
     /// to here has been read.
     Sync { token: u64 },
-    /// A cell starts: an interrupt that came while none ran is forgotten.
-    Begin,
+    /// Cell number `cell` starts: an interrupt that came while none ran is forgotten, and a
+    /// SIGINT that names an earlier cell from now on is ignored.
+    Begin { cell: u64 },
     /// The devices the cell process can use (after any `simulate`), for `:devices`.
     Devices,
 }
@@ -37,7 +38,7 @@ impl Request {
             Request::Stats { after_seq } => format!("stats {after_seq}"),
             Request::EmptyCache => "empty_cache".into(),
             Request::Sync { token } => format!("sync {token}"),
-            Request::Begin => "begin".into(),
+            Request::Begin { cell } => format!("begin {cell}"),
             Request::Devices => "devices".into(),
         }
     }
@@ -54,7 +55,9 @@ impl Request {
             "sync" => Some(Request::Sync {
                 token: number(words.next()),
             }),
-            "begin" => Some(Request::Begin),
+            "begin" => Some(Request::Begin {
+                cell: number(words.next()),
+            }),
             "devices" => Some(Request::Devices),
             _ => None,
         }
@@ -200,7 +203,7 @@ impl Reply {
                     bytes: f.map_or(0, |f| number(&f, "bytes")),
                 }
             }
-            Request::Sync { .. } | Request::Begin => Reply::Done,
+            Request::Sync { .. } | Request::Begin { .. } => Reply::Done,
             Request::Devices => Reply::Devices(parse_devices(text)),
         })
     }
@@ -297,7 +300,7 @@ mod tests {
             Request::Stats { after_seq: 7 },
             Request::EmptyCache,
             Request::Sync { token: 3 },
-            Request::Begin,
+            Request::Begin { cell: 12 },
             Request::Devices,
         ] {
             assert_eq!(Request::parse(&r.encode()), Some(r));
@@ -345,7 +348,10 @@ mod tests {
             Reply::parse(Request::EmptyCache, &released.encode()),
             Some(released)
         );
-        assert_eq!(Reply::parse(Request::Begin, "end\n"), Some(Reply::Done));
+        assert_eq!(
+            Reply::parse(Request::Begin { cell: 12 }, "end\n"),
+            Some(Reply::Done)
+        );
         let devices = Reply::Devices(DeviceList {
             devices: vec![
                 "cpu (2 threads)".into(),
