@@ -1,5 +1,6 @@
 //! User mistakes: each is an `Err` whose message names the operation, both sides, and the fix.
-//! None may panic.
+//! None may panic. Last, `Interrupted`, the error a user asks for (Ctrl-C, the stop button): it
+//! stops only the cell it was meant for.
 
 #[path = "support/own_process.rs"]
 mod own_process;
