@@ -278,10 +278,19 @@ mod tests {
 
     /// A stand-in for the cell's process: `sleep`, which SIGINT ends.
     fn cell_process() -> std::process::Child {
-        std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .unwrap()
+        use std::os::unix::process::CommandExt;
+        let mut sleep = std::process::Command::new("sleep");
+        sleep.arg("60");
+        // A job a shell puts in the background (as CI's lanes are) starts with SIGINT ignored,
+        // and its children inherit that; the real cell process installs its own handler.
+        // SAFETY: only `signal`, which is async-signal-safe, between fork and exec.
+        unsafe {
+            sleep.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            })
+        };
+        sleep.spawn().unwrap()
     }
 
     #[test]
