@@ -4,8 +4,10 @@
 //! the stderr written just before it into one marked block, so the session can show it as the
 //! cell's error (an `error` message in Jupyter, a failed cell everywhere).
 //!
-//! Stderr is held back until stdout moves, a marker arrives, or `HOLD` passes quietly: a message
-//! and its marker are written back to back, so the message is what was held when the marker came.
+//! Stderr is held back until stdout moves, a marker arrives, or `HOLD` passes quietly. A failure's
+//! text starts with a line of its own (evcxr's `EVCXR_ERROR_TEXT_FOLLOWS` before a `?` error, a
+//! panic's `thread '…' panicked at`): from there stderr is held for the marker alone, since
+//! stdout printed before the failure can be read after its text (both streams ready at once).
 
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
@@ -15,6 +17,9 @@ use std::time::{Duration, Instant};
 /// and the line its generated code prints after catching a panic).
 pub const EVCXR_USER_ERROR: &str = "EVCXR_ERROR_OCCURRED";
 pub const EVCXR_PANIC: &str = "EVCXR_PANIC_NOTIFICATION";
+/// On stderr, just before a `?` error's text (`evcxr_internal_runtime::USER_ERROR_TEXT_FOLLOWS`,
+/// placelab's patch of evcxr).
+pub const EVCXR_USER_ERROR_TEXT: &str = "EVCXR_ERROR_TEXT_FOLLOWS";
 
 /// On stderr, around the text of a failed cell: `PLACELAB_CELL_FAILED error|interrupted|panic`,
 /// the text, then `PLACELAB_CELL_FAILED_END`.
@@ -53,9 +58,9 @@ impl Failure {
 pub const SYNC: &str = "PLACELAB_SYNC";
 
 const HOLD: Duration = Duration::from_millis(30);
-/// After a panic's first line, how long its message and backtrace are held for the marker that
-/// follows them (printing a backtrace resolves symbols: tens to hundreds of milliseconds).
-const HOLD_PANIC: Duration = Duration::from_secs(10);
+/// After a failure's first line, how long its text is held for the marker that follows it
+/// (printing a panic's backtrace resolves symbols: tens to hundreds of milliseconds).
+const HOLD_FAILURE: Duration = Duration::from_secs(10);
 
 /// Puts the pass-through thread between the process and its stdout and stderr (once).
 pub fn install() {
@@ -117,13 +122,14 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
     // Stderr lines not yet passed on, and when the last one came.
     let mut held: Vec<u8> = Vec::new();
     let mut held_since: Option<Instant> = None;
-    let mut panicking = false;
+    // The held stderr is a failure's text, waiting for its marker.
+    let mut failing = false;
     let mut chunk = vec![0u8; 64 * 1024];
     let mut err_open = true;
     loop {
         let timeout = match held_since {
             Some(t) => {
-                let hold = if panicking { HOLD_PANIC } else { HOLD };
+                let hold = if failing { HOLD_FAILURE } else { HOLD };
                 hold.saturating_sub(t.elapsed()).as_millis() as i32
             }
             None if !out_buf.is_empty() || !err_buf.is_empty() => HOLD.as_millis() as i32,
@@ -154,7 +160,7 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
             write_all(real_err, &std::mem::take(&mut held));
             write_all(real_err, &std::mem::take(&mut err_buf));
             held_since = None;
-            panicking = false;
+            failing = false;
             write_all(real_out, &std::mem::take(&mut out_buf));
             continue;
         }
@@ -173,8 +179,16 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
                         write_all(real_err, &line);
                     } else {
                         let text = String::from_utf8_lossy(&line);
-                        panicking |= text.starts_with("thread '") && text.contains("panicked at");
-                        held.extend_from_slice(&line);
+                        let error_follows = text.trim_end() == EVCXR_USER_ERROR_TEXT;
+                        let panic = text.starts_with("thread '") && text.contains("panicked at");
+                        if (error_follows || panic) && !failing {
+                            // What came before is plain output, not the failure's text.
+                            write_all(real_err, &std::mem::take(&mut held));
+                            failing = true;
+                        }
+                        if !error_follows {
+                            held.extend_from_slice(&line);
+                        }
                         held_since = Some(Instant::now());
                     }
                 }
@@ -199,21 +213,112 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
                     EVCXR_PANIC => Some(Failure::Panic),
                     _ => None,
                 };
-                // The held stderr goes first: as the failure's text, or as plain output.
-                let held_text = std::mem::take(&mut held);
-                held_since = None;
-                panicking = false;
+                // The held stderr goes first: as the failure's text, or as plain output (not a
+                // failure's text: that waits for its marker).
                 match kind {
                     Some(kind) => {
                         let mut block = format!("{FAILED_BEGIN} {}\n", kind.as_str()).into_bytes();
-                        block.extend_from_slice(&held_text);
+                        block.extend_from_slice(&std::mem::take(&mut held));
                         block.extend_from_slice(format!("{FAILED_END}\n").as_bytes());
                         write_all(real_err, &block);
+                        held_since = None;
+                        failing = false;
                     }
-                    None => write_all(real_err, &held_text),
+                    None if !failing => {
+                        write_all(real_err, &std::mem::take(&mut held));
+                        held_since = None;
+                    }
+                    None => {}
                 }
                 write_all(real_out, &line);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pipe() -> (RawFd, RawFd) {
+        let mut ends = [0; 2];
+        // SAFETY: creating a pipe into a live array.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        (ends[0], ends[1])
+    }
+
+    fn read_to_end(fd: RawFd) -> String {
+        let (mut all, mut chunk) = (Vec::new(), [0u8; 4096]);
+        loop {
+            // SAFETY: reading into a live buffer from a pipe this test owns.
+            let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+            if n <= 0 {
+                // SAFETY: closing a descriptor this test owns, once.
+                unsafe { libc::close(fd) };
+                return String::from_utf8(all).unwrap();
+            }
+            all.extend_from_slice(&chunk[..n as usize]);
+        }
+    }
+
+    /// What the pass-through sends on (stdout, stderr) when the cell wrote `writes` (1: stdout,
+    /// 2: stderr) in this order, all before it read any: as on a busy machine, where the thread
+    /// wakes once to find both streams ready.
+    fn passed_on(writes: &[(u8, &str)]) -> (String, String) {
+        let ((out, out_w), (err, err_w)) = (pipe(), pipe());
+        let ((real_out_r, real_out), (real_err_r, real_err)) = (pipe(), pipe());
+        for (stream, text) in writes {
+            write_all(if *stream == 1 { out_w } else { err_w }, text.as_bytes());
+        }
+        // SAFETY: closing the write ends this test made; the reads then end.
+        unsafe {
+            libc::close(out_w);
+            libc::close(err_w);
+        }
+        pass_through(out, err, real_out, real_err);
+        // SAFETY: closing descriptors this test owns, once.
+        unsafe {
+            for fd in [out, err, real_out, real_err] {
+                libc::close(fd);
+            }
+        }
+        (read_to_end(real_out_r), read_to_end(real_err_r))
+    }
+
+    #[test]
+    fn an_error_keeps_its_text_when_a_line_printed_before_it_is_read_with_it() {
+        let (out, err) = passed_on(&[
+            (
+                1,
+                "&x + &y copies one of them over: false, not true as you predicted.\n",
+            ),
+            (
+                2,
+                "EVCXR_ERROR_TEXT_FOLLOWS\ndevice mismatch in add: cpu and cuda:0\n",
+            ),
+            (1, "EVCXR_ERROR_OCCURRED\n"),
+        ]);
+        assert_eq!(
+            err,
+            "PLACELAB_CELL_FAILED error\ndevice mismatch in add: cpu and cuda:0\nPLACELAB_CELL_FAILED_END\n"
+        );
+        assert_eq!(
+            out,
+            "&x + &y copies one of them over: false, not true as you predicted.\nEVCXR_ERROR_OCCURRED\n"
+        );
+    }
+
+    #[test]
+    fn a_panic_keeps_its_text_and_stderr_written_before_a_failure_stays_plain_output() {
+        let (_, err) = passed_on(&[
+            (2, "loading\n"),
+            (1, "step 1\n"),
+            (2, "thread 'main' panicked at src/lib.rs:1:1:\nboom\n"),
+            (1, "EVCXR_PANIC_NOTIFICATION\n"),
+        ]);
+        assert_eq!(
+            err,
+            "loading\nPLACELAB_CELL_FAILED panic\nthread 'main' panicked at src/lib.rs:1:1:\nboom\nPLACELAB_CELL_FAILED_END\n"
+        );
     }
 }

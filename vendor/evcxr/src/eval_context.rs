@@ -1821,6 +1821,7 @@ impl ContextState {
             struct EvcxrUserCodeError {{}}
             impl<T: {}> From<T> for EvcxrUserCodeError {{
                 fn from(error: T) -> Self {{
+                    {}
                     eprintln!("{}", error);
                     {}
                     EvcxrUserCodeError {{}}
@@ -1828,6 +1829,12 @@ impl ContextState {
             }}
         "#,
             self.config.error_fmt.format_trait,
+            // placelab's patch: a line on stderr before the error's text.
+            if for_analysis {
+                ""
+            } else {
+                "eprintln!(\"{}\", evcxr_internal_runtime::USER_ERROR_TEXT_FOLLOWS);"
+            },
             self.config.error_fmt.format_str,
             if for_analysis {
                 ""

@@ -11,6 +11,10 @@
 
 pub const VARIABLE_CHANGED_TYPE: &str = "EVCXR_VARIABLE_CHANGED_TYPE:";
 pub const USER_ERROR_OCCURRED: &str = "EVCXR_ERROR_OCCURRED";
+// placelab's patch: written to stderr just before a cell's `?` error, so that a reader of both
+// streams knows the error's text from output printed before it (`println!` then `?` arrive
+// together when the reader is slow).
+pub const USER_ERROR_TEXT_FOLLOWS: &str = "EVCXR_ERROR_TEXT_FOLLOWS";
 
 pub struct VariableStore {
     variables: std::collections::HashMap<String, Box<dyn std::any::Any + 'static>>,
