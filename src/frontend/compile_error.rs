@@ -26,9 +26,18 @@ pub(super) fn cannot_fetch_dependencies(said: &str) -> bool {
 }
 
 /// evcxr's error when cargo failed with no compiler error to show: cargo was ended (a Ctrl-C at
-/// the terminal reaches it directly, as it shares the terminal's process group), not refused.
+/// the terminal reaches it directly, as it shares the terminal's process group; an interrupt
+/// kills it), not refused. evcxr then reports what rustc had printed by then: nothing, or only
+/// warnings (a cell that ends in `loop { … }` leaves evcxr's code after it unreachable).
 pub(super) fn cargo_ended_without_an_error(e: &evcxr::Error) -> bool {
-    matches!(e, evcxr::Error::Message(m) if m.starts_with("Compilation failed, but no parsable errors"))
+    match e {
+        evcxr::Error::Message(m) => m.starts_with("Compilation failed, but no parsable errors"),
+        // "error", or "error: internal compiler error".
+        evcxr::Error::CompilationErrors(said) => {
+            !said.iter().any(|d| d.level().starts_with("error"))
+        }
+        _ => false,
+    }
 }
 
 /// All of a cell's compile errors, one after another.

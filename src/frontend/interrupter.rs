@@ -183,10 +183,13 @@ impl Interrupter {
                 if *slot != target {
                     return;
                 }
-                // Still compiling (evcxr compiles some cells twice): stop the compiler again
-                // rather than lose every variable for a cell that never ran.
+                // Still compiling (evcxr compiles some cells twice, and a compile may start
+                // after the interrupt): stop the compiler again rather than lose every variable
+                // for a cell that never ran. Said under the lock, before the cell can end: the
+                // soak saw a compiler stopped here reported as the warning it had printed.
                 let compilers = compile_processes();
                 if !compilers.is_empty() && round < 5 {
+                    running.compile_stopped.store(true, Ordering::Release);
                     kill_all(&compilers);
                     continue;
                 }
@@ -293,8 +296,53 @@ mod tests {
         sleep.spawn().unwrap()
     }
 
+    /// The tests below start processes this process's interrupts may take for a compiler:
+    /// one at a time.
+    fn one_at_a_time() -> MutexGuard<'static, ()> {
+        static LOCK: Mutex<()> = Mutex::new(());
+        LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A stand-in for evcxr's cargo: `sleep` under the name `cargo`, a child of this process.
+    fn compiler_process() -> std::process::Child {
+        let sleep = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join("sleep"))
+            .find(|p| p.is_file())
+            .expect("`sleep` is on PATH");
+        let dir = std::env::temp_dir().join(format!("placelab-interrupter-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cargo = dir.join("cargo");
+        std::fs::copy(sleep, &cargo).unwrap();
+        let child = std::process::Command::new(&cargo)
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        child
+    }
+
+    #[test]
+    fn a_compile_that_starts_after_the_interrupt_is_stopped_and_said_to_be() {
+        let _one = one_at_a_time();
+        let interrupter = Interrupter::default();
+        let r = &interrupter.running;
+        let mut process = cell_process();
+        assert!(r.begin(process.id() as i32, r.next_cell(), true));
+        // The interrupt finds no compiler yet (evcxr starts cargo after its own work).
+        assert!(interrupter.interrupt());
+        assert!(!r.compile_stopped.load(Ordering::Acquire));
+        let mut cargo = compiler_process();
+        // The grace period's check stops it, and says so before the cell can end: the session
+        // then reports an interrupted compile, not the warnings rustc had printed.
+        assert_eq!(cargo.wait().unwrap().signal(), Some(libc::SIGKILL));
+        r.end();
+        assert!(r.compile_stopped.load(Ordering::Acquire));
+        process.wait().unwrap();
+    }
+
     #[test]
     fn an_interrupt_reaches_the_running_cell_and_never_a_cell_that_ended() {
+        let _one = one_at_a_time();
         let interrupter = Interrupter::default();
         let r = &interrupter.running;
         let mut process = cell_process();
@@ -317,6 +365,7 @@ mod tests {
 
     #[test]
     fn an_interrupt_before_a_sent_cell_begins_stops_all_of_it() {
+        let _one = one_at_a_time();
         let interrupter = Interrupter::default();
         let r = &interrupter.running;
         let mut process = cell_process();

@@ -568,6 +568,17 @@ impl Session {
             _ => ErrorKind::Error,
         };
         let text = match e {
+            // Not the user's doing: the compiler was ended from outside (or by the system, out
+            // of memory) after it printed only warnings.
+            EvcxrError::CompilationErrors(_) if compile_error::cargo_ended_without_an_error(&e) => {
+                return (
+                    ErrorKind::Error,
+                    "the compiler ended before it finished, with no error in the cell (it was \
+                     stopped from outside, or ran out of memory): none of the cell ran, and \
+                     variables defined before it are kept. Run the cell again."
+                        .to_string(),
+                );
+            }
             EvcxrError::CompilationErrors(errors) => compile_error::render(code, &errors),
             EvcxrError::SubprocessTerminated(why) => {
                 // The process that ran cells is gone, and every variable with it; evcxr restarts
