@@ -117,36 +117,113 @@ fn take_lines(buf: &mut Vec<u8>) -> Vec<Vec<u8>> {
     lines
 }
 
+/// The stderr lines not yet passed on: held until stdout moves, a marker arrives or the streams
+/// go quiet, so that a failure's text can go out as one block with its marker.
+struct HeldStderr {
+    real_err: RawFd,
+    text: Vec<u8>,
+    /// When the last held line came.
+    since: Option<Instant>,
+    /// The held text is a failure's, waiting for its marker.
+    failing: bool,
+}
+
+impl HeldStderr {
+    /// How long `poll` may wait before the held text goes out as plain output (-1: forever);
+    /// `partial`: a line without its newline is buffered.
+    fn poll_timeout(&self, partial: bool) -> i32 {
+        match self.since {
+            Some(t) => {
+                let hold = if self.failing { HOLD_FAILURE } else { HOLD };
+                hold.saturating_sub(t.elapsed()).as_millis() as i32
+            }
+            None if partial => HOLD.as_millis() as i32,
+            None => -1,
+        }
+    }
+
+    /// Passes the held text on as plain output.
+    fn release(&mut self) {
+        write_all(self.real_err, &std::mem::take(&mut self.text));
+        self.since = None;
+        self.failing = false;
+    }
+
+    fn stderr_line(&mut self, line: &[u8]) {
+        if line.starts_with(SYNC.as_bytes()) {
+            self.release();
+            write_all(self.real_err, line);
+            return;
+        }
+        let text = String::from_utf8_lossy(line);
+        let error_follows = text.trim_end() == EVCXR_USER_ERROR_TEXT;
+        let panic = text.starts_with("thread '") && text.contains("panicked at");
+        if (error_follows || panic) && !self.failing {
+            // What came before is plain output, not the failure's text.
+            self.release();
+            self.failing = true;
+        }
+        if !error_follows {
+            self.text.extend_from_slice(line);
+        }
+        self.since = Some(Instant::now());
+    }
+
+    /// Before a stdout line goes out: the held text goes first, as the failure's text if the
+    /// line is a failure's marker, else as plain output (but a failure's text waits for its
+    /// marker: stdout written before the failure may be read after its text).
+    fn stdout_line(&mut self, line: &[u8]) {
+        let kind = match String::from_utf8_lossy(line).trim_end() {
+            // An `Err` after Ctrl-C is the interrupt's (the flag stays up until the next cell
+            // begins): the front end names it so without reading its text.
+            EVCXR_USER_ERROR if crate::interrupt::is_requested() => Some(Failure::Interrupted),
+            EVCXR_USER_ERROR => Some(Failure::Error),
+            EVCXR_PANIC => Some(Failure::Panic),
+            _ => None,
+        };
+        match kind {
+            Some(kind) => {
+                let mut block = format!("{FAILED_BEGIN} {}\n", kind.as_str()).into_bytes();
+                block.extend_from_slice(&std::mem::take(&mut self.text));
+                block.extend_from_slice(format!("{FAILED_END}\n").as_bytes());
+                write_all(self.real_err, &block);
+                self.since = None;
+                self.failing = false;
+            }
+            None if !self.failing => self.release(),
+            None => {}
+        }
+    }
+}
+
+/// Reads `fd` once into `buf`; false at its end (or on an error).
+fn read_some(fd: RawFd, chunk: &mut [u8], buf: &mut Vec<u8>) -> bool {
+    // SAFETY: reading into a live buffer from a descriptor this thread owns.
+    let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+    if n <= 0 {
+        return false;
+    }
+    buf.extend_from_slice(&chunk[..n as usize]);
+    true
+}
+
 fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
     let (mut out_buf, mut err_buf) = (Vec::new(), Vec::new());
-    // Stderr lines not yet passed on, and when the last one came.
-    let mut held: Vec<u8> = Vec::new();
-    let mut held_since: Option<Instant> = None;
-    // The held stderr is a failure's text, waiting for its marker.
-    let mut failing = false;
+    let mut held = HeldStderr {
+        real_err,
+        text: Vec::new(),
+        since: None,
+        failing: false,
+    };
     let mut chunk = vec![0u8; 64 * 1024];
     let mut err_open = true;
     loop {
-        let timeout = match held_since {
-            Some(t) => {
-                let hold = if failing { HOLD_FAILURE } else { HOLD };
-                hold.saturating_sub(t.elapsed()).as_millis() as i32
-            }
-            None if !out_buf.is_empty() || !err_buf.is_empty() => HOLD.as_millis() as i32,
-            None => -1,
-        };
-        let mut fds = [
-            libc::pollfd {
-                fd: out,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: if err_open { err } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
+        let timeout = held.poll_timeout(!out_buf.is_empty() || !err_buf.is_empty());
+        let mut fds = [out, if err_open { err } else { -1 }].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
         // SAFETY: polling two descriptors this thread owns.
         let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
         if ready < 0 {
@@ -156,80 +233,25 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
             return;
         }
         if ready == 0 {
-            // Quiet: pass on what was held, and a partial stdout line (a prompt without `\n`).
-            write_all(real_err, &std::mem::take(&mut held));
+            // Quiet: pass on what was held, and a partial line (a prompt without `\n`).
+            held.release();
             write_all(real_err, &std::mem::take(&mut err_buf));
-            held_since = None;
-            failing = false;
             write_all(real_out, &std::mem::take(&mut out_buf));
             continue;
         }
         // Stderr first: whatever was written before a stdout marker is read before the marker.
         if fds[1].revents != 0 {
-            // SAFETY: reading into a live buffer from a descriptor this thread owns.
-            let n = unsafe { libc::read(err, chunk.as_mut_ptr().cast(), chunk.len()) };
-            if n <= 0 {
-                err_open = false;
-            } else {
-                err_buf.extend_from_slice(&chunk[..n as usize]);
-                for line in take_lines(&mut err_buf) {
-                    if line.starts_with(SYNC.as_bytes()) {
-                        write_all(real_err, &std::mem::take(&mut held));
-                        held_since = None;
-                        write_all(real_err, &line);
-                    } else {
-                        let text = String::from_utf8_lossy(&line);
-                        let error_follows = text.trim_end() == EVCXR_USER_ERROR_TEXT;
-                        let panic = text.starts_with("thread '") && text.contains("panicked at");
-                        if (error_follows || panic) && !failing {
-                            // What came before is plain output, not the failure's text.
-                            write_all(real_err, &std::mem::take(&mut held));
-                            failing = true;
-                        }
-                        if !error_follows {
-                            held.extend_from_slice(&line);
-                        }
-                        held_since = Some(Instant::now());
-                    }
-                }
+            err_open = read_some(err, &mut chunk, &mut err_buf);
+            for line in take_lines(&mut err_buf) {
+                held.stderr_line(&line);
             }
         }
         if fds[0].revents != 0 {
-            // SAFETY: as above.
-            let n = unsafe { libc::read(out, chunk.as_mut_ptr().cast(), chunk.len()) };
-            if n <= 0 {
+            if !read_some(out, &mut chunk, &mut out_buf) {
                 return;
             }
-            out_buf.extend_from_slice(&chunk[..n as usize]);
             for line in take_lines(&mut out_buf) {
-                let text = String::from_utf8_lossy(&line);
-                let kind = match text.trim_end() {
-                    // An `Err` after Ctrl-C is the interrupt's (the flag stays up until the
-                    // next cell begins): the front end names it so without reading its text.
-                    EVCXR_USER_ERROR if crate::interrupt::is_requested() => {
-                        Some(Failure::Interrupted)
-                    }
-                    EVCXR_USER_ERROR => Some(Failure::Error),
-                    EVCXR_PANIC => Some(Failure::Panic),
-                    _ => None,
-                };
-                // The held stderr goes first: as the failure's text, or as plain output (not a
-                // failure's text: that waits for its marker).
-                match kind {
-                    Some(kind) => {
-                        let mut block = format!("{FAILED_BEGIN} {}\n", kind.as_str()).into_bytes();
-                        block.extend_from_slice(&std::mem::take(&mut held));
-                        block.extend_from_slice(format!("{FAILED_END}\n").as_bytes());
-                        write_all(real_err, &block);
-                        held_since = None;
-                        failing = false;
-                    }
-                    None if !failing => {
-                        write_all(real_err, &std::mem::take(&mut held));
-                        held_since = None;
-                    }
-                    None => {}
-                }
+                held.stdout_line(&line);
                 write_all(real_out, &line);
             }
         }
