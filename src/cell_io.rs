@@ -159,8 +159,17 @@ impl HeldStderr {
         let error_follows = text.trim_end() == EVCXR_USER_ERROR_TEXT;
         let panic = text.starts_with("thread '") && text.contains("panicked at");
         if (error_follows || panic) && !self.failing {
-            // What came before is plain output, not the failure's text.
-            self.release();
+            // What came before is plain output, not the failure's text; but std's panic message
+            // starts with a newline of its own, read as a blank line before it, which stays.
+            if let Some(last) = self.text.iter().rposition(|b| !b.is_ascii_whitespace()) {
+                let line_end = self.text[last..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(self.text.len(), |at| last + at + 1);
+                let blank_tail = self.text.split_off(line_end);
+                self.release();
+                self.text = blank_tail;
+            }
             self.failing = true;
         }
         if !error_follows {
@@ -335,12 +344,19 @@ mod tests {
         let (_, err) = passed_on(&[
             (2, "loading\n"),
             (1, "step 1\n"),
-            (2, "thread 'main' panicked at src/lib.rs:1:1:\nboom\n"),
+            // As std writes it: a newline first.
+            (2, "\nthread 'main' panicked at src/lib.rs:1:1:\nboom\n"),
             (1, "EVCXR_PANIC_NOTIFICATION\n"),
         ]);
         assert_eq!(
             err,
-            "loading\nPLACELAB_CELL_FAILED panic\nthread 'main' panicked at src/lib.rs:1:1:\nboom\nPLACELAB_CELL_FAILED_END\n"
+            "loading\nPLACELAB_CELL_FAILED panic\n\nthread 'main' panicked at src/lib.rs:1:1:\nboom\nPLACELAB_CELL_FAILED_END\n"
         );
+        // A panic with nothing before it: the whole message is the failure's, none plain.
+        let (_, err) = passed_on(&[
+            (2, "\nthread 'main' panicked at src/lib.rs:1:1:\nboom\n"),
+            (1, "EVCXR_PANIC_NOTIFICATION\n"),
+        ]);
+        assert!(err.starts_with("PLACELAB_CELL_FAILED panic\n"), "{err:?}");
     }
 }
