@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use evcxr::EvalContextOutputs;
 
 use super::report::{ErrorKind, Output};
-use crate::cell_io::{EVCXR_USER_ERROR_TEXT, FAILED_BEGIN, FAILED_END, Failure, SYNC};
+use crate::cell_io::{FAILED_BEGIN, FAILED_END, Failure, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
 use crate::show::CLEAR_OUTPUT;
 
@@ -166,12 +166,7 @@ const PANIC_LINE: &str = "panic in the cell (variables defined before it are kep
 
 /// Shortens what a panicking cell prints: evcxr forces backtraces on, and their frames point
 /// into generated code. The panic's own message is kept, under a line that says what happened.
-/// evcxr's line before an error's text is for the cell process's reader (`cell_io`), which
-/// drops it; it is dropped here too, for output read before that reader was installed.
 fn filter_stderr(line: &str, in_backtrace: &mut bool) -> Option<String> {
-    if line.trim_end() == EVCXR_USER_ERROR_TEXT {
-        return None;
-    }
     if *in_backtrace {
         if line.starts_with("note: Some details are omitted") {
             *in_backtrace = false;
