@@ -631,6 +631,60 @@ fn a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it() {
     assert_eq!(outer.ops().len(), 2, "the outer profile records both fills");
 }
 
+/// On a busy machine the code's wall time includes time its thread only waited for a core; the
+/// profile measures that wait and says it, so the time between ops is not blamed on the code.
+#[test]
+fn a_profile_says_how_long_its_code_waited_for_a_cpu_core() {
+    let me = "a_profile_says_how_long_its_code_waited_for_a_cpu_core";
+    if !own_process::in_own_process(me, &[]) {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t with one bit set, for the calling thread (pid 0).
+    let pin_to_cpu_0 = || unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
+    };
+    let a = Tensor::randn([64], Device::Cpu).unwrap();
+    let quiet = profile(|| (&a + &a).map(drop));
+    assert!(quiet.cpu_wait().is_some(), "Linux keeps each thread's wait");
+    // A spinning thread and this one on one core: the scheduler shares it between them.
+    pin_to_cpu_0();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            pin_to_cpu_0();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let busy = profile(|| {
+        while started.elapsed() < std::time::Duration::from_millis(200) {
+            drop(&a + &a);
+        }
+        Ok(())
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    let waited = busy.cpu_wait().unwrap();
+    assert!(
+        waited >= busy.wall() / 10 && waited <= busy.wall(),
+        "waited {waited:?} of {:?}",
+        busy.wall()
+    );
+    assert!(
+        busy.text().contains("this thread waited for a CPU core"),
+        "{}",
+        busy.text()
+    );
+}
+
 /// A `DataLoader` serves every sample once per epoch, in a new order each epoch (the same one
 /// after the same seed), the last batch smaller; pinned and moved to a GPU, each batch arrives
 /// there through a non-blocking copy from page-locked memory, the next one queued ahead.

