@@ -528,7 +528,8 @@ fn main() -> Result<()> {
         }
         return Ok(());
     }
-    if !cuda::is_available() || Device::Cuda(0).is_simulated() {
+    let simulated = matches!(Device::Cuda(0).kind(), Ok(DeviceKind::SimulatedGpu { .. }));
+    if !cuda::is_available() || simulated {
         eprintln!(
             "no real CUDA device ({:?}): nothing to measure",
             cuda::unavailable_reason()

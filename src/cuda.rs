@@ -4,8 +4,8 @@
 //! backend (`gpu/`) and the copies still in flight.
 
 pub use crate::device::registry::{
-    Backend, DEFAULT_SIMULATED_CAPACITY, backend, device_count, driver_version, is_available,
-    no_real_gpu_reason, real_device_count, unavailable_reason,
+    DEFAULT_SIMULATED_CAPACITY, device_count, driver_version, is_available, no_real_gpu_reason,
+    real_device_count, unavailable_reason,
 };
 // The CUDA backend's modules, under the paths they always had (`placelab::cuda::launch`, …).
 pub use crate::gpu::blas::{allow_tf32, set_allow_tf32};
@@ -16,7 +16,7 @@ pub use crate::units::parse_bytes;
 
 use crate::device::guard::guarded;
 use crate::device::registry::Simulation;
-use crate::device::{Device, StandIn};
+use crate::device::{Device, DeviceKind};
 use crate::error::{Error, Result};
 use crate::memory::{self, MemoryStats};
 
@@ -32,22 +32,24 @@ pub fn synchronize(index: usize) -> Result<()> {
 
 /// A human name for `cuda:index`.
 pub fn device_name(index: usize) -> Result<String> {
-    Ok(match backend(index)? {
-        Backend::Simulated { capacity } => {
-            match crate::device::registry::stands_for(&Device::Cuda(index)) {
-                Some(gpu) => format!(
-                    "standing for {} (its costs predicted), on host memory, {}",
-                    gpu.with_article(),
-                    crate::units::human_bytes(capacity)
-                ),
-                None => format!("on host memory, {}", crate::units::human_bytes(capacity)),
-            }
-        }
-        Backend::Emulated { capacity } => format!(
-            "kernels/*.cu on the CPU, host memory, {}",
-            crate::units::human_bytes(capacity)
+    let size = crate::units::human_bytes;
+    Ok(match Device::Cuda(index).kind()? {
+        DeviceKind::SimulatedGpu {
+            capacity,
+            stands_for: Some(gpu),
+        } => format!(
+            "standing for {} (its costs predicted), on host memory, {}",
+            gpu.with_article(),
+            size(capacity)
         ),
-        Backend::Real => {
+        DeviceKind::SimulatedGpu {
+            capacity,
+            stands_for: None,
+        } => format!("on host memory, {}", size(capacity)),
+        DeviceKind::EmulatedGpu { capacity } => {
+            format!("kernels/*.cu on the CPU, host memory, {}", size(capacity))
+        }
+        DeviceKind::Gpu => {
             let name = guarded("naming the GPU", || {
                 runtime::gpu(index).and_then(|g| g.driver.name().map_err(|e| g.err("name", e)))
             });
@@ -56,6 +58,7 @@ pub fn device_name(index: usize) -> Result<String> {
                 _ => "NVIDIA GPU".into(),
             }
         }
+        DeviceKind::Cpu => unreachable!("a CUDA index names no CPU"),
     })
 }
 
@@ -127,10 +130,11 @@ pub fn memory_summary(index: usize) -> Result<String> {
 /// `PLACELAB_SIMULATE_CUDA` does at start-up: host memory and the CPU kernels, fast, for
 /// learners. Fails while tensors live on a device that would disappear or change.
 pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
-    replace_stand_ins(
-        StandIn::Simulated,
-        stand_ins(StandIn::Simulated, count, capacity),
-    )
+    let each = DeviceKind::SimulatedGpu {
+        capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
+        stands_for: None,
+    };
+    replace_stand_ins("cuda::simulate", stand_ins(count, each))
 }
 
 /// `count` simulated CUDA devices standing for the named GPU (`"h100"`, `"a100"`, `"t4"`, …; as
@@ -140,7 +144,7 @@ pub fn simulate(count: usize, capacity: Option<usize>) -> Result<()> {
 pub fn simulate_as(count: usize, gpu: &str) -> Result<()> {
     let new = Simulation::standing_for(count, gpu)
         .map_err(|why| Error::invalid("cuda::simulate_as", why))?;
-    replace_stand_ins(StandIn::Simulated, (count > 0).then_some(new))
+    replace_stand_ins("cuda::simulate", (count > 0).then_some(new))
 }
 
 /// Turns emulated CUDA devices on (`count > 0`) or off (`count == 0`) for this process, as
@@ -149,27 +153,18 @@ pub fn simulate_as(count: usize, gpu: &str) -> Result<()> {
 /// than simulated devices; for tests). Fails while tensors live on a device that would
 /// disappear or change.
 pub fn emulate(count: usize, capacity: Option<usize>) -> Result<()> {
-    replace_stand_ins(
-        StandIn::Emulated,
-        stand_ins(StandIn::Emulated, count, capacity),
-    )
-}
-
-/// `count` stand-ins of `kind` (none when 0) standing for no named GPU.
-fn stand_ins(kind: StandIn, count: usize, capacity: Option<usize>) -> Option<Simulation> {
-    (count > 0).then(|| Simulation {
-        count,
+    let each = DeviceKind::EmulatedGpu {
         capacity: capacity.unwrap_or(DEFAULT_SIMULATED_CAPACITY),
-        kind,
-        stands_for: None,
-    })
+    };
+    replace_stand_ins("cuda::emulate", stand_ins(count, each))
 }
 
-fn replace_stand_ins(kind: StandIn, new: Option<Simulation>) -> Result<()> {
-    let op = match kind {
-        StandIn::Simulated => "cuda::simulate",
-        StandIn::Emulated => "cuda::emulate",
-    };
+/// `count` stand-ins, each `each` (none when 0).
+fn stand_ins(count: usize, each: DeviceKind) -> Option<Simulation> {
+    (count > 0).then_some(Simulation { count, each })
+}
+
+fn replace_stand_ins(op: &'static str, new: Option<Simulation>) -> Result<()> {
     let mut previous = None;
     crate::device::registry::replace_simulation(new, |old| {
         previous = old;
@@ -206,12 +201,12 @@ fn replace_stand_ins(kind: StandIn, new: Option<Simulation>) -> Result<()> {
                         .filter(|l| l.is_tensor())
                         .count();
                     if live > 0 {
+                        let word = old.each.label_word().unwrap_or("stand-in");
                         return Err(Error::invalid(
                             op,
                             format!(
-                                "{live} tensor storage(s) still live on {}; drop them before changing the {} devices",
-                                crate::device::device_label(d, Some(old.kind)),
-                                old.kind.as_str()
+                                "{live} tensor storage(s) still live on {}; drop them before changing the {word} devices",
+                                crate::device::device_label(d, old.each),
                             ),
                         ));
                     }
@@ -229,19 +224,16 @@ fn replace_stand_ins(kind: StandIn, new: Option<Simulation>) -> Result<()> {
 
 /// Whether stand-in `cuda:i` stays the same device when `old` becomes `new`.
 fn keeps(old: Simulation, new: Option<Simulation>, i: usize) -> bool {
-    new.is_some_and(|n| {
-        i < n.count
-            && n.capacity == old.capacity
-            && n.kind == old.kind
-            && n.stands_for.map(|g| g.key) == old.stands_for.map(|g| g.key)
-    })
+    new.is_some_and(|n| i < n.count && n.each == old.each)
 }
 
 /// `CUDA driver 12.4 · NVRTC 13.0` for `:devices`; `None` where the devices are simulated or
 /// there is no real GPU.
 pub fn versions_line() -> Option<String> {
-    if crate::device::registry::is_simulating() {
-        return None;
+    match Device::Cuda(0).kind() {
+        Ok(DeviceKind::Gpu) => {}
+        Ok(DeviceKind::Cpu | DeviceKind::EmulatedGpu { .. } | DeviceKind::SimulatedGpu { .. })
+        | Err(_) => return None,
     }
     let (major, minor) = driver_version()?;
     let nvrtc = match nvrtc::version() {
@@ -291,8 +283,15 @@ pub fn devices(with_free: bool) -> DeviceList {
     for i in 0..device_count() {
         let device = Device::Cuda(i);
         let name = device_name(i).unwrap_or_else(|e| e.to_string());
-        // A stand-in device's name already gives its capacity.
-        let free = match device.stand_in().is_none() && with_free {
+        // A stand-in device's name already gives its capacity; only a real GPU is asked.
+        let ask = match device.kind() {
+            Ok(DeviceKind::Gpu) => with_free,
+            Ok(
+                DeviceKind::Cpu | DeviceKind::EmulatedGpu { .. } | DeviceKind::SimulatedGpu { .. },
+            )
+            | Err(_) => false,
+        };
+        let free = match ask {
             true => memory::mem_get_info(&device)
                 .map(|(f, _)| format!(" ({} free)", crate::units::human_bytes(f)))
                 .unwrap_or_default(),
@@ -306,7 +305,7 @@ pub fn devices(with_free: bool) -> DeviceList {
         missing: unavailable_reason(),
         real: real_device_count(),
         emulated: (0..device_count())
-            .filter(|&i| Device::Cuda(i).stand_in() == Some(StandIn::Emulated))
+            .filter(|&i| matches!(Device::Cuda(i).kind(), Ok(DeviceKind::EmulatedGpu { .. })))
             .count(),
         no_real_gpu: no_real_gpu_reason(),
     }

@@ -59,7 +59,7 @@ pub mod show;
 #[cfg(feature = "frontend")]
 pub mod frontend;
 
-pub use device::{Device, default_device, set_default_device};
+pub use device::{Device, DeviceKind, default_device, set_default_device};
 pub use dtype::{DType, Element, Scalar};
 pub use error::{Error, Result};
 pub use layout::{Dim, Dims, IntoShape};
@@ -98,7 +98,7 @@ pub mod prelude {
     pub use crate::show::ShowDebug as _;
     pub use crate::transfer::{self, Transfer};
     pub use crate::{
-        DType, Device, Error, Result, Scalar, Tensor, cuda, default_device, manual_seed,
-        set_default_device, tensor,
+        DType, Device, DeviceKind, Error, Result, Scalar, Tensor, cuda, default_device,
+        manual_seed, set_default_device, tensor,
     };
 }

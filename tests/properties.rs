@@ -312,7 +312,7 @@ fn agree(
         (Ok(c), Ok(g)) => {
             prop_assert_eq!(&c.0, &g.0, "{}: shapes differ between cpu and cuda:0", name);
             prop_assert_eq!(c.1, g.1, "{}: dtypes differ", name);
-            let emulated = stand_in::kind() == placelab::device::StandIn::Emulated;
+            let emulated = stand_in::kind() == stand_in::StandIn::Emulated;
             let loose =
                 emulated && (NOT_BITWISE_ON_A_GPU.contains(&name) || REDUCTIONS.contains(&name));
             let scale = if REDUCTIONS.contains(&name) {

@@ -201,7 +201,7 @@ fn mlp_learns_identically_on_cpu_and_simulated_gpu() {
     let last = cpu[cpu.len() - 10..].iter().sum::<f32>() / 10.0;
     assert!(last < 0.05, "the last 10 losses average {last}: {cpu:?}");
     let gpu = train(Device::Cuda(0));
-    if stand_in::kind() == placelab::device::StandIn::Simulated {
+    if stand_in::kind() == stand_in::StandIn::Simulated {
         assert_eq!(
             cpu, gpu,
             "same seed, same kernels: the same losses bit for bit"
@@ -469,8 +469,8 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         return;
     }
     match stand_in::kind() {
-        placelab::device::StandIn::Simulated => cuda::simulate_as(1, "h100").unwrap(),
-        placelab::device::StandIn::Emulated => stand_in::gpus(1, None).unwrap(),
+        stand_in::StandIn::Simulated => cuda::simulate_as(1, "h100").unwrap(),
+        stand_in::StandIn::Emulated => stand_in::gpus(1, None).unwrap(),
     }
     for device in [Device::Cpu, Device::Cuda(0)] {
         let (x, y) = dataset(512, device);
@@ -546,8 +546,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             let gemm = cost::matmul(gpu, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
             Some(std::time::Duration::from_secs_f64(gemm))
         };
-        let simulated_h100 =
-            device.is_cuda() && stand_in::kind() == placelab::device::StandIn::Simulated;
+        let simulated_h100 = device.is_cuda() && stand_in::kind() == stand_in::StandIn::Simulated;
         match simulated_h100 {
             true => {
                 assert_eq!(first.predicted, addmm(gpus::find("h100").unwrap()));
@@ -574,7 +573,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         // On an emulated GPU (the CUDA backend) each op's work is also timed between CUDA
         // events on the stream (read after the step, the host not waiting for it); elsewhere
         // nothing is.
-        let emulated = device.is_cuda() && stand_in::kind() == placelab::device::StandIn::Emulated;
+        let emulated = device.is_cuda() && stand_in::kind() == stand_in::StandIn::Emulated;
         let on_device = p.ops().iter().filter(|o| o.device == device);
         for op in on_device.filter(|o| o.name != "autograd engine") {
             match (emulated, op.gpu_time) {

@@ -385,7 +385,7 @@ fn devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one() {
         return;
     }
     let gpu = Device::Cuda(0);
-    assert!(gpu.is_simulated());
+    assert!(matches!(gpu.kind(), Ok(DeviceKind::SimulatedGpu { .. })));
     let (_, total) = cuda::mem_get_info(0).unwrap();
     assert_eq!(
         total,

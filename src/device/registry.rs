@@ -8,26 +8,10 @@
 use std::sync::{OnceLock, RwLock};
 
 use super::guard::guarded;
-use super::value::{Device, StandIn};
-use crate::cost::GpuSpec;
+use super::kind::{DeviceKind, device_label};
+use super::value::Device;
 use crate::error::{Error, Result};
 use crate::units::parse_bytes;
-
-/// What backs a CUDA device index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Real,
-    /// Host memory with a set capacity and the CPU kernels, standing in for a GPU (never in a
-    /// benchmark).
-    Simulated {
-        capacity: usize,
-    },
-    /// Host memory with a set capacity, run through the CUDA backend with `kernels/*.cu`
-    /// compiled for the CPU (never in a benchmark).
-    Emulated {
-        capacity: usize,
-    },
-}
 
 /// The capacity of a simulated device when none is given.
 pub const DEFAULT_SIMULATED_CAPACITY: usize = 16 << 30;
@@ -38,14 +22,12 @@ pub const DEFAULT_SIMULATED_CAPACITY: usize = 16 << 30;
 /// data-centre GPU before its first tensor.
 pub const CONTEXT_RESERVE: usize = 512 << 20;
 
-/// Stand-in CUDA devices: how many, the capacity each pretends to have, which kind, and the
-/// named GPU a simulated one stands for (its costs are then predicted beside the host's).
+/// Stand-in CUDA devices: how many, and what each is (an emulated or a simulated GPU, with the
+/// capacity it pretends to have and the named GPU a simulated one stands for).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Simulation {
     pub(crate) count: usize,
-    pub(crate) capacity: usize,
-    pub(crate) kind: StandIn,
-    pub(crate) stands_for: Option<&'static GpuSpec>,
+    pub(crate) each: DeviceKind,
 }
 
 impl Simulation {
@@ -58,17 +40,18 @@ impl Simulation {
         let gpu = crate::cost::find(name).ok_or_else(|| crate::cost::unknown(name))?;
         Ok(Simulation {
             count,
-            capacity: gpu.memory_bytes as usize - CONTEXT_RESERVE,
-            kind: StandIn::Simulated,
-            stands_for: Some(gpu),
+            each: DeviceKind::SimulatedGpu {
+                capacity: gpu.memory_bytes as usize - CONTEXT_RESERVE,
+                stands_for: Some(gpu),
+            },
         })
     }
 }
 
 /// The setting in `var` (`N` or `N,CAPACITY`), if set and valid; an invalid one is reported.
-fn from_env(var: &str, kind: StandIn) -> Option<Simulation> {
+fn from_env(var: &str, parse: fn(&str) -> ParsedSetting) -> Option<Simulation> {
     let v = std::env::var(var).ok()?;
-    match parse_simulation(&v, kind) {
+    match parse(&v) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("placelab: ignoring {var}: {e}");
@@ -80,8 +63,8 @@ fn from_env(var: &str, kind: StandIn) -> Option<Simulation> {
 fn simulation() -> &'static RwLock<Option<Simulation>> {
     static SIM: OnceLock<RwLock<Option<Simulation>>> = OnceLock::new();
     SIM.get_or_init(|| {
-        let simulated = from_env("PLACELAB_SIMULATE_CUDA", StandIn::Simulated);
-        let emulated = from_env("PLACELAB_EMULATE_CUDA", StandIn::Emulated);
+        let simulated = from_env("PLACELAB_SIMULATE_CUDA", parse_simulated);
+        let emulated = from_env("PLACELAB_EMULATE_CUDA", parse_emulated);
         if simulated.is_some() && emulated.is_some() {
             eprintln!(
                 "placelab: both PLACELAB_SIMULATE_CUDA and PLACELAB_EMULATE_CUDA are set; using the emulated devices"
@@ -93,11 +76,6 @@ fn simulation() -> &'static RwLock<Option<Simulation>> {
 
 fn current_simulation() -> Option<Simulation> {
     *simulation().read().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether simulated devices stand in for CUDA now.
-pub(crate) fn is_simulating() -> bool {
-    current_simulation().is_some()
 }
 
 /// Replaces the simulation setting (`None`: off) once `check` approves the change from the old
@@ -113,39 +91,59 @@ pub(crate) fn replace_simulation(
     Ok(())
 }
 
-/// Parses `N`, `N,CAPACITY` (`4`, `2,8GiB`, `1,512MiB`, `2,1000000000`) or, for simulated
-/// devices, `N,GPU` (`2,h100`).
-pub(crate) fn parse_simulation(
-    v: &str,
-    kind: StandIn,
-) -> std::result::Result<Option<Simulation>, String> {
+/// A stand-in setting as read: off (`None`), on, or why it is invalid.
+pub(crate) type ParsedSetting = std::result::Result<Option<Simulation>, String>;
+
+/// Parses a simulated-devices setting: `N`, `N,CAPACITY` (`4`, `2,8GiB`, `1,512MiB`,
+/// `2,1000000000`) or `N,GPU` (`2,h100`).
+pub(crate) fn parse_simulated(v: &str) -> ParsedSetting {
+    let Some((count, word)) = count_and_word(v)? else {
+        return Ok(None);
+    };
+    let capacity = match word {
+        Some(w) if parse_bytes(w).is_none() => {
+            return Simulation::standing_for(count, w).map(Some);
+        }
+        w => capacity(w)?,
+    };
+    let stands_for = None;
+    let each = DeviceKind::SimulatedGpu {
+        capacity,
+        stands_for,
+    };
+    Ok(Some(Simulation { count, each }))
+}
+
+/// Parses an emulated-devices setting: `N` or `N,CAPACITY` (an emulated GPU stands for no named
+/// GPU: it runs the CUDA backend on the CPU).
+pub(crate) fn parse_emulated(v: &str) -> ParsedSetting {
+    let Some((count, word)) = count_and_word(v)? else {
+        return Ok(None);
+    };
+    let each = DeviceKind::EmulatedGpu {
+        capacity: capacity(word)?,
+    };
+    Ok(Some(Simulation { count, each }))
+}
+
+/// `N` or `N,WORD` read as the count and the word; `None` when the count is 0 or nothing is set.
+fn count_and_word(v: &str) -> std::result::Result<Option<(usize, Option<&str>)>, String> {
     let v = v.trim();
     if v.is_empty() {
         return Ok(None);
     }
-    let (n, cap) = match v.split_once(',') {
-        Some((n, c)) => (n.trim(), Some(c.trim())),
+    let (n, word) = match v.split_once(',') {
+        Some((n, w)) => (n.trim(), Some(w.trim())),
         None => (v, None),
     };
     let count: usize = n
         .parse()
         .map_err(|_| format!("{v:?}: expected N or N,CAPACITY such as 2 or 2,8GiB"))?;
-    if count == 0 {
-        return Ok(None);
-    }
-    let capacity = match cap {
-        Some(c) if kind == StandIn::Simulated && parse_bytes(c).is_none() => {
-            return Simulation::standing_for(count, c).map(Some);
-        }
-        Some(c) => crate::units::parse_size(c)?,
-        None => DEFAULT_SIMULATED_CAPACITY,
-    };
-    Ok(Some(Simulation {
-        count,
-        capacity,
-        kind,
-        stands_for: None,
-    }))
+    Ok((count > 0).then_some((count, word)))
+}
+
+fn capacity(word: Option<&str>) -> std::result::Result<usize, String> {
+    word.map_or(Ok(DEFAULT_SIMULATED_CAPACITY), crate::units::parse_size)
 }
 
 /// The number of real CUDA devices, probed once. Never panics: cudarc panics when libcuda is
@@ -218,87 +216,44 @@ pub fn unavailable_reason() -> Option<String> {
     no_real_gpu_reason().or_else(|| Some("no CUDA device".into()))
 }
 
-/// What backs `cuda:index`, or why it does not exist.
-pub fn backend(index: usize) -> Result<Backend> {
-    let device = Device::Cuda(index);
-    if let Some(s) = current_simulation() {
-        return if index >= s.count {
-            Err(Error::DeviceUnavailable {
-                device,
-                reason: format!(
-                    "there are {} {} CUDA device(s), cuda:0 to cuda:{}",
-                    s.count,
-                    s.kind.as_str(),
-                    s.count - 1
-                ),
-            })
-        } else if s.kind == StandIn::Emulated {
-            Ok(Backend::Emulated {
-                capacity: s.capacity,
-            })
-        } else {
-            Ok(Backend::Simulated {
-                capacity: s.capacity,
-            })
+impl Device {
+    /// What backs this device (`Cpu`, a real `Gpu`, an `EmulatedGpu` or a `SimulatedGpu`), or why
+    /// it does not exist on this machine.
+    pub fn kind(&self) -> Result<DeviceKind> {
+        let index = match self {
+            Device::Cpu => return Ok(DeviceKind::Cpu),
+            Device::Cuda(i) => *i,
         };
-    }
-    match probe_real() {
-        Ok(n) if index < *n => Ok(Backend::Real),
-        Ok(n) => Err(Error::DeviceUnavailable {
-            device,
-            reason: format!(
-                "this machine has {n} CUDA device(s), cuda:0 to cuda:{}",
-                n - 1
-            ),
-        }),
-        Err(why) => Err(Error::DeviceUnavailable {
-            device,
-            reason: why.clone(),
-        }),
-    }
-}
-
-/// Whether `device` is a real GPU (its memory is device memory, reached through copies).
-pub(crate) fn is_real(device: Device) -> bool {
-    match device {
-        Device::Cpu => false,
-        Device::Cuda(i) => {
-            current_simulation().is_none() && matches!(probe_real(), Ok(n) if i < *n)
+        if let Some(s) = current_simulation() {
+            return match index < s.count {
+                true => Ok(s.each),
+                false => Err(Error::DeviceUnavailable {
+                    device: *self,
+                    reason: format!(
+                        "there are {} {} CUDA device(s), cuda:0 to cuda:{}",
+                        s.count,
+                        s.each.label_word().unwrap_or("stand-in"),
+                        s.count - 1
+                    ),
+                }),
+            };
+        }
+        match probe_real() {
+            Ok(n) if index < *n => Ok(DeviceKind::Gpu),
+            Ok(n) => Err(Error::DeviceUnavailable {
+                device: *self,
+                reason: format!(
+                    "this machine has {n} CUDA device(s), cuda:0 to cuda:{}",
+                    n - 1
+                ),
+            }),
+            Err(why) => Err(Error::DeviceUnavailable {
+                device: *self,
+                reason: why.clone(),
+            }),
         }
     }
-}
 
-/// Whether `device` runs on the CUDA backend (`gpu/`): a real GPU or an emulated one. Its
-/// memory is then reached through the driver's copies, never read in place.
-pub(crate) fn uses_gpu_backend(device: Device) -> bool {
-    is_real(device) || stand_in(&device) == Some(StandIn::Emulated)
-}
-
-/// What stands in for `device`, if it is a simulated or emulated GPU.
-pub(crate) fn stand_in(device: &Device) -> Option<StandIn> {
-    match device {
-        Device::Cpu => None,
-        Device::Cuda(i) => current_simulation()
-            .filter(|s| *i < s.count)
-            .map(|s| s.kind),
-    }
-}
-
-/// The named GPU a simulated `device` stands for (`--as h100`), if any.
-pub fn stands_for(device: &Device) -> Option<&'static GpuSpec> {
-    match device {
-        Device::Cpu => None,
-        Device::Cuda(i) => current_simulation()
-            .filter(|s| *i < s.count)
-            .and_then(|s| s.stands_for),
-    }
-}
-
-pub(crate) fn is_simulated(device: &Device) -> bool {
-    stand_in(device) == Some(StandIn::Simulated)
-}
-
-impl Device {
     /// `cuda:0` when a CUDA device (real or simulated) exists, else the CPU: the PyTorch idiom
     /// `torch.device("cuda" if torch.cuda.is_available() else "cpu")`.
     pub fn cuda_if_available() -> Device {
@@ -309,45 +264,27 @@ impl Device {
         }
     }
 
-    /// True for a CUDA device simulated on host memory (`PLACELAB_SIMULATE_CUDA`).
-    pub fn is_simulated(&self) -> bool {
-        is_simulated(self)
-    }
-
-    /// True for an emulated CUDA device (`PLACELAB_EMULATE_CUDA`): the CUDA backend and its
-    /// kernels, run on the CPU.
-    pub fn is_emulated(&self) -> bool {
-        stand_in(self) == Some(StandIn::Emulated)
-    }
-
-    /// What stands in for this device, if it is not a real one (`None` for the CPU and real
-    /// GPUs).
-    pub fn stand_in(&self) -> Option<StandIn> {
-        stand_in(self)
-    }
-
     /// Where host data bound for this device is prepared: the device itself when its memory is
     /// host memory the engine reads in place (the CPU, a simulated GPU), else the CPU.
-    pub(crate) fn host_stand_in(&self) -> Device {
-        if uses_gpu_backend(*self) {
-            Device::Cpu
-        } else {
-            *self
+    pub(crate) fn host_side(&self) -> Device {
+        match self.kind().map(DeviceKind::runs_gpu_backend) {
+            Ok(true) => Device::Cpu,
+            Ok(false) | Err(_) => *self,
         }
     }
 
     /// Checks that the device exists on this machine (a real or simulated GPU with this index).
     pub fn check_available(&self) -> Result<()> {
-        match self {
-            Device::Cpu => Ok(()),
-            Device::Cuda(i) => backend(*i).map(|_| ()),
-        }
+        self.kind().map(|_| ())
     }
 
     /// The name shown in cards: `cuda:0 (simulated)` for a simulated device, `cuda:0
     /// (emulated)` for an emulated one.
     pub fn label(&self) -> String {
-        super::device_label(self, self.stand_in())
+        match self.kind() {
+            Ok(kind) => device_label(self, kind),
+            Err(_) => self.to_string(),
+        }
     }
 }
 
@@ -357,38 +294,42 @@ mod tests {
 
     #[test]
     fn parses_simulation_settings() {
-        let sim = StandIn::Simulated;
+        let simulated = |capacity| DeviceKind::SimulatedGpu {
+            capacity,
+            stands_for: None,
+        };
         assert_eq!(
-            parse_simulation("2", sim).unwrap(),
+            parse_simulated("2").unwrap(),
             Some(Simulation {
                 count: 2,
-                capacity: DEFAULT_SIMULATED_CAPACITY,
-                kind: sim,
-                stands_for: None,
+                each: simulated(DEFAULT_SIMULATED_CAPACITY),
             })
         );
         assert_eq!(
-            parse_simulation("1,512MiB", StandIn::Emulated).unwrap(),
+            parse_emulated("1,512MiB").unwrap(),
             Some(Simulation {
                 count: 1,
-                capacity: 512 << 20,
-                kind: StandIn::Emulated,
-                stands_for: None,
+                each: DeviceKind::EmulatedGpu {
+                    capacity: 512 << 20
+                },
             })
         );
-        assert_eq!(parse_simulation("0", sim).unwrap(), None);
-        assert!(parse_simulation("two", sim).is_err());
+        assert_eq!(parse_simulated("0").unwrap(), None);
+        assert!(parse_simulated("two").is_err());
         // A name that is neither a size nor a GPU in the table: the error lists the GPUs.
-        let e = parse_simulation("2,lots", sim).unwrap_err();
+        let e = parse_simulated("2,lots").unwrap_err();
         assert!(
             e.contains("no GPU named \"lots\"") && e.contains("t4"),
             "{e}"
         );
         // Standing for an A100: its memory less a context's.
-        let a100 = parse_simulation("2, A100", sim).unwrap().unwrap();
-        assert_eq!(a100.stands_for.map(|g| g.key), Some("a100"));
-        assert_eq!(a100.capacity, 81_920 * (1 << 20) - CONTEXT_RESERVE);
+        let a100 = parse_simulated("2, A100").unwrap().unwrap();
+        assert_eq!(a100.each.stands_for().map(|g| g.key), Some("a100"));
+        assert!(matches!(
+            a100.each,
+            DeviceKind::SimulatedGpu { capacity, .. } if capacity == 81_920 * (1 << 20) - CONTEXT_RESERVE
+        ));
         // Emulated devices run the CUDA backend: they stand for no named GPU.
-        assert!(parse_simulation("1,h100", StandIn::Emulated).is_err());
+        assert!(parse_emulated("1,h100").is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! The small copyable `Device` value: where a tensor lives, and how it prints. What exists on this
-//! machine is asked of the registry (`registry.rs`), which sits above `error`.
+//! machine, its `DeviceKind` (`kind.rs`), is asked of the registry (`registry.rs`), which sits
+//! above `error`.
 
 use std::fmt;
 
@@ -32,35 +33,6 @@ impl Device {
             Device::Cpu => "Device::Cpu".into(),
             Device::Cuda(i) => format!("Device::Cuda({i})"),
         }
-    }
-}
-
-/// What stands in for a CUDA device that is not a real GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StandIn {
-    /// Host memory and the CPU kernels: fast, for learners (`PLACELAB_SIMULATE_CUDA`).
-    Simulated,
-    /// Host memory and the CUDA backend, its `kernels/*.cu` compiled for the CPU: for tests
-    /// (`PLACELAB_EMULATE_CUDA`).
-    Emulated,
-}
-
-impl StandIn {
-    /// `simulated` or `emulated`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StandIn::Simulated => "simulated",
-            StandIn::Emulated => "emulated",
-        }
-    }
-}
-
-/// The name shown wherever a device is named for a person: `cuda:0 (simulated)` or `cuda:0
-/// (emulated)` for a stand-in, so that no card, strip or table passes one off as a GPU.
-pub fn device_label(name: impl fmt::Display, stand_in: Option<StandIn>) -> String {
-    match stand_in {
-        Some(s) => format!("{name} ({})", s.as_str()),
-        None => name.to_string(),
     }
 }
 

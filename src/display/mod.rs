@@ -10,7 +10,7 @@ pub use preview::preview;
 
 pub use crate::units::{human_bytes, human_duration, human_rate};
 
-use crate::device::{Device, StandIn};
+use crate::device::{Device, DeviceKind};
 use crate::html::{Html, el};
 use crate::tensor::Tensor;
 
@@ -54,11 +54,11 @@ fn in_flight_text(q: &crate::transfer::Transfer) -> String {
 
 /// ANSI colour of a device badge: blue CPU, green GPU, yellow simulated GPU, magenta emulated.
 fn ansi(device: &Device) -> &'static str {
-    match device {
-        Device::Cpu => "\x1b[1;34m",
-        d if d.is_simulated() => "\x1b[1;33m",
-        d if d.is_emulated() => "\x1b[1;35m",
-        _ => "\x1b[1;32m",
+    match device.kind().unwrap_or_default() {
+        DeviceKind::Cpu => "\x1b[1;34m",
+        DeviceKind::Gpu => "\x1b[1;32m",
+        DeviceKind::SimulatedGpu { .. } => "\x1b[1;33m",
+        DeviceKind::EmulatedGpu { .. } => "\x1b[1;35m",
     }
 }
 
@@ -94,12 +94,16 @@ pub fn card_text_of(t: &Tensor, colour: bool, values: &str) -> String {
 
 /// A device's HTML badge, as cards and memory strips show it: its colour (blue for the CPU,
 /// green for a GPU, amber for a simulated one, purple for an emulated one) and its text.
-pub fn device_badge(name: &str, stand_in: Option<StandIn>) -> (&'static str, String) {
-    match (name, stand_in) {
-        ("cpu", _) => ("#3b6ea5", name.to_string()),
-        (_, Some(s @ StandIn::Simulated)) => ("#b7791f", format!("{name} · {}", s.as_str())),
-        (_, Some(s @ StandIn::Emulated)) => ("#7b4fa0", format!("{name} · {}", s.as_str())),
-        _ => ("#5a8f00", name.to_string()),
+pub fn device_badge(name: &str, kind: DeviceKind) -> (&'static str, String) {
+    let colour = match kind {
+        DeviceKind::Cpu => "#3b6ea5",
+        DeviceKind::Gpu => "#5a8f00",
+        DeviceKind::SimulatedGpu { .. } => "#b7791f",
+        DeviceKind::EmulatedGpu { .. } => "#7b4fa0",
+    };
+    match kind.label_word() {
+        Some(word) => (colour, format!("{name} · {word}")),
+        None => (colour, name.to_string()),
     }
 }
 
@@ -111,7 +115,7 @@ pub fn card_html(t: &Tensor) -> String {
 /// The HTML card around values already read (`preview`), as `card_text_of`.
 pub fn card_html_of(t: &Tensor, values: &str) -> String {
     let d = t.device();
-    let (bg, label) = device_badge(&d.to_string(), d.stand_in());
+    let (bg, label) = device_badge(&d.to_string(), d.kind().unwrap_or_default());
     let transfer: Html = match t.transfer_in_flight().ok_or_else(|| t.last_transfer()) {
         Ok(q) => Html::text(&in_flight_text(q)),
         Err(Some(tr)) => el("span")

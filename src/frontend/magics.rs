@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use crate::device::device_label;
 use crate::display::{human_bytes, human_duration, human_rate};
-use crate::transfer::clock_note;
 
 use super::plot::TransferAxis;
 use super::probe_client::{Reply, Request};
@@ -159,7 +158,7 @@ fn del(s: &mut Session, args: &str) -> CellReport {
                 let b = before.devices.get(dev)?;
                 let gone = b.allocated.saturating_sub(a.allocated);
                 (gone > 0).then(|| {
-                    let label = device_label(dev, a.stand_in);
+                    let label = device_label(dev, a.kind);
                     format!(
                         "{} on {label} (kept in the cache: reserved stays {}; `:empty_cache` releases it)",
                         human_bytes(gone as usize),
@@ -293,8 +292,8 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
                     (_, _, true) => "pinned",
                     _ => "pageable",
                 },
-                match t.stand_in {
-                    Some(s) => format!(" ({})", clock_note(s)),
+                match t.clock.stand_in_note() {
+                    Some(note) => format!(" ({note})"),
                     None => String::new(),
                 }
             ) + &predicted_line(std::slice::from_ref(t))
@@ -398,18 +397,22 @@ fn parse_simulate(args: &str) -> Result<SimulateArgs<'_>, String> {
     let (capacity, gpu) = match cap {
         None => ("None".to_string(), gpu),
         Some(word) => {
-            use crate::device::{StandIn, registry::parse_simulation};
-            let kind = match emulate {
-                true => StandIn::Emulated,
-                false => StandIn::Simulated,
+            use crate::device::{DeviceKind, registry};
+            let parse = match emulate {
+                true => registry::parse_emulated,
+                false => registry::parse_simulated,
             };
             // The count is given apart; 1 here only makes the setting one that is on.
-            match parse_simulation(&format!("1,{word}"), kind)? {
-                Some(sim) => match sim.stands_for {
-                    Some(g) => ("None".to_string(), Some(g.key)),
-                    None => (format!("Some({})", sim.capacity), None),
-                },
-                None => ("None".to_string(), None),
+            match parse(&format!("1,{word}"))?.map(|sim| sim.each) {
+                Some(DeviceKind::SimulatedGpu {
+                    stands_for: Some(g),
+                    ..
+                }) => ("None".to_string(), Some(g.key)),
+                Some(
+                    DeviceKind::SimulatedGpu { capacity, .. }
+                    | DeviceKind::EmulatedGpu { capacity },
+                ) => (format!("Some({capacity})"), None),
+                Some(DeviceKind::Cpu | DeviceKind::Gpu) | None => ("None".to_string(), None),
             }
         }
     };
@@ -602,7 +605,7 @@ fn help(_: &mut Session, _: &str) -> CellReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{StandIn, registry::parse_simulation};
+    use crate::device::registry::{parse_emulated, parse_simulated};
 
     /// `:transfers` sets, beside a copy predicted for an H100, what placelab measured on a real
     /// one for the nearest size on the same route; nothing for the CPU's copies.
@@ -616,7 +619,7 @@ mod tests {
                 bytes: 1 << 20,
                 nanos: 1,
                 pinned,
-                stand_in: Some(StandIn::Simulated),
+                clock: crate::transfer::Clock::SimulatedHostCopy,
                 predicted: predicted.then(|| ("h100".into(), 1)),
             }
         };
@@ -675,22 +678,13 @@ mod tests {
             "\"lots\" is not a size; write e.g. 8GiB, 512MiB or a byte count"
         );
         assert_eq!(e, crate::units::parse_size("lots").unwrap_err());
-        assert_eq!(
-            Err(e),
-            parse_simulation("1,lots", StandIn::Emulated).map(|_| ())
-        );
+        assert_eq!(Err(e), parse_emulated("1,lots").map(|_| ()));
         let e = parse_simulate("cuda 1 h100 --emulate").unwrap_err();
-        assert_eq!(
-            Err(e.clone()),
-            parse_simulation("1,h100", StandIn::Emulated).map(|_| ())
-        );
+        assert_eq!(Err(e.clone()), parse_emulated("1,h100").map(|_| ()));
         assert!(e.contains("is not a size"), "{e}");
         // Simulated devices: neither a size nor a GPU in the table lists the GPUs.
         let e = parse_simulate("cuda 2 lots").unwrap_err();
-        assert_eq!(
-            Err(e.clone()),
-            parse_simulation("2,lots", StandIn::Simulated).map(|_| ())
-        );
+        assert_eq!(Err(e.clone()), parse_simulated("2,lots").map(|_| ()));
         assert!(
             e.contains("no GPU named \"lots\"") && e.contains("h100"),
             "{e}"

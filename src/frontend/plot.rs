@@ -52,9 +52,7 @@ fn transfer_series(log: &[TransferLine], axis: TransferAxis) -> BTreeMap<String,
     let mut by_size: BTreeMap<String, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
     for t in log {
         let kind = if t.pinned { "pinned" } else { "pageable" };
-        let sim = t
-            .stand_in
-            .map_or(String::new(), |s| format!(", {}", s.as_str()));
+        let sim = (t.clock.stand_in_word()).map_or(String::new(), |w| format!(", {w}"));
         let secs = t.nanos.max(1) as f64 / 1e9;
         let y = match axis {
             TransferAxis::Time => secs * 1e6,
@@ -389,7 +387,7 @@ mod tests {
             bytes,
             nanos,
             pinned,
-            stand_in: Some(crate::device::StandIn::Simulated),
+            clock: crate::transfer::Clock::SimulatedHostCopy,
             predicted: Some(("h100".into(), 1)),
         }
     }

@@ -122,7 +122,7 @@ impl MemoryChange {
         let td = || el("td").style(CELL);
         let rows = self.rows().into_iter().map(|r| {
             let d = r.stats;
-            let (badge, name) = crate::display::device_badge(&d.name, d.stand_in);
+            let (badge, name) = crate::display::device_badge(&d.name, d.kind);
             let colour = match r.delta {
                 0 => "color:#888",
                 delta if delta > 0 => "color:#b35900",
@@ -176,8 +176,8 @@ impl MemoryChange {
         }
         let bytes: u64 = t.iter().map(|t| t.bytes).sum();
         let nanos: u64 = t.iter().map(|t| t.nanos).sum();
-        let simulated = match t.iter().find_map(|t| t.stand_in) {
-            Some(s) => format!(", {}", crate::transfer::clock_note(s)),
+        let simulated = match t.iter().find_map(|t| t.clock.stand_in_note()) {
+            Some(note) => format!(", {note}"),
             None => String::new(),
         };
         let simulated = simulated + &predicted_total(t).unwrap_or_default();
@@ -241,7 +241,7 @@ fn free_text(d: &DeviceStats) -> Option<String> {
 }
 
 pub fn label(d: &DeviceStats) -> String {
-    crate::device::device_label(&d.name, d.stand_in)
+    crate::device::device_label(&d.name, d.kind)
 }
 
 #[cfg(test)]
@@ -252,7 +252,10 @@ mod tests {
     fn gpu(allocated: u64) -> DeviceStats {
         DeviceStats {
             name: "cuda:0".into(),
-            stand_in: Some(crate::device::StandIn::Simulated),
+            kind: crate::device::DeviceKind::SimulatedGpu {
+                capacity: 16 << 30,
+                stands_for: None,
+            },
             allocated,
             reserved: 20 << 20,
             peak: allocated,
@@ -273,7 +276,7 @@ mod tests {
             bytes: 4_000_000,
             nanos: 1_000_000,
             pinned: false,
-            stand_in: Some(crate::device::StandIn::Simulated),
+            clock: crate::transfer::Clock::SimulatedHostCopy,
             predicted: None,
         });
         assert_eq!(

@@ -14,8 +14,7 @@ use super::driver::{AllocFailure, Driver, DriverEvent, Grid};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
-use crate::device::Device;
-use crate::device::registry::{Backend, backend};
+use crate::device::{Device, DeviceKind};
 use crate::error::{Error, Result};
 
 pub(crate) struct Gpu {
@@ -63,15 +62,15 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     let device = Device::Cuda(index);
     let unavailable = |reason: String| Error::DeviceUnavailable { device, reason };
     let start = Instant::now();
-    let driver: Box<dyn Driver> = match backend(index)? {
-        Backend::Real => {
+    let driver: Box<dyn Driver> = match device.kind()? {
+        DeviceKind::Gpu => {
             // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks
             // them up by name, whichever of them the device's first op needs.
             super::libs::preload();
             Box::new(CudaDriver::new(index).map_err(unavailable)?)
         }
-        Backend::Emulated { capacity } => Box::new(EmulatedDriver::new(index, capacity)),
-        Backend::Simulated { .. } => {
+        DeviceKind::EmulatedGpu { capacity } => Box::new(EmulatedDriver::new(index, capacity)),
+        DeviceKind::SimulatedGpu { .. } | DeviceKind::Cpu => {
             return Err(unavailable(
                 "a simulated device runs the CPU kernels, not the CUDA backend".into(),
             ));

@@ -12,8 +12,7 @@ pub use crate::alloc::{caching, host};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use crate::device::Device;
-use crate::device::registry::{Backend, backend};
+use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 pub use caching::MemoryStats;
@@ -61,11 +60,14 @@ fn registry() -> &'static Mutex<HashMap<Device, Shared>> {
 fn raw_allocator_for(device: Device) -> Result<Box<dyn RawAllocator>> {
     match device {
         Device::Cpu => Ok(Box::new(host::HostMemory::cpu())),
-        Device::Cuda(i) => match backend(i)? {
-            Backend::Simulated { capacity } => Ok(Box::new(host::HostMemory::simulated(capacity))),
-            Backend::Real | Backend::Emulated { .. } => {
+        Device::Cuda(i) => match device.kind()? {
+            DeviceKind::SimulatedGpu { capacity, .. } => {
+                Ok(Box::new(host::HostMemory::simulated(capacity)))
+            }
+            DeviceKind::Gpu | DeviceKind::EmulatedGpu { .. } => {
                 Ok(Box::new(crate::gpu::runtime::CudaMemory::new(i)?))
             }
+            DeviceKind::Cpu => unreachable!("a CUDA index names no CPU"),
         },
     }
 }
@@ -175,7 +177,7 @@ impl Block {
                 allocated,
             );
         }
-        let emulated = device.is_emulated();
+        let emulated = matches!(device.kind(), Ok(DeviceKind::EmulatedGpu { .. }));
         if emulated && let Device::Cuda(i) = device {
             crate::gpu::runtime::mark_emulated_block(i, addr, requested, true);
         }

@@ -8,7 +8,7 @@ pub mod wire;
 use std::io::{BufRead, BufReader, Write};
 use std::sync::OnceLock;
 
-use crate::device::Device;
+use crate::device::{Device, DeviceKind};
 use crate::{memory, transfer};
 use wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
 
@@ -77,9 +77,9 @@ fn snapshot(after_seq: u64) -> Snapshot {
     crate::transfer::inflight::poll();
     let mut devices: std::collections::BTreeMap<String, DeviceStats> = memory::used_devices()
         .into_iter()
-        .map(|d| {
-            let stats = device_stats(d);
-            (stats.name.clone(), stats)
+        .filter_map(|d| {
+            let stats = device_stats(d)?;
+            Some((stats.name.clone(), stats))
         })
         .collect();
     if let Some(pinned) = pinned_stats() {
@@ -94,7 +94,7 @@ fn snapshot(after_seq: u64) -> Snapshot {
             bytes: t.bytes as u64,
             nanos: t.duration.as_nanos() as u64,
             pinned: t.memory == transfer::HostMemoryKind::Pinned,
-            stand_in: t.clock.stand_in(),
+            clock: t.clock,
             predicted: t
                 .predicted
                 .map(|p| (p.gpu.key.to_string(), p.duration.as_nanos() as u64)),
@@ -113,7 +113,7 @@ fn pinned_stats() -> Option<DeviceStats> {
     let s = crate::gpu::pinned::stats();
     (s.reserved_bytes > 0).then(|| DeviceStats {
         name: PINNED.into(),
-        stand_in: None,
+        kind: DeviceKind::Cpu,
         allocated: s.allocated_bytes as u64,
         reserved: s.reserved_bytes as u64,
         peak: s.peak_allocated_bytes as u64,
@@ -123,20 +123,22 @@ fn pinned_stats() -> Option<DeviceStats> {
     })
 }
 
-fn device_stats(d: Device) -> DeviceStats {
+/// A used device's memory; `None` for a stand-in that no longer exists.
+fn device_stats(d: Device) -> Option<DeviceStats> {
+    let kind = d.kind().ok()?;
     let s = memory::stats(&d).unwrap_or_default();
     let (free, total) = memory::mem_get_info(&d).unwrap_or((0, 0));
     let tensors = memory::live_storages(&d)
         .map(|l| l.iter().filter(|s| s.is_tensor()).count())
         .unwrap_or(0);
-    DeviceStats {
+    Some(DeviceStats {
         name: d.to_string(),
-        stand_in: d.stand_in(),
+        kind,
         allocated: s.allocated_bytes as u64,
         reserved: s.reserved_bytes as u64,
         peak: s.peak_allocated_bytes as u64,
         tensors: tensors as u64,
         free: free as u64,
         total: total as u64,
-    }
+    })
 }

@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub use crate::cuda::DeviceList;
-use crate::device::StandIn;
+use crate::device::DeviceKind;
+use crate::transfer::Clock;
 
 /// What the front end asks the cell process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +72,8 @@ pub const PINNED: &str = "pinned";
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DeviceStats {
     pub name: String,
-    /// A simulated or emulated GPU.
-    pub stand_in: Option<StandIn>,
+    /// What backs it (page-locked host memory's line: `Cpu`).
+    pub kind: DeviceKind,
     pub allocated: u64,
     pub reserved: u64,
     pub peak: u64,
@@ -90,8 +91,8 @@ pub struct TransferLine {
     pub bytes: u64,
     pub nanos: u64,
     pub pinned: bool,
-    /// The copy of a simulated or emulated GPU (its time is a host copy's).
-    pub stand_in: Option<StandIn>,
+    /// How its time was measured (a simulated or emulated GPU's is a host copy's).
+    pub clock: Clock,
     /// On a device standing for a named GPU: that GPU's key (`h100`) and the copy's predicted
     /// time there, in nanoseconds.
     pub predicted: Option<(String, u64)>,
@@ -127,9 +128,9 @@ impl Reply {
                 for d in s.devices.values() {
                     let _ = writeln!(
                         out,
-                        "device name={} stand_in={} allocated={} reserved={} peak={} tensors={} free={} total={}",
+                        "device name={} kind={} allocated={} reserved={} peak={} tensors={} free={} total={}",
                         d.name,
-                        stand_in_text(d.stand_in),
+                        kind_text(d.kind),
                         d.allocated,
                         d.reserved,
                         d.peak,
@@ -141,14 +142,14 @@ impl Reply {
                 for t in &s.transfers {
                     let _ = writeln!(
                         out,
-                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} stand_in={}{}",
+                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} clock={:?}{}",
                         t.seq,
                         t.from,
                         t.to,
                         t.bytes,
                         t.nanos,
                         t.pinned as u8,
-                        stand_in_text(t.stand_in),
+                        t.clock,
                         match &t.predicted {
                             Some((gpu, ns)) => format!(" predicted_on={gpu} predicted_ns={ns}"),
                             None => String::new(),
@@ -242,15 +243,48 @@ fn text(f: &BTreeMap<&str, &str>, k: &str) -> String {
     f.get(k).unwrap_or(&"?").to_string()
 }
 
-/// `simulated`, `emulated` or `none`.
-fn stand_in_text(s: Option<StandIn>) -> &'static str {
-    s.map_or("none", StandIn::as_str)
+/// `cpu`, `gpu`, `emulated:CAPACITY` or `simulated:CAPACITY:GPU` (`-` for no named GPU).
+fn kind_text(kind: DeviceKind) -> String {
+    match kind {
+        DeviceKind::Cpu => "cpu".into(),
+        DeviceKind::Gpu => "gpu".into(),
+        DeviceKind::EmulatedGpu { capacity } => format!("emulated:{capacity}"),
+        DeviceKind::SimulatedGpu {
+            capacity,
+            stands_for,
+        } => format!("simulated:{capacity}:{}", stands_for.map_or("-", |g| g.key)),
+    }
 }
 
-fn stand_in_of(text: &str) -> Option<StandIn> {
-    [StandIn::Simulated, StandIn::Emulated]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+/// The kind `kind_text` wrote, or `None` for text it never writes.
+fn kind_of(text: &str) -> Option<DeviceKind> {
+    let parts: Vec<&str> = text.split(':').collect();
+    Some(match parts[..] {
+        ["cpu"] => DeviceKind::Cpu,
+        ["gpu"] => DeviceKind::Gpu,
+        ["emulated", capacity] => DeviceKind::EmulatedGpu {
+            capacity: capacity.parse().ok()?,
+        },
+        ["simulated", capacity, gpu] => DeviceKind::SimulatedGpu {
+            capacity: capacity.parse().ok()?,
+            stands_for: match gpu {
+                "-" => None,
+                key => Some(crate::cost::find(key)?),
+            },
+        },
+        _ => return None,
+    })
+}
+
+/// The clock `{:?}` wrote, or `None` for text it never writes.
+fn clock_of(text: &str) -> Option<Clock> {
+    Some(match text {
+        "CudaEvents" => Clock::CudaEvents,
+        "Host" => Clock::Host,
+        "SimulatedHostCopy" => Clock::SimulatedHostCopy,
+        "EmulatedEvents" => Clock::EmulatedEvents,
+        _ => return None,
+    })
 }
 
 fn parse_snapshot(reply: &str) -> Snapshot {
@@ -258,10 +292,14 @@ fn parse_snapshot(reply: &str) -> Snapshot {
     for line in reply.lines() {
         let f = fields(line);
         match line.split_whitespace().next() {
+            // A line whose kind or clock does not read is left out, never shown as another's.
             Some("device") => {
+                let Some(kind) = kind_of(&text(&f, "kind")) else {
+                    continue;
+                };
                 let d = DeviceStats {
                     name: text(&f, "name"),
-                    stand_in: stand_in_of(&text(&f, "stand_in")),
+                    kind,
                     allocated: number(&f, "allocated"),
                     reserved: number(&f, "reserved"),
                     peak: number(&f, "peak"),
@@ -271,18 +309,23 @@ fn parse_snapshot(reply: &str) -> Snapshot {
                 };
                 snap.devices.insert(d.name.clone(), d);
             }
-            Some("transfer") => snap.transfers.push(TransferLine {
-                seq: number(&f, "seq"),
-                from: text(&f, "from"),
-                to: text(&f, "to"),
-                bytes: number(&f, "bytes"),
-                nanos: number(&f, "ns"),
-                pinned: number(&f, "pinned") == 1,
-                stand_in: stand_in_of(&text(&f, "stand_in")),
-                predicted: f
-                    .get("predicted_on")
-                    .map(|gpu| (gpu.to_string(), number(&f, "predicted_ns"))),
-            }),
+            Some("transfer") => {
+                let Some(clock) = clock_of(&text(&f, "clock")) else {
+                    continue;
+                };
+                snap.transfers.push(TransferLine {
+                    seq: number(&f, "seq"),
+                    from: text(&f, "from"),
+                    to: text(&f, "to"),
+                    bytes: number(&f, "bytes"),
+                    nanos: number(&f, "ns"),
+                    pinned: number(&f, "pinned") == 1,
+                    clock,
+                    predicted: f
+                        .get("predicted_on")
+                        .map(|gpu| (gpu.to_string(), number(&f, "predicted_ns"))),
+                })
+            }
             Some("seq") => snap.last_seq = number(&f, "last"),
             _ => {}
         }
@@ -311,7 +354,7 @@ mod tests {
         };
         let d = DeviceStats {
             name: "cuda:0".into(),
-            stand_in: Some(StandIn::Emulated),
+            kind: DeviceKind::EmulatedGpu { capacity: 2 },
             allocated: 4_000_768,
             reserved: 20 << 20,
             peak: 5,
@@ -320,6 +363,32 @@ mod tests {
             total: 2,
         };
         snap.devices.insert(d.name.clone(), d);
+        // Every kind reads back as written, a named GPU's too.
+        for (name, kind) in [
+            ("cpu", DeviceKind::Cpu),
+            ("cuda:1", DeviceKind::Gpu),
+            (
+                "cuda:2",
+                DeviceKind::SimulatedGpu {
+                    capacity: 3,
+                    stands_for: crate::cost::find("h100"),
+                },
+            ),
+            (
+                "cuda:3",
+                DeviceKind::SimulatedGpu {
+                    capacity: 4,
+                    stands_for: None,
+                },
+            ),
+        ] {
+            let d = DeviceStats {
+                name: name.into(),
+                kind,
+                ..DeviceStats::default()
+            };
+            snap.devices.insert(d.name.clone(), d);
+        }
         snap.transfers.push(TransferLine {
             seq: 9,
             from: "cpu".into(),
@@ -327,7 +396,7 @@ mod tests {
             bytes: 4_000_000,
             nanos: 1_000_000,
             pinned: false,
-            stand_in: Some(StandIn::Simulated),
+            clock: Clock::SimulatedHostCopy,
             predicted: None,
         });
         snap.transfers.push(TransferLine {
@@ -337,7 +406,7 @@ mod tests {
             bytes: 4_000_000,
             nanos: 1_000_000,
             pinned: false,
-            stand_in: Some(StandIn::Simulated),
+            clock: Clock::SimulatedHostCopy,
             predicted: Some(("h100".into(), 20_000)),
         });
         let stats = Request::Stats { after_seq: 8 };

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::gpu::{self, Finish, GpuClock, Pending};
 use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
 use crate::cost::gpus::GpuSpec;
-use crate::device::{Device, registry};
+use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::Result;
 
@@ -148,8 +148,8 @@ pub fn begin(
     if !recording() {
         return None;
     }
-    let stands_for = registry::stands_for(&device)
-        .or_else(|| PRICED_AS.with(|p| p.get()).filter(|_| device.is_cuda()));
+    let named = device.kind().ok().and_then(DeviceKind::stands_for);
+    let stands_for = named.or_else(|| PRICED_AS.with(|p| p.get()).filter(|_| device.is_cuda()));
     let priced = !UNPRICED.with(|u| u.get());
     let predicted = stands_for
         .filter(|_| priced)

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{Storage, gpu_index};
 use crate::cpu;
-use crate::device::Device;
-use crate::device::registry::uses_gpu_backend as is_gpu;
+use crate::device::{Device, DeviceKind};
 use crate::error::{Error, Result};
 pub(crate) use crate::gpu::copy::CopyTime;
 use crate::gpu::copy::{self, Timing};
@@ -64,12 +63,6 @@ pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
         }
     }
     Ok(crate::gpu::runtime::take_unreported_setup(devices))
-}
-
-/// Whether a copy between `from` and `to` runs on a GPU's copy engine and is timed with CUDA
-/// events (else it is a host memcpy timed by the host clock).
-pub(crate) fn copy_engine_between(from: Device, to: Device) -> bool {
-    is_gpu(from) || is_gpu(to)
 }
 
 impl Storage {
@@ -230,4 +223,10 @@ impl Storage {
         s.pinned = true;
         Ok(s)
     }
+}
+
+/// Whether the CUDA backend holds `device`'s memory (a real or emulated GPU): reached only
+/// through the driver's copies.
+fn is_gpu(device: Device) -> bool {
+    device.kind().is_ok_and(DeviceKind::runs_gpu_backend)
 }

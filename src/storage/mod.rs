@@ -12,7 +12,7 @@ mod reduce;
 
 use std::sync::{Arc, Mutex};
 
-pub(crate) use copy::{Completion, copy_engine_between, open_devices};
+pub(crate) use copy::{Completion, open_devices};
 pub(crate) use optim::UpdateSlot;
 
 use crate::cpu;
@@ -95,7 +95,10 @@ impl Storage {
     /// since not every byte is a valid `bool`).
     pub(crate) fn alloc(device: Device, dtype: DType, numel: usize) -> Result<Storage> {
         let block = Block::alloc(device, dtype, numel)?;
-        if crate::device::registry::uses_gpu_backend(device) {
+        if device
+            .kind()
+            .is_ok_and(crate::device::DeviceKind::runs_gpu_backend)
+        {
             return Ok(Storage::new(dtype, numel, false, Backing::Cuda(block)));
         }
         let mut s = Storage::new(dtype, numel, false, Backing::Host(block));
@@ -225,7 +228,7 @@ impl Storage {
 
     /// A storage holding `values` (uploaded when `device` is a GPU).
     pub(crate) fn from_slice<T: Element>(device: Device, values: &[T]) -> Result<Storage> {
-        let mut s = Storage::alloc(device.host_stand_in(), T::DTYPE, values.len())?;
+        let mut s = Storage::alloc(device.host_side(), T::DTYPE, values.len())?;
         s.slice_mut::<T>().copy_from_slice(values);
         s.moved_to(device)
     }
@@ -261,7 +264,9 @@ pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option
     if !profile::recording() {
         return None;
     }
-    let on_gpu = crate::device::registry::uses_gpu_backend(device);
+    let on_gpu = device
+        .kind()
+        .is_ok_and(crate::device::DeviceKind::runs_gpu_backend);
     let clock = profile::GpuClock {
         start: time_on_gpu,
         wait: wait_for_queued_work,
@@ -273,7 +278,11 @@ pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option
 /// devices run their kernels to completion before returning, so there is nothing to wait for.
 pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
     match device {
-        Device::Cuda(i) if crate::device::registry::uses_gpu_backend(device) => {
+        Device::Cuda(i)
+            if device
+                .kind()
+                .is_ok_and(crate::device::DeviceKind::runs_gpu_backend) =>
+        {
             let g = crate::gpu::runtime::gpu(i)?;
             g.wait_interruptibly("synchronize")?;
             g.synchronize()

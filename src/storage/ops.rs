@@ -67,7 +67,9 @@ impl Storage {
     /// Whether `device`'s kernels take f16/bf16 directly (a GPU's, real or emulated, computing
     /// in f32 inside); host kernels get f16/bf16 values cast to f32 and back by the tensor layer.
     pub(crate) fn computes_half_natively(device: Device) -> bool {
-        crate::device::registry::uses_gpu_backend(device)
+        device
+            .kind()
+            .is_ok_and(crate::device::DeviceKind::runs_gpu_backend)
     }
 
     /// Whether `device` multiplies matrices of `dtype`. CUDA devices refuse what cuBLAS refuses

@@ -131,7 +131,7 @@ impl Tensor {
         }
         // Made in the device's memory (or its host stand-in) through the allocator, so an
         // absurd length is an `OutOfMemory` error before any value is written.
-        let mut st = Storage::alloc(o.device.host_stand_in(), dtype, count)?;
+        let mut st = Storage::alloc(o.device.host_side(), dtype, count)?;
         let int_steps = match (start, step) {
             (Scalar::Int(a), Scalar::Int(s)) if !any_float => Some((a, s)),
             _ => None,
@@ -153,7 +153,7 @@ impl Tensor {
         let o = opts.into_options();
         let dtype = o.dtype.unwrap_or(DType::F32);
         let n2 = numel_checked("eye", &[n, n])?;
-        let mut s = Storage::full(o.device.host_stand_in(), dtype, n2, Scalar::Int(0))?;
+        let mut s = Storage::full(o.device.host_side(), dtype, n2, Scalar::Int(0))?;
         crate::with_dtype!(dtype, T, {
             let d = s.slice_mut::<T>();
             for i in 0..n {
@@ -181,7 +181,7 @@ impl Tensor {
         let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
         // Samples come from the one CPU generator on every device (a GPU gets them uploaded), so
         // a seed gives the same values wherever the tensor lives.
-        let host = device.host_stand_in();
+        let host = device.host_side();
         // One draw of the process generator seeds the whole fill (`cpu::random`).
         let seed: u64 = generator()
             .lock()
@@ -228,7 +228,7 @@ impl Tensor {
         }
         let (shape, o) = (shape.into_shape(), opts.into_options());
         let n = numel_checked("randint", &shape)?;
-        let mut s = Storage::alloc(o.device.host_stand_in(), DType::I64, n)?;
+        let mut s = Storage::alloc(o.device.host_side(), DType::I64, n)?;
         {
             let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
             for v in s.slice_mut::<i64>() {
@@ -317,7 +317,7 @@ impl Tensor {
         }
         // Converted where the device's host data is prepared, so a real GPU receives the
         // final dtype in one upload.
-        let host = o.device.host_stand_in();
+        let host = o.device.host_side();
         let staged = Tensor::from_storage(Storage::from_slice(host, data)?, shape.clone());
         let converted = staged.to_dtype(dtype)?.contiguous()?;
         if host == o.device {

@@ -58,9 +58,7 @@ impl Tensor {
         };
         // Creating a GPU's context happens here, outside the timed copy, and is reported apart.
         let context_setup = storage::open_devices(&[from, *device])?;
-        let simulated = device.is_simulated() || from.is_simulated();
-        let emulated = device.is_emulated() || from.is_emulated();
-        let on_gpu = storage::copy_engine_between(from, *device);
+        let clock = Clock::timing([from.kind()?, device.kind()?]);
         let mut t = Transfer {
             seq: 0,
             from,
@@ -70,15 +68,7 @@ impl Tensor {
             wall: Duration::ZERO,
             context_setup,
             memory,
-            clock: if emulated {
-                Clock::EmulatedEvents
-            } else if on_gpu {
-                Clock::CudaEvents
-            } else if simulated {
-                Clock::SimulatedHostCopy
-            } else {
-                Clock::Host
-            },
+            clock,
             mode: match (
                 non_blocking,
                 from.is_cpu() && memory == HostMemoryKind::Pageable,

@@ -13,7 +13,7 @@ use std::time::Duration;
 pub use inflight::pending;
 pub use predicted::PredictedCopy;
 
-use crate::device::{Device, StandIn};
+use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 
 /// How a simulated GPU's transfer time was measured, wherever a time is shown: a host copy, not
@@ -23,14 +23,6 @@ pub const SIMULATED_CLOCK_NOTE: &str = "simulated: host copy time";
 /// How an emulated GPU's transfer time was measured: host timestamps around a host copy run in
 /// its stream's order, not a bus transfer.
 pub const EMULATED_CLOCK_NOTE: &str = "emulated: host copy time";
-
-/// The note that says how a stand-in device's transfer time was measured.
-pub fn clock_note(stand_in: StandIn) -> &'static str {
-    match stand_in {
-        StandIn::Simulated => SIMULATED_CLOCK_NOTE,
-        StandIn::Emulated => EMULATED_CLOCK_NOTE,
-    }
-}
 
 /// Host memory a transfer read from or wrote to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,11 +34,12 @@ pub enum HostMemoryKind {
 }
 
 /// How a transfer's duration was measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Clock {
     /// CUDA events recorded around the copy on its stream.
     CudaEvents,
     /// A host clock around the whole copy.
+    #[default]
     Host,
     /// A host clock around a host-memory copy standing in for a simulated GPU's transfer: a real
     /// PCIe copy would take a different time.
@@ -57,11 +50,35 @@ pub enum Clock {
 }
 
 impl Clock {
-    /// The stand-in device whose copy this clock timed, if any.
-    pub fn stand_in(self) -> Option<StandIn> {
+    /// How a copy between devices of these kinds is timed: by the clock of the GPU it involves,
+    /// the host's between CPU buffers (a process never mixes real and stand-in GPUs).
+    pub(crate) fn timing(kinds: [DeviceKind; 2]) -> Clock {
+        let clock = |kind| match kind {
+            DeviceKind::Cpu => Clock::Host,
+            DeviceKind::Gpu => Clock::CudaEvents,
+            DeviceKind::EmulatedGpu { .. } => Clock::EmulatedEvents,
+            DeviceKind::SimulatedGpu { .. } => Clock::SimulatedHostCopy,
+        };
+        let mut gpu = kinds.into_iter().map(clock).filter(|c| *c != Clock::Host);
+        gpu.next().unwrap_or(Clock::Host)
+    }
+
+    /// The word of the stand-in device whose copy this clock timed (`simulated`, `emulated`),
+    /// if any: its time is a host copy's.
+    pub fn stand_in_word(self) -> Option<&'static str> {
         match self {
-            Clock::SimulatedHostCopy => Some(StandIn::Simulated),
-            Clock::EmulatedEvents => Some(StandIn::Emulated),
+            Clock::SimulatedHostCopy => Some("simulated"),
+            Clock::EmulatedEvents => Some("emulated"),
+            Clock::CudaEvents | Clock::Host => None,
+        }
+    }
+
+    /// How a stand-in device's transfer time was measured (`simulated: host copy time`), for
+    /// every place that shows such a time; `None` for a real clock.
+    pub fn stand_in_note(self) -> Option<&'static str> {
+        match self {
+            Clock::SimulatedHostCopy => Some(SIMULATED_CLOCK_NOTE),
+            Clock::EmulatedEvents => Some(EMULATED_CLOCK_NOTE),
             Clock::CudaEvents | Clock::Host => None,
         }
     }
@@ -147,8 +164,8 @@ impl fmt::Display for Transfer {
             (None, HostMemoryKind::Pageable) => "pageable",
             (None, HostMemoryKind::Pinned) => "pinned",
         };
-        let clock = match self.clock.stand_in() {
-            Some(s) => format!(", {}", clock_note(s)),
+        let clock = match self.clock.stand_in_note() {
+            Some(note) => format!(", {note}"),
             None => match self.clock {
                 // Waiting noticeably longer than the copy ran: pageable staging or launch latency.
                 Clock::CudaEvents

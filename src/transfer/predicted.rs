@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use crate::cost::GpuSpec;
 use crate::cost::model::{self, CopyRoute};
-use crate::device::Device;
-use crate::device::registry::stands_for;
+use crate::device::{Device, DeviceKind};
 
 /// A transfer's predicted time on a named GPU.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,7 +38,8 @@ pub struct MeasuredCopy {
 /// The prediction for a copy of `bytes` from `from` to `to` (`pinned`: from or to page-locked
 /// host memory) that was timed on a simulated device, if one of them stands for a named GPU.
 pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option<PredictedCopy> {
-    let gpu = stands_for(&to).or_else(|| stands_for(&from))?;
+    let stands_for = |d: Device| d.kind().ok().and_then(DeviceKind::stands_for);
+    let gpu = stands_for(to).or_else(|| stands_for(from))?;
     let route = if from.is_cuda() && to.is_cuda() {
         CopyRoute::BetweenGpus
     } else {

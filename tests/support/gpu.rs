@@ -23,7 +23,8 @@ pub fn require_gpu() {
         cuda::emulate(2, None).expect("emulated devices");
     }
     assert!(
-        cuda::is_available() && !Device::Cuda(0).is_simulated(),
+        cuda::is_available()
+            && !matches!(Device::Cuda(0).kind(), Ok(DeviceKind::SimulatedGpu { .. })),
         "these tests need a real or emulated CUDA device: {:?}",
         cuda::unavailable_reason()
     );
@@ -31,7 +32,7 @@ pub fn require_gpu() {
 
 /// Whether the tests run on a real GPU (else on emulated devices).
 pub fn real() -> bool {
-    !Device::Cuda(0).is_emulated()
+    matches!(Device::Cuda(0).kind(), Ok(DeviceKind::Gpu))
 }
 
 /// The clock a copy to or from `cuda:0` is timed by: CUDA events, or the emulator's host

@@ -9,9 +9,15 @@
 use std::process::Command;
 
 use placelab::cuda;
-use placelab::device::StandIn;
 
 const VAR: &str = "PLACELAB_TEST_EMULATED";
+
+/// The stand-in devices a test process runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StandIn {
+    Simulated,
+    Emulated,
+}
 
 /// Which stand-in this process's tests use.
 pub fn kind() -> StandIn {
@@ -33,7 +39,10 @@ pub fn gpus(count: usize, capacity: Option<usize>) -> placelab::Result<()> {
 
 /// `simulated` or `emulated`: how cards and transfers label this process's devices.
 pub fn label() -> &'static str {
-    kind().as_str()
+    match kind() {
+        StandIn::Simulated => "simulated",
+        StandIn::Emulated => "emulated",
+    }
 }
 
 /// Runs every other test of this binary again on emulated devices, in a child process, and
