@@ -165,9 +165,7 @@ fn stand_ins(count: usize, each: DeviceKind) -> Option<Simulation> {
 }
 
 fn replace_stand_ins(op: &'static str, new: Option<Simulation>) -> Result<()> {
-    let mut previous = None;
     crate::device::registry::replace_simulation(new, |old| {
-        previous = old;
         if old.is_none() && new.is_some() {
             // Real GPUs in use: their tensors would be mistaken for a simulated device's.
             for d in memory::used_devices().into_iter().filter(|d| d.is_cuda()) {
@@ -217,7 +215,7 @@ fn replace_stand_ins(op: &'static str, new: Option<Simulation>) -> Result<()> {
     })?;
     // A device that stays as it was keeps its driver (its stream may still hold queued work)
     // and its memory.
-    runtime::forget_emulated(|i| previous.is_some_and(|old| keeps(old, new, i)));
+    runtime::forget_stale();
     memory::forget_simulated_devices();
     Ok(())
 }

@@ -14,6 +14,7 @@ use super::driver::{AllocFailure, Driver, DriverEvent, Grid};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
+use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
 use crate::error::{Error, Result};
 
@@ -42,8 +43,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn gpus() -> &'static Mutex<HashMap<usize, Arc<Gpu>>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, Arc<Gpu>>>> = OnceLock::new();
+/// Each opened device's driver, stamped with the kind it was made for (`Stamped`).
+fn gpus() -> &'static Mutex<HashMap<usize, Stamped<Arc<Gpu>>>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Stamped<Arc<Gpu>>>>> = OnceLock::new();
     GPUS.get_or_init(Default::default)
 }
 
@@ -53,16 +55,26 @@ fn unreported_setups() -> &'static Mutex<Vec<(usize, Duration)>> {
     S.get_or_init(Default::default)
 }
 
-/// `cuda:index` ready for work, its driver (a real GPU's context) created on first use.
+/// `cuda:index` ready for work, its driver (a real GPU's context) created on first use, and again
+/// after a change of the stand-ins made the device another.
 pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     let mut map = lock(gpus());
-    if let Some(g) = map.get(&index) {
-        return Ok(g.clone());
+    if let Some(g) = map.get(&index)
+        && g.is_current()
+    {
+        return Ok(g.value.clone());
     }
     let device = Device::Cuda(index);
+    let seen = setting();
+    let kind = device.kind()?;
+    if let Some(g) = map.get_mut(&index)
+        && g.confirm(kind, seen)
+    {
+        return Ok(g.value.clone());
+    }
     let unavailable = |reason: String| Error::DeviceUnavailable { device, reason };
     let start = Instant::now();
-    let driver: Box<dyn Driver> = match device.kind()? {
+    let driver: Box<dyn Driver> = match kind {
         DeviceKind::Gpu => {
             // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks
             // them up by name, whichever of them the device's first op needs.
@@ -88,8 +100,18 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
         idle_event: Mutex::default(),
     });
     lock(unreported_setups()).push((index, context_setup));
-    map.insert(index, g.clone());
+    let stale = map.insert(index, Stamped::new(kind, seen, g.clone()));
+    drop(map);
+    if let Some(stale) = stale {
+        give_back_workspace(&stale.value);
+    }
     Ok(g)
+}
+
+/// Returns a forgotten device's cuBLAS workspace to its allocator, outside the map's lock:
+/// freeing a block may ask for its device.
+fn give_back_workspace(g: &Gpu) {
+    lock(&g.workspace).take();
 }
 
 /// Under AddressSanitizer (`emulated::checks_bounds`): marks a block of emulated `cuda:index` as
@@ -125,24 +147,31 @@ pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
     }
 }
 
-/// Forgets the drivers of the emulated devices that `keep` does not name, so that a new
-/// emulation setting takes effect for them (the caller has checked that no tensor lives on them).
-pub(crate) fn forget_emulated(keep: impl Fn(usize) -> bool) {
-    let forget = |i: &usize, g: &Arc<Gpu>| !g.driver.as_any().is::<CudaDriver>() && !keep(*i);
-    let gone: Vec<Arc<Gpu>> = {
+/// Forgets the drivers of stand-ins that a new setting changed (the caller has checked that no
+/// tensor lives on them), so that their memory goes back now rather than at their next use. A
+/// real GPU's driver stays for the process's life: its context is made once.
+pub(crate) fn forget_stale() {
+    let gone: Vec<Stamped<Arc<Gpu>>> = {
         let mut map = lock(gpus());
-        let gone = map
-            .iter()
-            .filter(|(i, g)| forget(i, g))
-            .map(|(_, g)| g.clone())
-            .collect();
-        map.retain(|i, g| !forget(i, g));
-        gone
+        let seen = setting();
+        let mut stale = Vec::new();
+        for (i, g) in map.iter_mut() {
+            let kept = match g.kind() {
+                DeviceKind::Gpu => true,
+                DeviceKind::Cpu
+                | DeviceKind::EmulatedGpu { .. }
+                | DeviceKind::SimulatedGpu { .. } => {
+                    Device::Cuda(*i).kind().is_ok_and(|k| g.confirm(k, seen))
+                }
+            };
+            if !kept {
+                stale.push(*i);
+            }
+        }
+        stale.iter().filter_map(|i| map.remove(i)).collect()
     };
-    // Returns each cuBLAS workspace to its device's allocator (which goes too), outside the
-    // map's lock: freeing a block may ask for its device.
     for g in gone {
-        lock(&g.workspace).take();
+        give_back_workspace(&g.value);
     }
 }
 
@@ -153,7 +182,7 @@ pub(crate) fn first_open() -> Option<usize> {
 
 /// How long creating `cuda:index`'s context took, if it has been created.
 pub fn context_setup_time(index: usize) -> Option<Duration> {
-    lock(gpus()).get(&index).map(|g| g.context_setup)
+    lock(gpus()).get(&index).map(|g| g.value.context_setup)
 }
 
 /// Context setups of `devices` not reported yet (each is reported once).

@@ -12,6 +12,7 @@ pub use crate::alloc::{caching, host};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -52,40 +53,57 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn registry() -> &'static Mutex<HashMap<Device, Shared>> {
-    static R: OnceLock<Mutex<HashMap<Device, Shared>>> = OnceLock::new();
+/// Each used device's memory, stamped with the kind it was made for (`Stamped`).
+fn registry() -> &'static Mutex<HashMap<Device, Stamped<Shared>>> {
+    static R: OnceLock<Mutex<HashMap<Device, Stamped<Shared>>>> = OnceLock::new();
     R.get_or_init(Default::default)
 }
 
-fn raw_allocator_for(device: Device) -> Result<Box<dyn RawAllocator>> {
-    match device {
-        Device::Cpu => Ok(Box::new(host::HostMemory::cpu())),
-        Device::Cuda(i) => match device.kind()? {
-            DeviceKind::SimulatedGpu { capacity, .. } => {
-                Ok(Box::new(host::HostMemory::simulated(capacity)))
-            }
-            DeviceKind::Gpu | DeviceKind::EmulatedGpu { .. } => {
-                Ok(Box::new(crate::gpu::runtime::CudaMemory::new(i)?))
-            }
-            DeviceKind::Cpu => unreachable!("a CUDA index names no CPU"),
-        },
-    }
+fn raw_allocator_for(device: Device, kind: DeviceKind) -> Result<Box<dyn RawAllocator>> {
+    Ok(match (device, kind) {
+        (_, DeviceKind::Cpu) => Box::new(host::HostMemory::cpu()),
+        (_, DeviceKind::SimulatedGpu { capacity, .. }) => {
+            Box::new(host::HostMemory::simulated(capacity))
+        }
+        (Device::Cuda(i), DeviceKind::Gpu | DeviceKind::EmulatedGpu { .. }) => {
+            Box::new(crate::gpu::runtime::CudaMemory::new(i)?)
+        }
+        (Device::Cpu, _) => unreachable!("the CPU is of kind Cpu"),
+    })
 }
 
-/// The memory of `device`, created on first use. Fails for devices that do not exist.
+/// The memory of `device`, created on first use, and again after a change of the stand-ins made
+/// the device another. Fails for devices that do not exist.
 pub(crate) fn device_memory(device: Device) -> Result<Shared> {
-    if let Some(m) = lock(registry()).get(&device) {
-        return Ok(m.clone());
+    if let Some(s) = lock(registry()).get(&device)
+        && s.is_current()
+    {
+        return Ok(s.value.clone());
     }
-    let raw = raw_allocator_for(device)?;
+    // Made under another stand-in setting, or not made: the device's kind is read outside the
+    // registry's lock, which `cuda::simulate` takes while it holds the setting's.
+    let seen = setting();
+    let kind = device.kind()?;
+    let confirmed = |reg: &mut HashMap<Device, Stamped<Shared>>| {
+        let s = reg.get_mut(&device)?;
+        s.confirm(kind, seen).then(|| s.value.clone())
+    };
+    if let Some(m) = confirmed(&mut lock(registry())) {
+        return Ok(m);
+    }
+    let raw = raw_allocator_for(device, kind)?;
     let mut reg = lock(registry());
-    let m = reg.entry(device).or_insert_with(|| {
-        Arc::new(Mutex::new(DeviceMemory {
-            alloc: CachingAllocator::new(raw),
-            live: BTreeMap::new(),
-        }))
-    });
-    Ok(m.clone())
+    if let Some(m) = confirmed(&mut reg) {
+        return Ok(m); // another thread made it meanwhile
+    }
+    let m = Arc::new(Mutex::new(DeviceMemory {
+        alloc: CachingAllocator::new(raw),
+        live: BTreeMap::new(),
+    }));
+    let stale = reg.insert(device, Stamped::new(kind, seen, m.clone()));
+    drop(reg);
+    drop(stale); // outside the lock: giving its segments back may ask for the device
+    Ok(m)
 }
 
 /// A block of device memory held by one tensor storage; dropping it returns the block to the
@@ -234,7 +252,7 @@ impl Drop for Block {
 /// The live storages of `device` if it has an allocator, without creating one (no device
 /// probing, so it is safe to call while the simulation setting is locked).
 pub(crate) fn live_storages_if_used(device: &Device) -> Vec<LiveStorage> {
-    let mem = lock(registry()).get(device).cloned();
+    let mem = lock(registry()).get(device).map(|s| s.value.clone());
     mem.map(|m| lock(&m).live.values().cloned().collect())
         .unwrap_or_default()
 }
@@ -290,7 +308,8 @@ pub fn used_devices() -> Vec<Device> {
 /// Drops the allocators of CUDA devices that hold no tensor, so that a new simulation setting
 /// (count, capacity) takes effect for them.
 pub(crate) fn forget_simulated_devices() {
-    lock(registry()).retain(|d, m| d.is_cpu() || lock(m).live.values().any(|l| l.is_tensor()));
+    let tensors = |m: &Shared| lock(m).live.values().any(|l| l.is_tensor());
+    lock(registry()).retain(|d, s| d.is_cpu() || tensors(&s.value));
 }
 
 /// Each segment of `device`: (address, size, blocks as (offset, size, allocated)).

@@ -363,32 +363,6 @@ mod tests {
             total: 2,
         };
         snap.devices.insert(d.name.clone(), d);
-        // Every kind reads back as written, a named GPU's too.
-        for (name, kind) in [
-            ("cpu", DeviceKind::Cpu),
-            ("cuda:1", DeviceKind::Gpu),
-            (
-                "cuda:2",
-                DeviceKind::SimulatedGpu {
-                    capacity: 3,
-                    stands_for: crate::cost::find("h100"),
-                },
-            ),
-            (
-                "cuda:3",
-                DeviceKind::SimulatedGpu {
-                    capacity: 4,
-                    stands_for: None,
-                },
-            ),
-        ] {
-            let d = DeviceStats {
-                name: name.into(),
-                kind,
-                ..DeviceStats::default()
-            };
-            snap.devices.insert(d.name.clone(), d);
-        }
         snap.transfers.push(TransferLine {
             seq: 9,
             from: "cpu".into(),
@@ -450,5 +424,39 @@ mod tests {
             Some("libcuda.so: error loading")
         );
         assert_eq!(Reply::parse(stats, "device name=cpu"), None, "cut short");
+    }
+
+    /// Each device kind and each clock reads back as written, a named GPU's too; a kind the
+    /// cell process never writes leaves its line out rather than showing it as another kind's.
+    #[test]
+    fn every_device_kind_and_clock_reads_back_as_written() {
+        let simulated = |capacity, gpu| DeviceKind::SimulatedGpu {
+            capacity,
+            stands_for: crate::cost::find(gpu),
+        };
+        let kinds = [
+            DeviceKind::Cpu,
+            DeviceKind::Gpu,
+            DeviceKind::EmulatedGpu { capacity: 2 },
+            simulated(3, "h100"),
+            simulated(4, "no such GPU"),
+        ];
+        for kind in kinds {
+            assert_eq!(kind_of(&kind_text(kind)), Some(kind), "{kind:?}");
+        }
+        for clock in [
+            Clock::CudaEvents,
+            Clock::Host,
+            Clock::SimulatedHostCopy,
+            Clock::EmulatedEvents,
+        ] {
+            assert_eq!(clock_of(&format!("{clock:?}")), Some(clock));
+        }
+        let stats = Request::Stats { after_seq: 0 };
+        let line = "device name=cuda:0 kind=quantum allocated=1\nseq last=0\nend\n";
+        let Some(Reply::Snapshot(read)) = Reply::parse(stats, line) else {
+            panic!("the snapshot reads back");
+        };
+        assert!(read.devices.is_empty(), "{read:?}");
     }
 }
