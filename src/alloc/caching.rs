@@ -28,6 +28,11 @@ pub trait RawAllocator: Send {
     fn take_failure(&mut self) -> Option<String> {
         None
     }
+    /// `requested` bytes at `addr` were lent to a tensor. The emulator uses this and `returned`
+    /// to let kernels touch only those bytes under AddressSanitizer.
+    fn lent(&mut self, _addr: usize, _requested: usize) {}
+    /// The block of `size` bytes at `addr` came back from its tensor.
+    fn returned(&mut self, _addr: usize, _size: usize) {}
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,6 +210,7 @@ impl CachingAllocator {
         s.allocations += 1;
         s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
         s.peak_allocations = s.peak_allocations.max(s.allocations);
+        self.raw.lent(addr, requested);
         Ok((addr, size))
     }
 
@@ -286,6 +292,7 @@ impl CachingAllocator {
         debug_assert!(block.allocated, "double free");
         block.allocated = false;
         let (size, requested, segment) = (block.size, block.requested, block.segment);
+        self.raw.returned(addr, size);
         let pool = self.segments[&segment].pool;
         let s = &mut self.stats;
         s.allocated_bytes -= size;

@@ -9,7 +9,7 @@ use std::mem::size_of;
 
 use cudarc::cublaslt::{result as lt, sys};
 
-use super::driver::Gemm;
+use super::driver::{DriverError, DriverResult, Gemm};
 use crate::dtype::DType;
 
 /// A cuBLASLt handle, made at a device's first biased GEMM and kept for the process's life (as
@@ -20,8 +20,8 @@ pub(crate) struct LtHandle(sys::cublasLtHandle_t);
 unsafe impl Send for LtHandle {}
 
 impl LtHandle {
-    pub(crate) fn new() -> Result<LtHandle, String> {
-        lt::create_handle().map(LtHandle).map_err(|e| e.to_string())
+    pub(crate) fn new() -> DriverResult<LtHandle> {
+        lt::create_handle().map(LtHandle).map_err(cublaslt_error)
     }
 }
 
@@ -48,6 +48,10 @@ impl Drop for Descriptors {
     }
 }
 
+fn cublaslt_error(e: lt::CublasError) -> DriverError {
+    DriverError::Cuda(e.to_string())
+}
+
 /// Sets one attribute of a descriptor to the bytes of `value`.
 ///
 /// # Safety
@@ -56,10 +60,10 @@ unsafe fn set<T>(
     desc: sys::cublasLtMatmulDesc_t,
     attr: sys::cublasLtMatmulDescAttributes_t,
     value: &T,
-) -> Result<(), String> {
+) -> DriverResult<()> {
     let ptr = value as *const T as *const c_void;
     unsafe { lt::set_matmul_desc_attribute(desc, attr, ptr, size_of::<T>()) }
-        .map_err(|e| e.to_string())
+        .map_err(cublaslt_error)
 }
 
 /// Queues column-major `C = op(A)·op(B) + bias` on `stream`, `bias` (`c.bias`) a vector of `c.m`
@@ -73,7 +77,7 @@ pub(crate) unsafe fn gemm_with_bias(
     stream: *mut c_void,
     c: &Gemm,
     (ws, ws_bytes): (u64, usize),
-) -> Result<(), String> {
+) -> DriverResult<()> {
     use sys::cublasComputeType_t as Compute;
     use sys::cublasLtMatmulDescAttributes_t as Attr;
     use sys::cudaDataType_t as Data;
@@ -103,11 +107,10 @@ pub(crate) unsafe fn gemm_with_bias(
             Compute::CUBLAS_COMPUTE_32F,
             Data::CUDA_R_32F,
         ),
-        d => return Err(format!("cuBLASLt has no {d} GEMM")),
+        d => return Err(DriverError::Cuda(format!("cuBLASLt has no {d} GEMM"))),
     };
-    let err = |e: lt::CublasError| e.to_string();
     let mut d = Descriptors {
-        desc: lt::create_matmul_desc(compute, scale).map_err(err)?,
+        desc: lt::create_matmul_desc(compute, scale).map_err(cublaslt_error)?,
         layouts: Vec::new(),
         pref: None,
     };
@@ -133,23 +136,28 @@ pub(crate) unsafe fn gemm_with_bias(
         (b_rows, b_cols, c.ldb),
         (c.m, c.n, c.ldc),
     ] {
-        let layout =
-            lt::create_matrix_layout(data, rows as u64, cols as u64, ld as i64).map_err(err)?;
+        let layout = lt::create_matrix_layout(data, rows as u64, cols as u64, ld as i64)
+            .map_err(cublaslt_error)?;
         d.layouts.push(layout);
     }
-    let pref = lt::create_matmul_pref().map_err(err)?;
+    let pref = lt::create_matmul_pref().map_err(cublaslt_error)?;
     d.pref = Some(pref);
     let max_ws = ws_bytes as u64;
     let attr = sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
     let max_ws_ptr = &max_ws as *const u64 as *const c_void;
     // SAFETY: the workspace limit is a u64, as documented.
     unsafe { lt::set_matmul_pref_attribute(pref, attr, max_ws_ptr, size_of::<u64>()) }
-        .map_err(err)?;
+        .map_err(cublaslt_error)?;
     let (la, lb, lc) = (d.layouts[0], d.layouts[1], d.layouts[2]);
     // SAFETY: descriptors made above for this call.
     let heuristic =
-        unsafe { lt::get_matmul_algo_heuristic(handle.0, d.desc, la, lb, lc, lc, pref) }
-            .map_err(|e| format!("cuBLASLt found no algorithm for this GEMM with a bias: {e}"))?;
+        unsafe { lt::get_matmul_algo_heuristic(handle.0, d.desc, la, lb, lc, lc, pref) }.map_err(
+            |e| {
+                DriverError::Cuda(format!(
+                    "cuBLASLt found no algorithm for this GEMM with a bias: {e}"
+                ))
+            },
+        )?;
     let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
     let (alpha, beta) = match c.dtype {
         DType::F64 => (
@@ -184,5 +192,5 @@ pub(crate) unsafe fn gemm_with_bias(
             stream as sys::cudaStream_t,
         )
     }
-    .map_err(err)
+    .map_err(cublaslt_error)
 }

@@ -13,7 +13,7 @@
 //! there, as `Error::FoundOnDevice`. PyTorch checks on the device too, with an assert that ends
 //! the CUDA context for the rest of the process; here the session goes on.
 
-use super::driver::Driver;
+use super::driver::{Driver, DriverError};
 use crate::error::Error;
 
 /// How many checks may wait to be read at once; one more makes the host wait and read them.
@@ -49,26 +49,20 @@ impl Checks {
         self.pending.len()
     }
 
-    /// The slots' block, allocated and zeroed at the first call, `made` told of it (address,
-    /// bytes) before anything is queued that writes it (the emulator's AddressSanitizer marks).
-    pub(crate) fn slots(
-        &mut self,
-        driver: &dyn Driver,
-        made: impl FnOnce(u64, usize),
-    ) -> Result<u64, String> {
+    /// The slots' block, allocated and zeroed at the first call, and marked usable for the
+    /// kernels (`Driver::mark_block`) before anything is queued that writes it.
+    pub(crate) fn slots(&mut self, driver: &Driver) -> Result<u64, DriverError> {
         if let Some(base) = self.slots {
             return Ok(base);
         }
         let bytes = SLOTS * SLOT_BYTES;
-        let block = driver
-            .malloc_host(bytes)
-            .map_err(|e| format!("no page-locked host memory for its index checks: {e}"))?;
+        let block = driver.malloc_host(bytes)?;
         // SAFETY: a fresh block of `bytes` bytes that nothing else uses yet.
         unsafe { std::ptr::write_bytes(block, 0, bytes) };
         // Page-locked memory from the driver is reachable from every device at the address the
         // host uses (unified addressing, which every 64-bit CUDA platform has).
         let base = block as u64;
-        made(base, bytes);
+        driver.mark_block(block as usize, bytes, true);
         self.slots = Some(base);
         Ok(base)
     }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::driver::DriverEvent;
+use super::driver::{DriverError, Event};
 use super::runtime::{Gpu, gpu};
 use crate::error::Result;
 
@@ -20,15 +20,15 @@ pub(crate) struct CopyTime {
     pub peer: Option<bool>,
 }
 
-fn timing_event(g: &Gpu) -> Result<Box<dyn DriverEvent>> {
+fn timing_event(g: &Gpu) -> Result<Event> {
     g.driver.new_event().map_err(|e| g.err("create event", e))
 }
 
 /// A copy queued on a GPU's stream between two timing events.
 pub(crate) struct Timing {
     gpu: Arc<Gpu>,
-    start: Box<dyn DriverEvent>,
-    end: Box<dyn DriverEvent>,
+    start: Event,
+    end: Event,
     issued: Instant,
     /// Between two GPUs: whether the copy goes peer to peer.
     pub(crate) peer: Option<bool>,
@@ -42,7 +42,7 @@ impl Timing {
         let wall = self.issued.elapsed();
         let ms = self
             .end
-            .elapsed_ms_since(&*self.start)
+            .elapsed_ms_since(&self.start)
             .map_err(|e| g.err(".to()", e))?;
         Ok(CopyTime {
             events: Duration::from_secs_f64(ms as f64 / 1e3),
@@ -61,13 +61,13 @@ impl Timing {
 /// closing one after the op's work, without waiting for it.
 pub(crate) struct OpenTiming {
     gpu: Arc<Gpu>,
-    start: Box<dyn DriverEvent>,
+    start: Event,
 }
 
 impl OpenTiming {
     pub(crate) fn start(g: &Arc<Gpu>, op: &'static str) -> Result<OpenTiming> {
         let start = timing_event(g)?;
-        g.driver.record(&*start).map_err(|e| g.err(op, e))?;
+        g.driver.record(&start).map_err(|e| g.err(op, e))?;
         Ok(OpenTiming {
             gpu: g.clone(),
             start,
@@ -78,7 +78,7 @@ impl OpenTiming {
     pub(crate) fn close(self, op: &'static str) -> Result<ClosedTiming> {
         let g = &self.gpu;
         let end = timing_event(g)?;
-        g.driver.record(&*end).map_err(|e| g.err(op, e))?;
+        g.driver.record(&end).map_err(|e| g.err(op, e))?;
         Ok(ClosedTiming {
             gpu: self.gpu,
             start: self.start,
@@ -92,8 +92,8 @@ impl OpenTiming {
 /// before the stream reaches it).
 pub(crate) struct ClosedTiming {
     gpu: Arc<Gpu>,
-    start: Box<dyn DriverEvent>,
-    end: Box<dyn DriverEvent>,
+    start: Event,
+    end: Event,
 }
 
 impl ClosedTiming {
@@ -107,14 +107,11 @@ impl ClosedTiming {
     pub(crate) fn read(self, op: &'static str) -> Result<Duration> {
         let g = &self.gpu;
         if !self.is_done() {
-            return Err(g.err(
-                op,
-                "the stream has not reached the op's closing event".into(),
-            ));
+            return Err(g.err(op, DriverError::EventNotReached));
         }
         let ms = self
             .end
-            .elapsed_ms_since(&*self.start)
+            .elapsed_ms_since(&self.start)
             .map_err(|e| g.err(op, e))?;
         Ok(Duration::from_secs_f64(ms as f64 / 1e3))
     }
@@ -124,9 +121,9 @@ impl ClosedTiming {
 fn timed(g: &Arc<Gpu>, op: &'static str, enqueue: impl FnOnce() -> Result<()>) -> Result<Timing> {
     let (start, end) = (timing_event(g)?, timing_event(g)?);
     let issued = Instant::now();
-    g.driver.record(&*start).map_err(|e| g.err(op, e))?;
+    g.driver.record(&start).map_err(|e| g.err(op, e))?;
     enqueue()?;
-    g.driver.record(&*end).map_err(|e| g.err(op, e))?;
+    g.driver.record(&end).map_err(|e| g.err(op, e))?;
     Ok(Timing {
         gpu: g.clone(),
         start,
@@ -192,20 +189,20 @@ pub(crate) fn device_to_device(
     let (from, to) = (gpu(from)?, gpu(to)?);
     let peer = from.peer_to(&to)?;
     let ready = to.driver.new_event().map_err(|e| to.err(".to()", e))?;
-    to.driver.record(&*ready).map_err(|e| to.err(".to()", e))?;
+    to.driver.record(&ready).map_err(|e| to.err(".to()", e))?;
     from.driver
-        .wait_event(&*ready)
+        .wait_event(&ready)
         .map_err(|e| from.err(".to()", e))?;
     let time = timed(&from, ".to()", || {
         if bytes == 0 {
             return Ok(());
         }
         // SAFETY: both are live blocks of `bytes` bytes on their devices.
-        unsafe { from.driver.copy_peer(&*to.driver, dst, src, bytes) }
+        unsafe { from.driver.copy_peer(&to.driver, dst, src, bytes) }
             .map_err(|e| from.err(".to()", e))
     })?;
     to.driver
-        .wait_event(&*time.end)
+        .wait_event(&time.end)
         .map_err(|e| to.err(".to()", e))?;
     Ok(Timing {
         peer: Some(peer),

@@ -3,7 +3,6 @@
 //! host memory, timed events, and the cuBLAS handle made at the first GEMM. Every call binds the
 //! context to the calling thread first (driver calls act on the current context).
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
@@ -11,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use cudarc::cublas::{CudaBlas, result as blas_result, sys as blas_sys};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream, DriverError, PushKernelArg,
+    CudaContext, CudaEvent as CudarcEvent, CudaFunction, CudaModule, CudaStream, PushKernelArg,
     result, sys,
 };
 use cudarc::nvrtc::Ptx;
 
 use super::args::Arg;
 use super::blas_lt::{self, LtHandle};
-use super::driver::{AllocFailure, Driver, DriverEvent, Gemm, Grid};
+use super::driver::{DriverError, DriverResult, Gemm, Grid};
 use super::nvrtc::{self, KernelSource};
 use crate::device::guard::guarded;
 use crate::dtype::DType;
@@ -40,24 +39,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn msg(e: DriverError) -> String {
-    e.to_string()
+fn msg(e: cudarc::driver::DriverError) -> DriverError {
+    DriverError::Cuda(e.to_string())
 }
 
 /// A CUDA event (timing enabled).
-struct Event(CudaEvent);
+pub(crate) struct CudaEvent(CudarcEvent);
 
-impl DriverEvent for Event {
-    fn synchronize(&self) -> Result<(), String> {
+impl CudaEvent {
+    pub(crate) fn synchronize(&self) -> DriverResult<()> {
         self.0.context().bind_to_thread().map_err(msg)?;
         self.0.synchronize().map_err(msg)
     }
-    fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         // A context that cannot be bound, or a failed query (a fault in the work before the
         // event), reads as done, so that no wait spins forever: `synchronize` reports the error.
         self.0.context().bind_to_thread().is_err() || !matches!(self.0.try_is_complete(), Ok(false))
     }
-    fn wait_up_to(&self, limit: Duration) -> bool {
+    pub(crate) fn wait_up_to(&self, limit: Duration) -> bool {
         let start = Instant::now();
         loop {
             if self.is_complete() {
@@ -69,28 +68,20 @@ impl DriverEvent for Event {
             std::hint::spin_loop();
         }
     }
-    fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String> {
-        let start = event(start)?;
-        start.elapsed_ms(&self.0).map_err(msg)
+    pub(crate) fn elapsed_ms_since(&self, start: &CudaEvent) -> DriverResult<f32> {
+        start.0.elapsed_ms(&self.0).map_err(msg)
     }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-fn event(e: &dyn DriverEvent) -> Result<&CudaEvent, String> {
-    e.as_any()
-        .downcast_ref::<Event>()
-        .map(|e| &e.0)
-        .ok_or_else(|| "an event of another kind of device".to_string())
 }
 
 impl CudaDriver {
     /// Creates (or retains) `cuda:index`'s primary context. cudarc's loader panics when a
     /// library lacks a symbol: the panic becomes an error.
-    pub(crate) fn new(index: usize) -> Result<CudaDriver, String> {
-        let ctx = guarded("creating the CUDA context", || CudaContext::new(index))?
-            .map_err(|e| format!("the driver could not create its context: {e}"))?;
+    pub(crate) fn new(index: usize) -> DriverResult<CudaDriver> {
+        let ctx = guarded("creating the CUDA context", || CudaContext::new(index))
+            .map_err(DriverError::Cuda)?
+            .map_err(|e| {
+                DriverError::Cuda(format!("the driver could not create its context: {e}"))
+            })?;
         // One stream per device and no cudarc-managed slices: its per-slice event tracking would
         // only cost time.
         unsafe { ctx.disable_event_tracking() };
@@ -107,12 +98,12 @@ impl CudaDriver {
         })
     }
 
-    fn bind(&self) -> Result<(), String> {
+    fn bind(&self) -> DriverResult<()> {
         self.ctx.bind_to_thread().map_err(msg)
     }
 
     /// The kernel `name` of `source`, compiling and loading the file on first use.
-    fn function(&self, source: &KernelSource, name: &str) -> Result<CudaFunction, String> {
+    fn function(&self, source: &KernelSource, name: &str) -> DriverResult<CudaFunction> {
         if let Some(f) = lock(&self.functions).get(name) {
             return Ok(f.clone());
         }
@@ -136,10 +127,11 @@ impl CudaDriver {
     /// Loads `source`'s CUBIN. One the driver refuses as an image (a damaged cache file) is
     /// compiled afresh once; any other failure (a context left broken by an earlier fault, say)
     /// is reported as it is.
-    fn load_module(&self, source: &KernelSource) -> Result<Arc<CudaModule>, String> {
+    fn load_module(&self, source: &KernelSource) -> DriverResult<Arc<CudaModule>> {
         use cudarc::driver::sys::CUresult as R;
         let load = |cubin: Vec<u8>| self.ctx.load_module(Ptx::from_binary(cubin));
-        let compile = || nvrtc::cubin(source, self.cc).map_err(|e| e.to_string());
+        let compile =
+            || nvrtc::cubin(source, self.cc).map_err(|e| DriverError::Cuda(e.to_string()));
         match load(compile()?) {
             Ok(m) => Ok(m),
             Err(e)
@@ -157,29 +149,27 @@ impl CudaDriver {
             Err(e) => Err(msg(e)),
         }
     }
-}
 
-impl Driver for CudaDriver {
-    fn name(&self) -> Result<String, String> {
+    pub(crate) fn name(&self) -> DriverResult<String> {
         self.ctx.name().map_err(msg)
     }
 
-    fn compute_capability(&self) -> (i32, i32) {
+    pub(crate) fn compute_capability(&self) -> (i32, i32) {
         self.cc
     }
 
-    fn malloc(&self, bytes: usize) -> Result<u64, AllocFailure> {
-        self.bind().map_err(AllocFailure::Failed)?;
+    pub(crate) fn malloc(&self, bytes: usize) -> DriverResult<u64> {
+        self.bind()?;
         unsafe { result::malloc_sync(bytes) }.map_err(|e| {
             if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-                AllocFailure::OutOfMemory
+                DriverError::OutOfMemory
             } else {
-                AllocFailure::Failed(msg(e))
+                msg(e)
             }
         })
     }
 
-    unsafe fn free(&self, ptr: u64, _bytes: usize) {
+    pub(crate) unsafe fn free(&self, ptr: u64, _bytes: usize) {
         // A kernel still queued may read the block: wait for the stream first. A failure here
         // leaves the segment with the driver until the process ends.
         if self.synchronize().is_ok() {
@@ -187,11 +177,11 @@ impl Driver for CudaDriver {
         }
     }
 
-    fn mem_info(&self) -> (usize, usize) {
+    pub(crate) fn mem_info(&self) -> (usize, usize) {
         self.ctx.mem_get_info().unwrap_or((0, 0))
     }
 
-    fn malloc_host(&self, bytes: usize) -> Result<*mut u8, String> {
+    pub(crate) fn malloc_host(&self, bytes: usize) -> DriverResult<*mut u8> {
         self.bind()?;
         // PORTABLE: every context may use it as pinned memory, not only this one's. Flags 0
         // otherwise: not write-combined, so the CPU reads it at full speed.
@@ -200,33 +190,29 @@ impl Driver for CudaDriver {
             .map_err(msg)
     }
 
-    unsafe fn free_host(&self, ptr: *mut u8, _bytes: usize) {
+    pub(crate) unsafe fn free_host(&self, ptr: *mut u8, _bytes: usize) {
         if self.bind().is_ok() {
             let _ = unsafe { result::free_host(ptr as *mut _) };
         }
     }
 
-    unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), String> {
+    pub(crate) unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> DriverResult<()> {
         self.bind()?;
         unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) }.map_err(msg)
     }
 
-    unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), String> {
+    pub(crate) unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> DriverResult<()> {
         self.bind()?;
         unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }.map_err(msg)
     }
 
-    unsafe fn copy_peer(
+    pub(crate) unsafe fn copy_peer(
         &self,
-        to: &dyn Driver,
+        to: &CudaDriver,
         dst: u64,
         src: u64,
         bytes: usize,
-    ) -> Result<(), String> {
-        let to = to
-            .as_any()
-            .downcast_ref::<CudaDriver>()
-            .ok_or("a peer copy between a real GPU and an emulated one")?;
+    ) -> DriverResult<()> {
         self.bind()?;
         unsafe {
             result::memcpy_peer_async(
@@ -241,17 +227,15 @@ impl Driver for CudaDriver {
         .map_err(msg)
     }
 
-    fn enable_peer_access(&self, to: &dyn Driver) -> Result<bool, String> {
-        let to = to
-            .as_any()
-            .downcast_ref::<CudaDriver>()
-            .ok_or("peer access between a real GPU and an emulated one")?;
+    pub(crate) fn enable_peer_access(&self, to: &CudaDriver) -> DriverResult<bool> {
         let mut can = 0;
         let status = unsafe {
             sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), to.ctx.cu_device())
         };
         if status != sys::CUresult::CUDA_SUCCESS {
-            return Err(format!("cuDeviceCanAccessPeer: {status:?}"));
+            return Err(DriverError::Cuda(format!(
+                "cuDeviceCanAccessPeer: {status:?}"
+            )));
         }
         if can == 0 {
             return Ok(false);
@@ -261,41 +245,43 @@ impl Driver for CudaDriver {
             sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
                 Ok(true)
             }
-            status => Err(format!("cuCtxEnablePeerAccess: {status:?}")),
+            status => Err(DriverError::Cuda(format!(
+                "cuCtxEnablePeerAccess: {status:?}"
+            ))),
         }
     }
 
-    fn new_event(&self) -> Result<Box<dyn DriverEvent>, String> {
+    pub(crate) fn new_event(&self) -> DriverResult<CudaEvent> {
         self.bind()?;
         let e = self
             .ctx
             .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
             .map_err(msg)?;
-        Ok(Box::new(Event(e)))
+        Ok(CudaEvent(e))
     }
 
-    fn record(&self, e: &dyn DriverEvent) -> Result<(), String> {
+    pub(crate) fn record(&self, e: &CudaEvent) -> DriverResult<()> {
         self.bind()?;
-        event(e)?.record(&self.stream).map_err(msg)
+        e.0.record(&self.stream).map_err(msg)
     }
 
-    fn wait_event(&self, e: &dyn DriverEvent) -> Result<(), String> {
+    pub(crate) fn wait_event(&self, e: &CudaEvent) -> DriverResult<()> {
         self.bind()?;
-        self.stream.wait(event(e)?).map_err(msg)
+        self.stream.wait(&e.0).map_err(msg)
     }
 
-    fn synchronize(&self) -> Result<(), String> {
+    pub(crate) fn synchronize(&self) -> DriverResult<()> {
         self.bind()?;
         self.stream.synchronize().map_err(msg)
     }
 
-    unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         source: &KernelSource,
         name: &str,
         grid: Grid,
         args: &[Arg],
-    ) -> Result<(), String> {
+    ) -> DriverResult<()> {
         let f = self.function(source, name)?;
         self.bind()?;
         let mut b = self.stream.launch_builder(&f);
@@ -318,18 +304,19 @@ impl Driver for CudaDriver {
         unsafe { b.launch(cfg) }.map(|_| ()).map_err(msg)
     }
 
-    unsafe fn gemm(&self, c: &Gemm, (ws, ws_bytes): (u64, usize)) -> Result<(), String> {
+    pub(crate) unsafe fn gemm(&self, c: &Gemm, (ws, ws_bytes): (u64, usize)) -> DriverResult<()> {
         use blas_sys::cublasComputeType_t as C;
         use blas_sys::cudaDataType as D;
         let mut slot = lock(&self.blas);
         if slot.is_none() {
-            let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))?
-                .map_err(|e| e.to_string())?;
+            let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))
+                .map_err(DriverError::Cuda)?
+                .map_err(|e| DriverError::Cuda(e.to_string()))?;
             let blas = ManuallyDrop::new(blas);
             let status =
                 unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ws as *mut _, ws_bytes) };
             if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-                return Err(format!("{status:?}"));
+                return Err(DriverError::Cuda(format!("{status:?}")));
             }
             *slot = Some(blas);
         }
@@ -338,7 +325,7 @@ impl Driver for CudaDriver {
         if c.bias != 0 {
             let mut lt = lock(&self.blas_lt);
             if lt.is_none() {
-                *lt = Some(guarded("loading cuBLASLt", LtHandle::new)??);
+                *lt = Some(guarded("loading cuBLASLt", LtHandle::new).map_err(DriverError::Cuda)??);
             }
             let lt = lt.as_ref().expect("created above");
             let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
@@ -351,7 +338,7 @@ impl Driver for CudaDriver {
             DType::F64 => (D::CUDA_R_64F, C::CUBLAS_COMPUTE_64F),
             DType::F16 => (D::CUDA_R_16F, C::CUBLAS_COMPUTE_32F),
             DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
-            d => return Err(format!("cuBLAS has no {d} GEMM")),
+            d => return Err(DriverError::Cuda(format!("cuBLAS has no {d} GEMM"))),
         };
         let (one32, one64) = (1.0f32, 1.0f64);
         let (beta32, beta64) = match c.accumulate {
@@ -377,10 +364,10 @@ impl Driver for CudaDriver {
             }
         };
         let batch = i32::try_from(c.batch).map_err(|_| {
-            format!(
+            DriverError::Cuda(format!(
                 "cuBLAS takes fewer than 2^31 matrices in one call, got {}; split the batch",
                 c.batch
-            )
+            ))
         })?;
         unsafe {
             blas_result::gemm_strided_batched_ex(
@@ -409,10 +396,6 @@ impl Driver for CudaDriver {
                 blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
         }
-        .map_err(|e| e.to_string())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
+        .map_err(|e| DriverError::Cuda(e.to_string()))
     }
 }

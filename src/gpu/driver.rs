@@ -1,17 +1,21 @@
 //! The seam between the CUDA backend and what runs it: the few driver services the backend
-//! uses, as one trait. This is the checklist a new kind of CUDA device implements (candle's
-//! `BackendDevice` is the model); the rest of `gpu/` (launch geometry, argument packing, the
-//! kernels' views, GEMM operand mapping, timed and ordered copies) is shared by every kind.
+//! uses, as one closed enum with a variant per kind of CUDA device (candle's `Storage` is the
+//! model): a real GPU through cudarc's driver API, cuBLAS and NVRTC (`cuda_driver`), or the
+//! emulator (`emulated`: host memory, the same `kernels/*.cu` compiled for the CPU, a worker
+//! thread per device as its stream). Adding a kind adds a variant, and the compiler lists every
+//! method to give it. The rest of `gpu/` (launch geometry, argument packing, the kernels' views,
+//! GEMM operand mapping, timed and ordered copies) is shared by every kind.
 //!
-//! Two implementations: `cuda_driver` (a real GPU through cudarc's driver API, cuBLAS and
-//! NVRTC) and `emulated` (host memory, the same `kernels/*.cu` compiled for the CPU, a worker
-//! thread per device as its stream). Each device has one stream: everything queued on it runs in
-//! order, and the host only waits where a method says so.
+//! Each device has one stream: everything queued on it runs in order, and the host only waits
+//! where a method says so. Errors are a `DriverError`; the caller names the op and the device.
+//! Every `unsafe` method takes device addresses the caller vouches for: live blocks of this
+//! device (or, for host slices, memory that stays valid as documented).
 
-use std::any::Any;
 use std::time::Duration;
 
 pub use super::args::Arg;
+use super::cuda_driver::{CudaDriver, CudaEvent};
+use super::emulated::{EmulatedDriver, EmulatedEvent};
 use super::nvrtc::KernelSource;
 use crate::dtype::DType;
 
@@ -21,15 +25,6 @@ pub struct Grid {
     pub blocks: (u32, u32, u32),
     pub threads: (u32, u32, u32),
     pub shared_bytes: u32,
-}
-
-/// Why device memory could not be had.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AllocFailure {
-    /// The device is full (the caching allocator empties its cache and retries once).
-    OutOfMemory,
-    /// Any other driver failure, reported as it is.
-    Failed(String),
 }
 
 /// A batched GEMM as cuBLAS takes it (column-major): `C[i] = op(A[i]) · op(B[i])` for `batch`
@@ -63,87 +58,198 @@ pub struct Gemm {
     pub bias: u64,
 }
 
-/// A point on a device's stream that the host (or another stream) can wait for, and that
-/// timestamps when the stream reaches it.
-pub trait DriverEvent: Send + Sync {
-    /// Waits until the stream has reached the event.
-    fn synchronize(&self) -> Result<(), String>;
-    /// Whether the stream has reached the event, or the work before it failed (never waits;
-    /// `synchronize` then reports the failure).
-    fn is_complete(&self) -> bool;
-    /// Waits until the stream reaches the event or `limit` has passed; whether it was reached
-    /// (or failed). The host wakes as soon as it is: a real GPU's event is polled in a busy loop,
-    /// as the CUDA runtime's default wait does; the emulator's stream wakes its waiter.
-    fn wait_up_to(&self, limit: Duration) -> bool;
-    /// Milliseconds from `start` to this event, both reached.
-    fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String>;
-    fn as_any(&self) -> &dyn Any;
+/// Why a driver call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverError {
+    /// The device has no room for the block (the caching allocator empties its cache and
+    /// retries once, then reports the device's free and total bytes).
+    OutOfMemory,
+    /// CUDA's driver, cuBLAS(Lt) or NVRTC failed or refused the call, in its words.
+    Cuda(String),
+    /// The emulator failed or refused the call (a kernel `kernels/*.cu` lacks, arguments that do
+    /// not match it, queued work that failed), in its words.
+    Emulator(String),
+    /// A copy, peer access or event between a real GPU and an emulated one (`what` names it).
+    MixedKinds(&'static str),
+    /// An event's time was read before the stream reached it.
+    EventNotReached,
 }
 
-/// What one CUDA device must provide. Errors are the driver's message; the caller names the
-/// op and the device. Every `unsafe` method takes device addresses the caller vouches for:
-/// live blocks of this device (or, for host slices, memory that stays valid as documented).
-pub trait Driver: Send + Sync {
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverError::OutOfMemory => f.write_str("out of memory"),
+            DriverError::Cuda(why) | DriverError::Emulator(why) => f.write_str(why),
+            DriverError::MixedKinds(what) => {
+                write!(f, "{what} between a real GPU and an emulated one")
+            }
+            DriverError::EventNotReached => f.write_str("the stream has not reached the event yet"),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+pub(crate) type DriverResult<T> = Result<T, DriverError>;
+
+/// The driver behind one CUDA device.
+pub(crate) enum Driver {
+    Cuda(CudaDriver),
+    Emulated(EmulatedDriver),
+}
+
+/// A point on a device's stream that the host (or another stream) can wait for, and that
+/// timestamps when the stream reaches it; made by its device's `Driver::new_event`.
+pub(crate) enum Event {
+    Cuda(CudaEvent),
+    Emulated(EmulatedEvent),
+}
+
+/// `$body` with `$d` bound to whichever driver (or event) `$on` holds: the methods every kind
+/// implements alike.
+macro_rules! each_kind {
+    ($on:expr, $ty:ident, $d:ident => $body:expr) => {
+        match $on {
+            $ty::Cuda($d) => $body,
+            $ty::Emulated($d) => $body,
+        }
+    };
+}
+
+impl Driver {
     /// The device's name (`NVIDIA H100 80GB HBM3`).
-    fn name(&self) -> Result<String, String>;
+    pub(crate) fn name(&self) -> DriverResult<String> {
+        each_kind!(self, Driver, d => d.name())
+    }
+
     /// Compute capability, e.g. (9, 0).
-    fn compute_capability(&self) -> (i32, i32);
+    pub(crate) fn compute_capability(&self) -> (i32, i32) {
+        each_kind!(self, Driver, d => d.compute_capability())
+    }
 
     /// `bytes` of device memory.
-    fn malloc(&self, bytes: usize) -> Result<u64, AllocFailure>;
+    pub(crate) fn malloc(&self, bytes: usize) -> DriverResult<u64> {
+        each_kind!(self, Driver, d => d.malloc(bytes))
+    }
+
     /// Returns a block from `malloc`, after the stream's queued work is done.
     ///
     /// # Safety
     /// `ptr` came from this driver's `malloc` and nothing uses it afterwards.
-    unsafe fn free(&self, ptr: u64, bytes: usize);
+    pub(crate) unsafe fn free(&self, ptr: u64, bytes: usize) {
+        each_kind!(self, Driver, d => unsafe { d.free(ptr, bytes) })
+    }
+
     /// (free, total) bytes of the device.
-    fn mem_info(&self) -> (usize, usize);
+    pub(crate) fn mem_info(&self) -> (usize, usize) {
+        each_kind!(self, Driver, d => d.mem_info())
+    }
 
     /// Page-locked host memory that any device's copies may read and write asynchronously.
-    fn malloc_host(&self, bytes: usize) -> Result<*mut u8, String>;
+    pub(crate) fn malloc_host(&self, bytes: usize) -> DriverResult<*mut u8> {
+        each_kind!(self, Driver, d => d.malloc_host(bytes))
+    }
+
     /// # Safety
     /// `ptr` came from `malloc_host(bytes)` and no copy uses it.
-    unsafe fn free_host(&self, ptr: *mut u8, bytes: usize);
+    pub(crate) unsafe fn free_host(&self, ptr: *mut u8, bytes: usize) {
+        each_kind!(self, Driver, d => unsafe { d.free_host(ptr, bytes) })
+    }
+
+    /// A block of the caching allocator's was lent to a tensor (`usable`, its requested bytes)
+    /// or returned (its whole size). Only the emulator acts on it: under AddressSanitizer a
+    /// kernel may touch only the bytes a tensor asked for, in the stream's order, as a GPU's
+    /// caching allocator reuses memory.
+    pub(crate) fn mark_block(&self, addr: usize, bytes: usize, usable: bool) {
+        match self {
+            Driver::Cuda(_) => {}
+            Driver::Emulated(d) => d.mark_block(addr, bytes, usable),
+        }
+    }
 
     /// Queues a copy of `src` to `dst`. From pageable memory `src` is read before this returns;
     /// from `malloc_host` memory it is read later, in stream order.
     ///
     /// # Safety
     /// `dst` holds `src.len()` bytes; pinned `src` stays valid until the copy is done.
-    unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), String>;
+    pub(crate) unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> DriverResult<()> {
+        each_kind!(self, Driver, d => unsafe { d.copy_htod(dst, src) })
+    }
+
     /// Queues a copy of `dst.len()` bytes at `src` into `dst`. Into pageable memory this returns
     /// once the bytes are there; into `malloc_host` memory they arrive later, in stream order.
     ///
     /// # Safety
     /// As `copy_htod`, the other way round.
-    unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), String>;
+    pub(crate) unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> DriverResult<()> {
+        each_kind!(self, Driver, d => unsafe { d.copy_dtoh(dst, src) })
+    }
+
     /// Queues, on this (the source's) stream, a copy of `bytes` from `src` here to `dst` on
     /// the device `to`.
     ///
     /// # Safety
     /// Both ranges are live blocks of their devices.
-    unsafe fn copy_peer(
+    pub(crate) unsafe fn copy_peer(
         &self,
-        to: &dyn Driver,
+        to: &Driver,
         dst: u64,
         src: u64,
         bytes: usize,
-    ) -> Result<(), String>;
+    ) -> DriverResult<()> {
+        match (self, to) {
+            (Driver::Cuda(from), Driver::Cuda(to)) => unsafe {
+                from.copy_peer(to, dst, src, bytes)
+            },
+            (Driver::Emulated(from), Driver::Emulated(to)) => unsafe {
+                from.copy_peer(to, dst, src, bytes)
+            },
+            _ => Err(DriverError::MixedKinds("a peer copy")),
+        }
+    }
 
     /// Lets this device's copies reach `to`'s memory directly (`cuCtxEnablePeerAccess`), where
     /// the hardware allows it; returns whether it does. Without it the driver stages a copy
     /// between the two through host memory. Called once per ordered pair, before the first copy.
-    fn enable_peer_access(&self, to: &dyn Driver) -> Result<bool, String>;
+    pub(crate) fn enable_peer_access(&self, to: &Driver) -> DriverResult<bool> {
+        match (self, to) {
+            (Driver::Cuda(from), Driver::Cuda(to)) => from.enable_peer_access(to),
+            (Driver::Emulated(from), Driver::Emulated(to)) => from.enable_peer_access(to),
+            _ => Err(DriverError::MixedKinds("peer access")),
+        }
+    }
 
     /// An event that can time (created with timing enabled).
-    fn new_event(&self) -> Result<Box<dyn DriverEvent>, String>;
+    pub(crate) fn new_event(&self) -> DriverResult<Event> {
+        match self {
+            Driver::Cuda(d) => d.new_event().map(Event::Cuda),
+            Driver::Emulated(d) => d.new_event().map(Event::Emulated),
+        }
+    }
+
     /// Records `event` at the current end of this device's stream.
-    fn record(&self, event: &dyn DriverEvent) -> Result<(), String>;
+    pub(crate) fn record(&self, event: &Event) -> DriverResult<()> {
+        match (self, event) {
+            (Driver::Cuda(d), Event::Cuda(e)) => d.record(e),
+            (Driver::Emulated(d), Event::Emulated(e)) => d.record(e),
+            _ => Err(DriverError::MixedKinds("an event recorded")),
+        }
+    }
+
     /// Makes this device's stream wait (without blocking the host) until `event`, possibly of
     /// another device, is reached.
-    fn wait_event(&self, event: &dyn DriverEvent) -> Result<(), String>;
+    pub(crate) fn wait_event(&self, event: &Event) -> DriverResult<()> {
+        match (self, event) {
+            (Driver::Cuda(d), Event::Cuda(e)) => d.wait_event(e),
+            (Driver::Emulated(d), Event::Emulated(e)) => d.wait_event(e),
+            _ => Err(DriverError::MixedKinds("a stream waiting for an event")),
+        }
+    }
+
     /// Waits until all work queued on the stream has finished.
-    fn synchronize(&self) -> Result<(), String>;
+    pub(crate) fn synchronize(&self) -> DriverResult<()> {
+        each_kind!(self, Driver, d => d.synchronize())
+    }
 
     /// Queues kernel `name` of `source` with `args`; refuses arguments that do not match the
     /// kernel's parameters.
@@ -151,20 +257,51 @@ pub trait Driver: Send + Sync {
     /// # Safety
     /// Every pointer argument addresses live device memory holding what the kernel reads and
     /// writes there.
-    unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         source: &KernelSource,
         name: &str,
         grid: Grid,
         args: &[Arg],
-    ) -> Result<(), String>;
+    ) -> DriverResult<()> {
+        each_kind!(self, Driver, d => unsafe { d.launch(source, name, grid, args) })
+    }
 
     /// Queues a GEMM. `workspace` is device memory of `workspace_bytes` that the driver may use
     /// for as long as the device lives.
     ///
     /// # Safety
     /// The operands and the output are live device memory of the sizes the call implies.
-    unsafe fn gemm(&self, call: &Gemm, workspace: (u64, usize)) -> Result<(), String>;
+    pub(crate) unsafe fn gemm(&self, call: &Gemm, workspace: (u64, usize)) -> DriverResult<()> {
+        each_kind!(self, Driver, d => unsafe { d.gemm(call, workspace) })
+    }
+}
 
-    fn as_any(&self) -> &dyn Any;
+impl Event {
+    /// Waits until the stream has reached the event.
+    pub(crate) fn synchronize(&self) -> DriverResult<()> {
+        each_kind!(self, Event, e => e.synchronize())
+    }
+
+    /// Whether the stream has reached the event, or the work before it failed (never waits;
+    /// `synchronize` then reports the failure).
+    pub(crate) fn is_complete(&self) -> bool {
+        each_kind!(self, Event, e => e.is_complete())
+    }
+
+    /// Waits until the stream reaches the event or `limit` has passed; whether it was reached
+    /// (or failed). The host wakes as soon as it is: a real GPU's event is polled in a busy loop,
+    /// as the CUDA runtime's default wait does; the emulator's stream wakes its waiter.
+    pub(crate) fn wait_up_to(&self, limit: Duration) -> bool {
+        each_kind!(self, Event, e => e.wait_up_to(limit))
+    }
+
+    /// Milliseconds from `start` to this event, both reached.
+    pub(crate) fn elapsed_ms_since(&self, start: &Event) -> DriverResult<f32> {
+        match (self, start) {
+            (Event::Cuda(end), Event::Cuda(start)) => end.elapsed_ms_since(start),
+            (Event::Emulated(end), Event::Emulated(start)) => end.elapsed_ms_since(start),
+            _ => Err(DriverError::MixedKinds("a time between two events")),
+        }
+    }
 }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::driver::DriverResult;
 use super::runtime::{Gpu, first_open, gpu};
 use crate::error::{Error, Result};
 
@@ -138,7 +139,7 @@ impl Drop for PinnedHost {
 fn lock_pages(
     bytes: usize,
     size: usize,
-    alloc: impl Fn(usize) -> std::result::Result<usize, String>,
+    alloc: impl Fn(usize) -> DriverResult<usize>,
 ) -> Result<usize> {
     if let Ok(ptr) = alloc(size) {
         return Ok(ptr);
@@ -195,7 +196,7 @@ fn sweep_pending() {
     }
 }
 
-fn driver_alloc(g: &Gpu, size: usize) -> std::result::Result<usize, String> {
+fn driver_alloc(g: &Gpu, size: usize) -> DriverResult<usize> {
     let start = Instant::now();
     let ptr = g.driver.malloc_host(size)? as usize;
     let mut c = cache();
@@ -242,6 +243,7 @@ pub fn pinned_bytes() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::driver::DriverError;
     use crate::gpu::runtime::standalone_emulated;
 
     #[test]
@@ -274,7 +276,7 @@ mod tests {
         let asked = std::sync::atomic::AtomicUsize::new(0);
         let refuse = |_: usize| {
             asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Err::<usize, String>("refused".into())
+            Err(DriverError::OutOfMemory)
         };
         let e = lock_pages(1 << 40, size_class(1 << 40), refuse).unwrap_err();
         assert_eq!(

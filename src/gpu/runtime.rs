@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::args::Arg;
 use super::checks::Checks;
 use super::cuda_driver::CudaDriver;
-use super::driver::{AllocFailure, Driver, DriverEvent, Grid};
+use super::driver::{Driver, DriverError, Event, Grid};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 
 pub(crate) struct Gpu {
     pub index: usize,
-    pub driver: Box<dyn Driver>,
+    pub driver: Driver,
     /// Compute capability, e.g. (9, 0) for an H100.
     pub cc: (i32, i32),
     /// How long creating the context took (the first use of the device in this process).
@@ -33,7 +33,7 @@ pub(crate) struct Gpu {
     pub(super) checks: Mutex<Checks>,
     /// The event `wait_interruptibly` records and polls, kept between waits (creating and
     /// destroying one per wait cost every `item()` two more driver calls).
-    idle_event: Mutex<Option<Box<dyn DriverEvent>>>,
+    idle_event: Mutex<Option<Event>>,
 }
 
 /// Device memory for cuBLAS: its address, its size, and what keeps it allocated.
@@ -74,14 +74,16 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
     }
     let unavailable = |reason: String| Error::DeviceUnavailable { device, reason };
     let start = Instant::now();
-    let driver: Box<dyn Driver> = match kind {
+    let driver = match kind {
         DeviceKind::Gpu => {
             // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks
             // them up by name, whichever of them the device's first op needs.
             super::libs::preload();
-            Box::new(CudaDriver::new(index).map_err(unavailable)?)
+            Driver::Cuda(CudaDriver::new(index).map_err(|e| unavailable(e.to_string()))?)
         }
-        DeviceKind::EmulatedGpu { capacity } => Box::new(EmulatedDriver::new(index, capacity)),
+        DeviceKind::EmulatedGpu { capacity } => {
+            Driver::Emulated(EmulatedDriver::new(index, capacity))
+        }
         DeviceKind::SimulatedGpu { .. } | DeviceKind::Cpu => {
             return Err(unavailable(
                 "a simulated device runs the CPU kernels, not the CUDA backend".into(),
@@ -114,27 +116,11 @@ fn give_back_workspace(g: &Gpu) {
     lock(&g.workspace).take();
 }
 
-/// Under AddressSanitizer (`emulated::checks_bounds`): marks a block of emulated `cuda:index` as
-/// a tensor's (`usable`) or as freed, in its stream's order, as a GPU's caching allocator reuses
-/// memory: a kernel queued before the block was freed may still use it, and one queued after it
-/// was allocated again may use it from then on. Without ASan it does nothing.
-pub(crate) fn mark_emulated_block(index: usize, addr: usize, size: usize, usable: bool) {
-    if !super::emulated::checks_bounds() || size == 0 {
-        return;
-    }
-    let Ok(g) = gpu(index) else {
-        return;
-    };
-    if let Some(d) = g.driver.as_any().downcast_ref::<EmulatedDriver>() {
-        d.mark_block(addr, size, usable);
-    }
-}
-
 /// An emulated device of `capacity` bytes outside the registry: for unit tests of kernel paths
 /// that no tensor op reaches.
 #[cfg(test)]
 pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
-    let driver: Box<dyn Driver> = Box::new(EmulatedDriver::new(0, capacity));
+    let driver = Driver::Emulated(EmulatedDriver::new(0, capacity));
     Gpu {
         index: 0,
         cc: driver.compute_capability(),
@@ -208,8 +194,8 @@ pub(crate) fn driver_error(op: &'static str, index: usize, msg: String) -> Error
 }
 
 impl Gpu {
-    pub(crate) fn err(&self, op: &'static str, msg: String) -> Error {
-        driver_error(op, self.index, msg)
+    pub(crate) fn err(&self, op: &'static str, e: DriverError) -> Error {
+        driver_error(op, self.index, e.to_string())
     }
 
     pub(crate) fn device(&self) -> Device {
@@ -239,7 +225,7 @@ impl Gpu {
         }
         let direct = self
             .driver
-            .enable_peer_access(&*to.driver)
+            .enable_peer_access(&to.driver)
             .map_err(|e| self.err("enable peer access", e))?;
         peers.insert(to.index, direct);
         Ok(direct)
@@ -266,7 +252,7 @@ impl Gpu {
             Some(e) => e,
             None => self.driver.new_event().map_err(|e| self.err(op, e))?,
         };
-        self.driver.record(&*done).map_err(|e| self.err(op, e))?;
+        self.driver.record(&done).map_err(|e| self.err(op, e))?;
         let start = Instant::now();
         loop {
             let reached = if start.elapsed() < BUSY_FOR {
@@ -298,8 +284,10 @@ impl Gpu {
             self.wait_interruptibly(op)?; // reads the checks, freeing their slots
         }
         let mut checks = lock(&self.checks);
-        let made = |base: u64, bytes| mark_emulated_block(self.index, base as usize, bytes, true);
-        let base = (checks.slots(&*self.driver, made)).map_err(|e| self.err(op, e))?;
+        let base = checks.slots(&self.driver).map_err(|e| {
+            let why = format!("no page-locked host memory for its index checks: {e}");
+            driver_error(op, self.index, why)
+        })?;
         Ok(checks.queue(base, op, dim, size))
     }
 
@@ -330,7 +318,7 @@ pub(crate) struct CudaMemory {
     gpu: Arc<Gpu>,
     /// The last failure that was not out-of-memory (a fault left by an earlier kernel, say), so
     /// that it is reported as what it is rather than as a full device.
-    failure: Option<String>,
+    failure: Option<DriverError>,
 }
 
 impl CudaMemory {
@@ -349,16 +337,24 @@ impl RawAllocator for CudaMemory {
         // the driver's error.
         match self.gpu.driver.malloc(size) {
             Ok(p) => Some(p as usize),
-            Err(AllocFailure::OutOfMemory) => None,
-            Err(AllocFailure::Failed(msg)) => {
-                self.failure = Some(msg);
+            Err(DriverError::OutOfMemory) => None,
+            Err(e) => {
+                self.failure = Some(e);
                 None
             }
         }
     }
 
     fn take_failure(&mut self) -> Option<String> {
-        self.failure.take()
+        self.failure.take().map(|e| e.to_string())
+    }
+
+    fn lent(&mut self, addr: usize, requested: usize) {
+        self.gpu.driver.mark_block(addr, requested, true);
+    }
+
+    fn returned(&mut self, addr: usize, size: usize) {
+        self.gpu.driver.mark_block(addr, size, false);
     }
 
     fn free(&mut self, addr: usize, size: usize) {

@@ -114,9 +114,6 @@ pub(crate) struct Block {
     id: u64,
     device: Device,
     mem: Shared,
-    /// On an emulated device: under AddressSanitizer a kernel may touch only the requested
-    /// bytes of the block, so an access past a tensor's end is caught.
-    emulated: bool,
 }
 
 impl Block {
@@ -195,17 +192,12 @@ impl Block {
                 allocated,
             );
         }
-        let emulated = matches!(device.kind(), Ok(DeviceKind::EmulatedGpu { .. }));
-        if emulated && let Device::Cuda(i) = device {
-            crate::gpu::runtime::mark_emulated_block(i, addr, requested, true);
-        }
         Ok(Block {
             addr,
             size,
             id,
             device,
             mem,
-            emulated,
         })
     }
 
@@ -233,11 +225,6 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        if self.emulated
-            && let Device::Cuda(i) = self.device
-        {
-            crate::gpu::runtime::mark_emulated_block(i, self.addr, self.size, false);
-        }
         let mut m = lock(&self.mem);
         m.alloc.free(self.addr);
         m.live.remove(&self.id);

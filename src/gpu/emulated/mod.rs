@@ -16,7 +16,6 @@ mod kernels;
 mod library;
 mod stream;
 
-use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -34,10 +33,11 @@ pub fn check_launch(name: &str, grid: Grid, args: &[Arg]) -> Result<(), String> 
 pub fn kernel_params(name: &str) -> Option<Vec<Param>> {
     kernels::kernels().ok()?.get(name).map(|k| k.params.clone())
 }
-use stream::{Event, Stream};
+pub(crate) use stream::Event as EmulatedEvent;
+use stream::Stream;
 
 use super::args::{Arg, Param};
-use super::driver::{AllocFailure, Driver, DriverEvent, Gemm, Grid};
+use super::driver::{DriverError, DriverResult, Gemm, Grid};
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
 use crate::alloc::host::HostMemory;
@@ -145,124 +145,121 @@ impl EmulatedDriver {
         }
     }
 
-    /// Marks a block of this device as a tensor's (`usable`) or as freed for AddressSanitizer,
-    /// in its stream's order (`runtime::mark_emulated_block`).
+    /// Under AddressSanitizer (`checks_bounds`): marks a block of this device as a tensor's
+    /// (`usable`) or as freed, in its stream's order, as a GPU's caching allocator reuses
+    /// memory: a kernel queued before the block was freed may still use it, and one queued after
+    /// it was allocated again may use it from then on. Without ASan it does nothing.
     pub(crate) fn mark_block(&self, addr: usize, size: usize, usable: bool) {
+        if size == 0 || !checks_bounds() {
+            return;
+        }
         let _ = self.stream.enqueue(Box::new(move || {
             mark_usable(addr, size, usable);
             Ok(())
         }));
     }
-}
 
-fn emulated_event(e: &dyn DriverEvent) -> Result<&Event, String> {
-    e.as_any()
-        .downcast_ref::<Event>()
-        .ok_or_else(|| "an event of another kind of device".into())
-}
-
-impl Driver for EmulatedDriver {
-    fn name(&self) -> Result<String, String> {
+    pub(crate) fn name(&self) -> DriverResult<String> {
         Ok("emulated GPU (kernels/*.cu on the CPU)".into())
     }
 
-    fn compute_capability(&self) -> (i32, i32) {
+    pub(crate) fn compute_capability(&self) -> (i32, i32) {
         EMULATED_CC
     }
 
-    fn malloc(&self, bytes: usize) -> Result<u64, AllocFailure> {
+    pub(crate) fn malloc(&self, bytes: usize) -> DriverResult<u64> {
         let addr = lock(&self.memory)
             .alloc(bytes)
-            .ok_or(AllocFailure::OutOfMemory)?;
+            .ok_or(DriverError::OutOfMemory)?;
         // Under ASan no kernel may touch a segment until a tensor's block is carved from it.
         mark_usable(addr, bytes, false);
         Ok(addr as u64)
     }
 
-    unsafe fn free(&self, ptr: u64, bytes: usize) {
+    pub(crate) unsafe fn free(&self, ptr: u64, bytes: usize) {
         // A kernel still queued may use the segment.
         let _ = self.stream.synchronize();
         mark_usable(ptr as usize, bytes, true);
         lock(&self.memory).free(ptr as usize, bytes);
     }
 
-    fn mem_info(&self) -> (usize, usize) {
+    pub(crate) fn mem_info(&self) -> (usize, usize) {
         lock(&self.memory).mem_info()
     }
 
-    fn malloc_host(&self, bytes: usize) -> Result<*mut u8, String> {
+    pub(crate) fn malloc_host(&self, bytes: usize) -> DriverResult<*mut u8> {
         // SAFETY: a non-zero size with a valid alignment.
         let p = unsafe { std::alloc::alloc(host_layout(bytes)) };
         if p.is_null() {
-            return Err(format!("no host memory for {bytes} pinned bytes"));
+            return Err(DriverError::OutOfMemory);
         }
         lock(pinned()).insert(p as usize, bytes.max(1));
         Ok(p)
     }
 
-    unsafe fn free_host(&self, ptr: *mut u8, bytes: usize) {
+    pub(crate) unsafe fn free_host(&self, ptr: *mut u8, bytes: usize) {
         lock(pinned()).remove(&(ptr as usize));
         // SAFETY: allocated by `malloc_host` with this layout.
         unsafe { std::alloc::dealloc(ptr, host_layout(bytes)) };
     }
 
-    unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<(), String> {
+    pub(crate) unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> DriverResult<()> {
         let (dst, len) = (Addr(dst as usize), src.len());
         if is_pinned(src.as_ptr() as usize, len) {
             let src = Addr(src.as_ptr() as usize);
             self.stream
-                .enqueue(Box::new(move || memcpy(dst, src, len)))?;
+                .enqueue(Box::new(move || memcpy(dst, src, len)))
+                .map_err(DriverError::Emulator)?;
         } else {
             // Pageable: staged before the call returns, so the caller may reuse `src` at once.
             let staged = src.to_vec();
-            self.stream.enqueue(Box::new(move || {
-                memcpy(dst, Addr(staged.as_ptr() as usize), len)
-            }))?;
+            self.stream
+                .enqueue(Box::new(move || {
+                    memcpy(dst, Addr(staged.as_ptr() as usize), len)
+                }))
+                .map_err(DriverError::Emulator)?;
         }
         Ok(())
     }
 
-    unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> Result<(), String> {
+    pub(crate) unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> DriverResult<()> {
         let len = dst.len();
         let pinned_dst = is_pinned(dst.as_ptr() as usize, len);
         let (dst, src) = (Addr(dst.as_mut_ptr() as usize), Addr(src as usize));
         let ticket = self
             .stream
-            .enqueue(Box::new(move || memcpy(dst, src, len)))?;
+            .enqueue(Box::new(move || memcpy(dst, src, len)))
+            .map_err(DriverError::Emulator)?;
         if !pinned_dst {
             // Pageable: the call returns once the bytes have arrived.
-            self.stream.wait_for(ticket)?;
+            self.stream
+                .wait_for(ticket)
+                .map_err(DriverError::Emulator)?;
         }
         Ok(())
     }
 
-    unsafe fn copy_peer(
+    pub(crate) unsafe fn copy_peer(
         &self,
-        to: &dyn Driver,
+        to: &EmulatedDriver,
         dst: u64,
         src: u64,
         bytes: usize,
-    ) -> Result<(), String> {
-        let Some(to) = to.as_any().downcast_ref::<EmulatedDriver>() else {
-            return Err("a peer copy between an emulated device and a real GPU".into());
-        };
+    ) -> DriverResult<()> {
         if !lock(peers()).contains(&(self.index, to.index)) {
-            return Err(format!(
+            return Err(DriverError::Emulator(format!(
                 "a copy from cuda:{} to cuda:{} before peer access between them was enabled (a GPU would stage it through host memory)",
                 self.index, to.index
-            ));
+            )));
         }
         let (dst, src) = (Addr(dst as usize), Addr(src as usize));
         self.stream
-            .enqueue(Box::new(move || memcpy(dst, src, bytes)))?;
+            .enqueue(Box::new(move || memcpy(dst, src, bytes)))
+            .map_err(DriverError::Emulator)?;
         Ok(())
     }
 
-    fn enable_peer_access(&self, to: &dyn Driver) -> Result<bool, String> {
-        let to = to
-            .as_any()
-            .downcast_ref::<EmulatedDriver>()
-            .ok_or("peer access between an emulated device and a real GPU")?;
+    pub(crate) fn enable_peer_access(&self, to: &EmulatedDriver) -> DriverResult<bool> {
         let mut p = lock(peers());
         if !p.contains(&(self.index, to.index)) {
             p.push((self.index, to.index));
@@ -270,58 +267,60 @@ impl Driver for EmulatedDriver {
         Ok(true)
     }
 
-    fn new_event(&self) -> Result<Box<dyn DriverEvent>, String> {
-        Ok(Box::new(Event::default()))
+    pub(crate) fn new_event(&self) -> DriverResult<EmulatedEvent> {
+        Ok(EmulatedEvent::default())
     }
 
-    fn record(&self, event: &dyn DriverEvent) -> Result<(), String> {
-        emulated_event(event)?.record_on(&self.stream)
+    pub(crate) fn record(&self, event: &EmulatedEvent) -> DriverResult<()> {
+        event.record_on(&self.stream).map_err(DriverError::Emulator)
     }
 
-    fn wait_event(&self, event: &dyn DriverEvent) -> Result<(), String> {
-        stream::wait_event(&self.stream, emulated_event(event)?)
+    pub(crate) fn wait_event(&self, event: &EmulatedEvent) -> DriverResult<()> {
+        stream::wait_event(&self.stream, event).map_err(DriverError::Emulator)
     }
 
-    fn synchronize(&self) -> Result<(), String> {
-        self.stream.synchronize()
+    pub(crate) fn synchronize(&self) -> DriverResult<()> {
+        self.stream.synchronize().map_err(DriverError::Emulator)
     }
 
-    unsafe fn launch(
+    pub(crate) unsafe fn launch(
         &self,
         _source: &KernelSource,
         name: &str,
         grid: Grid,
         args: &[Arg],
-    ) -> Result<(), String> {
-        let kernel = kernels::check_launch(name, grid, args)?;
+    ) -> DriverResult<()> {
+        let kernel = kernels::check_launch(name, grid, args).map_err(DriverError::Emulator)?;
         *lock(launched()).entry(name.to_string()).or_default() += 1;
         let (name, args) = (name.to_string(), args.to_vec());
         // SAFETY: the caller vouches for the pointers; the stream runs the kernel after the
         // work queued before it, as a GPU's stream does.
-        self.stream.enqueue(Box::new(move || unsafe {
-            kernels::run(&name, kernel, grid, args)
-        }))?;
+        self.stream
+            .enqueue(Box::new(move || unsafe {
+                kernels::run(&name, kernel, grid, args)
+            }))
+            .map_err(DriverError::Emulator)?;
         Ok(())
     }
 
-    unsafe fn gemm(&self, call: &Gemm, _workspace: (u64, usize)) -> Result<(), String> {
+    pub(crate) unsafe fn gemm(&self, call: &Gemm, _workspace: (u64, usize)) -> DriverResult<()> {
         let call = *call;
         *lock(launched()).entry("gemm".to_string()).or_default() += 1;
         if !matches!(
             call.dtype,
             DType::F32 | DType::F64 | DType::F16 | DType::BF16
         ) {
-            return Err(format!("cuBLAS has no {} GEMM", call.dtype));
+            return Err(DriverError::Emulator(format!(
+                "cuBLAS has no {} GEMM",
+                call.dtype
+            )));
         }
         // SAFETY: the caller vouches for the operands; the stream orders the product after the
         // kernels that wrote them.
         self.stream
-            .enqueue(Box::new(move || unsafe { host_gemm(&call) }))?;
+            .enqueue(Box::new(move || unsafe { host_gemm(&call) }))
+            .map_err(DriverError::Emulator)?;
         Ok(())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -3,13 +3,12 @@
 //! A failure of queued work (a kernel's) is sticky, as a CUDA context's is: every later call on
 //! the device reports it.
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::gpu::driver::DriverEvent;
+use crate::gpu::driver::{DriverError, DriverResult};
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
@@ -205,42 +204,36 @@ impl Event {
         Ok(())
     }
 
-    fn time(&self) -> Result<Instant, String> {
-        let r = self.recorded().ok_or("the event was never recorded")?;
+    /// When the stream reached the event; an event never recorded, or not reached yet, has no
+    /// time.
+    fn time(&self) -> DriverResult<Instant> {
+        let r = self.recorded().ok_or(DriverError::EventNotReached)?;
         let at = *r.at.lock().unwrap_or_else(|e| e.into_inner());
-        at.ok_or_else(|| "the event has not been reached yet".into())
+        at.ok_or(DriverError::EventNotReached)
     }
 }
 
-impl DriverEvent for Event {
-    fn synchronize(&self) -> Result<(), String> {
+impl Event {
+    pub(crate) fn synchronize(&self) -> DriverResult<()> {
         // CUDA: an event never recorded counts as reached.
         match self.recorded() {
-            Some(r) => r.stream.wait_for(r.ticket),
+            Some(r) => r.stream.wait_for(r.ticket).map_err(DriverError::Emulator),
             None => Ok(()),
         }
     }
 
-    fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.recorded().is_none_or(|r| r.stream.reached(r.ticket))
     }
 
-    fn wait_up_to(&self, limit: Duration) -> bool {
+    pub(crate) fn wait_up_to(&self, limit: Duration) -> bool {
         self.recorded()
             .is_none_or(|r| r.stream.reached_within(r.ticket, limit))
     }
 
-    fn elapsed_ms_since(&self, start: &dyn DriverEvent) -> Result<f32, String> {
-        let start = start
-            .as_any()
-            .downcast_ref::<Event>()
-            .ok_or("an event of another kind of device")?;
+    pub(crate) fn elapsed_ms_since(&self, start: &Event) -> DriverResult<f32> {
         let (a, b) = (start.time()?, self.time()?);
         Ok(b.saturating_duration_since(a).as_secs_f32() * 1e3)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 
