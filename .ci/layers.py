@@ -34,6 +34,7 @@ LAYERS = [
     # 0. leaves
     (0, "root", ["lib.rs"]),
     (0, "units", ["units.rs"]),
+    (0, "cache", ["cache.rs"]),
     (0, "html", ["html.rs"]),
     (0, "dtype", ["dtype.rs"]),
     (0, "op", ["op.rs"]),
@@ -66,7 +67,7 @@ LAYERS = [
     (11, "amp", ["amp.rs"]),
     (11, "parallel", ["parallel.rs"]),
     # 8. the torch.cuda facade and the cards, then the cell-side runtime that prints them
-    (12, "cuda", ["cuda.rs"]),
+    (12, "cuda", ["cuda/"]),
     (12, "display", ["display/"]),
     (13, "runtime", ["probe/", "cell_io.rs", "show.rs"]),
     # 9. the front end

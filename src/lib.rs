@@ -15,6 +15,7 @@
 // The engine's layers, lowest first: each module imports only those above it in this list
 // (`tensor` and `autograd` use each other). `.ci/layers.py` checks it; ARCHITECTURE.md draws it.
 // 0. leaves
+mod cache;
 pub mod dtype;
 pub mod exercise;
 pub(crate) mod html;
@@ -31,7 +32,7 @@ pub mod layout;
 //    allocator's policy and host memory
 mod alloc;
 pub mod cpu;
-mod gpu;
+pub mod gpu;
 // where a piece of code's time and memory go (what the layers below report while it records)
 pub mod profile;
 // 3. per-device memory and its ledger
@@ -66,22 +67,9 @@ pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
 pub use transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer};
 
-/// `~/.cache/placelab` (or `$PLACELAB_CACHE`): compiled CUDA kernels, and the front end's
-/// compile directories and evcxr config.
-pub fn cache_dir() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("PLACELAB_CACHE") {
-        return d.into();
-    }
-    let home = std::env::var_os("HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
-    home.join(".cache").join("placelab")
-}
-
+pub use cache::cache_dir;
 /// The threads the CPU kernels use.
-pub fn cpu_threads() -> usize {
-    rayon::current_num_threads()
-}
+pub use cpu::threads as cpu_threads;
 
 /// Everything a REPL cell or a script needs: `use placelab::prelude::*;`.
 pub mod prelude {

@@ -9,9 +9,9 @@
 mod own_process;
 
 use own_process::in_own_process;
-use placelab::cuda::driver::{Arg, Grid};
-use placelab::cuda::emulated;
-use placelab::cuda::launch::{KERNELS, Param};
+use placelab::gpu::driver::{Arg, Grid};
+use placelab::gpu::emulated;
+use placelab::gpu::launch::{KERNELS, Param};
 use placelab::prelude::*;
 
 const GPU: Device = Device::Cuda(0);

@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use placelab::cuda::emulated;
+use placelab::gpu::emulated;
 use placelab::nn::{Linear, Module};
 use placelab::prelude::*;
 

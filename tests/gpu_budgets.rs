@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use placelab::cuda::emulated;
+use placelab::gpu::emulated;
 use placelab::nn::{CrossEntropyLoss, Linear, Module, ReLU, Sequential};
 use placelab::prelude::*;
 use placelab::profile::Phase;

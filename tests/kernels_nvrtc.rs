@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use placelab::Error;
-use placelab::cuda::launch::{KERNELS, Param};
-use placelab::cuda::{libs, nvrtc};
+use placelab::gpu::launch::{KERNELS, Param};
+use placelab::gpu::{libs, nvrtc};
 
 #[path = "support/venv.rs"]
 mod venv;

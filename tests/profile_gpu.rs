@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use placelab::cuda::emulated;
+use placelab::gpu::emulated;
 use placelab::nn::{CrossEntropyLoss, Linear, Module, ReLU, Sequential};
 use placelab::prelude::*;
 use placelab::profile::{self, Profile};

@@ -490,6 +490,11 @@ pub fn check_dtype<T: Element>(dtype: DType) {
     );
 }
 
+/// The threads the CPU kernels use.
+pub fn threads() -> usize {
+    rayon::current_num_threads()
+}
+
 #[cfg(test)]
 mod tests {
     use half::{bf16, f16};

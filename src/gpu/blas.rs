@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::driver::Gemm;
+use super::call::Gemm;
 use super::runtime::Gpu;
 use crate::dtype::DType;
 use crate::error::{Error, Result};

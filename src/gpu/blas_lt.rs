@@ -9,7 +9,7 @@ use std::mem::size_of;
 
 use cudarc::cublaslt::{result as lt, sys};
 
-use super::driver::{DriverError, DriverResult, Gemm};
+use super::call::{DriverError, DriverResult, Gemm};
 use crate::dtype::DType;
 
 /// A cuBLASLt handle, made at a device's first biased GEMM and kept for the process's life (as

@@ -13,7 +13,8 @@
 //! there, as `Error::FoundOnDevice`. PyTorch checks on the device too, with an assert that ends
 //! the CUDA context for the rest of the process; here the session goes on.
 
-use super::driver::{Driver, DriverError};
+use super::call::DriverError;
+use super::driver::Driver;
 use crate::error::Error;
 
 /// How many checks may wait to be read at once; one more makes the host wait and read them.

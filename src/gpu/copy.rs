@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::driver::{DriverError, Event};
+use super::call::DriverError;
+use super::driver::Event;
 use super::runtime::{Gpu, gpu};
 use crate::error::Result;
 

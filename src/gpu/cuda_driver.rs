@@ -17,7 +17,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::args::Arg;
 use super::blas_lt::{self, LtHandle};
-use super::driver::{DriverError, DriverResult, Gemm, Grid};
+use super::call::{DriverError, DriverResult, Gemm, Grid};
 use super::nvrtc::{self, KernelSource};
 use crate::device::guard::guarded;
 use crate::dtype::DType;

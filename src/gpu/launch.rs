@@ -7,7 +7,7 @@
 //! list of kernels.
 
 pub use super::args::{KernelArg, Param};
-use super::driver::Grid;
+use super::call::Grid;
 use super::nvrtc::{self, KernelSource};
 use super::runtime::Gpu;
 use super::strided::Strided;

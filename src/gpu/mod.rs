@@ -8,6 +8,7 @@
 pub(crate) mod args;
 pub mod blas;
 pub(crate) mod blas_lt;
+pub(crate) mod call;
 pub(crate) mod checks;
 pub mod copy;
 pub(crate) mod cuda_driver;

@@ -78,7 +78,7 @@ pub fn cubin(source: &KernelSource, cc: (i32, i32)) -> Result<Vec<u8>> {
 fn cache_dir() -> Option<std::path::PathBuf> {
     std::env::var_os("PLACELAB_NO_KERNEL_CACHE")
         .is_none()
-        .then(|| crate::cache_dir().join("kernels"))
+        .then(|| crate::cache::cache_dir().join("kernels"))
 }
 
 /// Removes `source`'s cached CUBIN for `sm_{major}{minor}`, so that the next `cubin` compiles it.

@@ -3,7 +3,7 @@
 //! a pointer and its view (`Input`), read through strided views with dims merged on the host;
 //! outputs are contiguous. Nothing here waits for the GPU.
 
-use super::driver::Grid;
+use super::call::Grid;
 use super::launch;
 use super::runtime::Gpu;
 use super::strided::{Strided, strided, views};

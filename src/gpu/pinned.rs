@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::driver::DriverResult;
+use super::call::DriverResult;
 use super::runtime::{Gpu, first_open, gpu};
 use crate::error::{Error, Result};
 
@@ -243,7 +243,7 @@ pub fn pinned_bytes() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::driver::DriverError;
+    use crate::gpu::call::DriverError;
     use crate::gpu::runtime::standalone_emulated;
 
     #[test]

@@ -5,7 +5,7 @@
 //! row), so a result never depends on timing and one long row still fills the GPU. The caller
 //! allocates the partials.
 
-use super::driver::Grid;
+use super::call::Grid;
 use super::launch;
 use super::ops::tag;
 use super::runtime::Gpu;

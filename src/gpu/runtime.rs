@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::args::Arg;
+use super::call::{DriverError, Grid};
 use super::checks::Checks;
 use super::cuda_driver::CudaDriver;
-use super::driver::{Driver, DriverError, Event, Grid};
+use super::driver::{Driver, Event};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use placelab::cuda::{self, emulated};
+use placelab::cuda;
+use placelab::gpu::emulated;
 
 /// The launches queued on the emulated devices while `f` ran, by kernel name (cuBLAS's GEMMs as
 /// `gemm`); counted as they are queued, then the queue is waited for.

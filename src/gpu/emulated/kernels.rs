@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use crate::gpu::args::{Arg, Param};
-use crate::gpu::driver::Grid;
+use crate::gpu::call::Grid;
 
 use super::library::{Invoke, library};
 

@@ -37,7 +37,7 @@ pub(crate) use stream::Event as EmulatedEvent;
 use stream::Stream;
 
 use super::args::{Arg, Param};
-use super::driver::{DriverError, DriverResult, Gemm, Grid};
+use super::call::{DriverError, DriverResult, Gemm, Grid};
 use super::nvrtc::KernelSource;
 use crate::alloc::caching::RawAllocator;
 use crate::alloc::host::HostMemory;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::gpu::driver::{DriverError, DriverResult};
+use crate::gpu::call::{DriverError, DriverResult};
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
