@@ -1,8 +1,8 @@
 //! Compiles `kernels/*.cu`, unchanged, for the host: the emulated CUDA devices run them
 //! (`src/gpu/emulated/`). Each kernel file is compiled after `kernels/host/cuda_host.h` (CUDA's
 //! built-ins on the CPU) and `kernels/common.cuh`, with a table of the kernels that
-//! `src/gpu/launch.rs` declares in that file: the launchers are the one list of kernels, so a
-//! launcher whose kernel is missing fails this build, naming it.
+//! `kernels/declarations.rs` declares in that file: the list `src/gpu/launch.rs` makes the
+//! launchers from, so a launcher whose kernel is missing fails this build, naming it.
 //!
 //! It also writes `host-kernels.rsp` beside them: the compiler's arguments for the same build,
 //! so `.ci/kernel-library.py` can build a shared library from it (a kernel with one change, or
@@ -13,44 +13,26 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// `family in SOURCE for SUFFIXES (...)` lines of `kernels! { ... }`, and the suffix lists.
-fn declared_kernels(launch_rs: &str) -> BTreeMap<String, Vec<String>> {
-    let lists: BTreeMap<&str, Vec<String>> = launch_rs
-        .lines()
-        .filter_map(|l| {
-            let rest = l.trim().strip_prefix("const ")?;
-            let (name, value) = rest.split_once(": &[&str] = &[")?;
-            let items = value.trim_end_matches("];").split(',');
-            Some((
-                name,
-                items
-                    .map(|s| s.trim().trim_matches('"').to_string())
-                    .collect(),
-            ))
-        })
-        .collect();
-    let body = launch_rs
-        .split_once("kernels! {")
-        .expect("src/gpu/launch.rs declares its kernels in `kernels! { … }`")
-        .1;
+// The kernels `kernels/declarations.rs` declares (what `src/gpu/launch.rs` launches), as
+// `DECLARED`: (family, source, suffixes). Their parameters are for the launchers alone.
+macro_rules! kernels {
+    ($($family:ident in $source:ident for $suffixes:ident ($($arg:ident: $t:ty),* $(,)?);)*) => {
+        const DECLARED: &[(&str, &str, &[&str])] =
+            &[$((stringify!($family), stringify!($source), $suffixes)),*];
+    };
+}
+include!("kernels/declarations.rs");
+
+/// The declared kernels' names (`binary_f32`) by the stem of their file (`elementwise`).
+fn declared_kernels() -> BTreeMap<String, Vec<String>> {
     let mut by_source: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in body.lines().map(str::trim).take_while(|l| *l != "}") {
-        let Some((head, _params)) = line.split_once('(') else {
-            continue;
-        };
-        let words: Vec<&str> = head.split_whitespace().collect();
-        let [family, "in", source, "for", suffixes] = words[..] else {
-            panic!("src/gpu/launch.rs: cannot read the kernel declaration {line:?}");
-        };
-        let suffixes = lists
-            .get(suffixes)
-            .unwrap_or_else(|| panic!("src/gpu/launch.rs: no suffix list {suffixes}"));
+    for (family, source, suffixes) in DECLARED {
         let names = by_source.entry(source.to_lowercase()).or_default();
         names.extend(suffixes.iter().map(|s| format!("{family}_{s}")));
     }
     assert!(
         !by_source.is_empty(),
-        "src/gpu/launch.rs declares no kernel"
+        "kernels/declarations.rs declares no kernel"
     );
     by_source
 }
@@ -85,10 +67,8 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let kernels = root.join("kernels");
     println!("cargo:rerun-if-changed=kernels");
-    println!("cargo:rerun-if-changed=src/gpu/launch.rs");
     let sources = copy_sources(&kernels, &out.join("kernels"));
 
-    let launch_rs = std::fs::read_to_string(root.join("src/gpu/launch.rs")).unwrap();
     let host = kernels.join("host");
     let mut build = cc::Build::new();
     build
@@ -104,11 +84,11 @@ fn main() {
 
     let mut index = String::from("#include \"cuda_host.h\"\n#include \"registry.h\"\n");
     let mut tables = Vec::new();
-    for (stem, names) in declared_kernels(&launch_rs) {
+    for (stem, names) in declared_kernels() {
         let cu = sources.join(format!("{stem}.cu"));
         assert!(
             cu.exists(),
-            "kernels/{stem}.cu is named in src/gpu/launch.rs but missing"
+            "kernels/{stem}.cu is named in kernels/declarations.rs but missing"
         );
         let mut text = format!(
             "#include \"cuda_host.h\"\n#include \"common.cuh\"\n#include \"{stem}.cu\"\n#include \"registry.h\"\n\
