@@ -1,6 +1,7 @@
 //! Compiles `kernels/*.cu`, unchanged, for the host: the emulated CUDA devices run them
 //! (`src/gpu/emulated/`). Each kernel file is compiled after `kernels/host/cuda_host.h` (CUDA's
-//! built-ins on the CPU) and `kernels/common.cuh`, with a table of the kernels that
+//! built-ins on the CPU), `ops.cuh` (the op codes of `kernels/codes.rs`, written here as C macros
+//! for both compilers of the kernels) and `kernels/common.cuh`, with a table of the kernels that
 //! `kernels/declarations.rs` declares in that file: the list `src/gpu/launch.rs` makes the
 //! launchers from, so a launcher whose kernel is missing fails this build, naming it.
 //!
@@ -37,6 +38,49 @@ fn declared_kernels() -> BTreeMap<String, Vec<String>> {
     by_source
 }
 
+// The codes of `kernels/codes.rs`, as `CODES`: (Rust type, C prefix, [(variant, code)]).
+macro_rules! op_codes {
+    ($($(#[$doc:meta])* $f:ident($ty:ident) as $prefix:ident { $($v:ident = $c:literal),* $(,)? })*) => {
+        const CODES: &[(&str, &str, &[(&str, i32)])] =
+            &[$((stringify!($ty), stringify!($prefix), &[$((stringify!($v), $c)),*])),*];
+    };
+}
+include!("kernels/codes.rs");
+
+/// `ops.cuh`: a C macro for each code of `kernels/codes.rs` (`#define PL_BINARY_ADD 0`).
+fn ops_header() -> String {
+    let mut h = String::from(
+        "// Written by build.rs from kernels/codes.rs, the one list of the kernels' op codes:\n\
+         // edit that file, not this one.\n",
+    );
+    for (ty, prefix, codes) in CODES {
+        writeln!(h, "\n// {ty}").unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for (variant, code) in *codes {
+            assert!(
+                seen.insert(code),
+                "kernels/codes.rs: {ty} has the code {code} twice"
+            );
+            writeln!(h, "#define {prefix}_{} {code}", capitals(variant)).unwrap();
+        }
+    }
+    h
+}
+
+/// A variant's name as a C macro's: `ReluBackward` is `RELU_BACKWARD`, `BF16` stays `BF16`.
+fn capitals(name: &str) -> String {
+    let mut out = String::new();
+    let mut after_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() && after_lower {
+            out.push('_');
+        }
+        after_lower = c.is_ascii_lowercase();
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
 /// Copies `kernels/*.cu` and `common.cuh` into `dst` (what the host build compiles); returns `dst`.
 fn copy_sources(kernels: &std::path::Path, dst: &std::path::Path) -> PathBuf {
     std::fs::create_dir_all(dst).unwrap();
@@ -68,6 +112,8 @@ fn main() {
     let kernels = root.join("kernels");
     println!("cargo:rerun-if-changed=kernels");
     let sources = copy_sources(&kernels, &out.join("kernels"));
+    // Beside the sources: NVRTC's programs include it from there too (`src/gpu/nvrtc.rs`).
+    std::fs::write(sources.join("ops.cuh"), ops_header()).unwrap();
 
     let host = kernels.join("host");
     let mut build = cc::Build::new();
@@ -91,7 +137,7 @@ fn main() {
             "kernels/{stem}.cu is named in kernels/declarations.rs but missing"
         );
         let mut text = format!(
-            "#include \"cuda_host.h\"\n#include \"common.cuh\"\n#include \"{stem}.cu\"\n#include \"registry.h\"\n\
+            "#include \"cuda_host.h\"\n#include \"ops.cuh\"\n#include \"common.cuh\"\n#include \"{stem}.cu\"\n#include \"registry.h\"\n\
              extern \"C\" const pl_kernel placelab_emu_{stem}[] = {{\n"
         );
         for n in &names {
