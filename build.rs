@@ -1,8 +1,9 @@
 //! Compiles `kernels/*.cu`, unchanged, for the host: the emulated CUDA devices run them
 //! (`src/gpu/emulated/`). Each kernel file is compiled after `kernels/host/cuda_host.h` (CUDA's
-//! built-ins on the CPU) and `kernels/common.cuh`, with a table of the kernels that
-//! `src/gpu/launch.rs` declares in that file: the launchers are the one list of kernels, so a
-//! launcher whose kernel is missing fails this build, naming it.
+//! built-ins on the CPU), `ops.cuh` (the op codes of `kernels/codes.rs`, written here as C macros
+//! for both compilers of the kernels) and `kernels/common.cuh`, with a table of the kernels that
+//! `kernels/declarations.rs` declares in that file: the list `src/gpu/launch.rs` makes the
+//! launchers from, so a launcher whose kernel is missing fails this build, naming it.
 //!
 //! It also writes `host-kernels.rsp` beside them: the compiler's arguments for the same build,
 //! so `.ci/kernel-library.py` can build a shared library from it (a kernel with one change, or
@@ -13,46 +14,71 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-/// `family in SOURCE for SUFFIXES (...)` lines of `kernels! { ... }`, and the suffix lists.
-fn declared_kernels(launch_rs: &str) -> BTreeMap<String, Vec<String>> {
-    let lists: BTreeMap<&str, Vec<String>> = launch_rs
-        .lines()
-        .filter_map(|l| {
-            let rest = l.trim().strip_prefix("const ")?;
-            let (name, value) = rest.split_once(": &[&str] = &[")?;
-            let items = value.trim_end_matches("];").split(',');
-            Some((
-                name,
-                items
-                    .map(|s| s.trim().trim_matches('"').to_string())
-                    .collect(),
-            ))
-        })
-        .collect();
-    let body = launch_rs
-        .split_once("kernels! {")
-        .expect("src/gpu/launch.rs declares its kernels in `kernels! { … }`")
-        .1;
+// The kernels `kernels/declarations.rs` declares (what `src/gpu/launch.rs` launches), as
+// `DECLARED`: (family, source, suffixes). Their parameters are for the launchers alone.
+macro_rules! kernels {
+    ($($family:ident in $source:ident for $suffixes:ident ($($arg:ident: $t:ty),* $(,)?);)*) => {
+        const DECLARED: &[(&str, &str, &[&str])] =
+            &[$((stringify!($family), stringify!($source), $suffixes)),*];
+    };
+}
+include!("kernels/declarations.rs");
+
+/// The declared kernels' names (`binary_f32`) by the stem of their file (`elementwise`).
+fn declared_kernels() -> BTreeMap<String, Vec<String>> {
     let mut by_source: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in body.lines().map(str::trim).take_while(|l| *l != "}") {
-        let Some((head, _params)) = line.split_once('(') else {
-            continue;
-        };
-        let words: Vec<&str> = head.split_whitespace().collect();
-        let [family, "in", source, "for", suffixes] = words[..] else {
-            panic!("src/gpu/launch.rs: cannot read the kernel declaration {line:?}");
-        };
-        let suffixes = lists
-            .get(suffixes)
-            .unwrap_or_else(|| panic!("src/gpu/launch.rs: no suffix list {suffixes}"));
+    for (family, source, suffixes) in DECLARED {
         let names = by_source.entry(source.to_lowercase()).or_default();
         names.extend(suffixes.iter().map(|s| format!("{family}_{s}")));
     }
     assert!(
         !by_source.is_empty(),
-        "src/gpu/launch.rs declares no kernel"
+        "kernels/declarations.rs declares no kernel"
     );
     by_source
+}
+
+// The codes of `kernels/codes.rs`, as `CODES`: (Rust type, C prefix, [(variant, code)]).
+macro_rules! op_codes {
+    ($($(#[$doc:meta])* $f:ident($ty:ident) as $prefix:ident { $($v:ident = $c:literal),* $(,)? })*) => {
+        const CODES: &[(&str, &str, &[(&str, i32)])] =
+            &[$((stringify!($ty), stringify!($prefix), &[$((stringify!($v), $c)),*])),*];
+    };
+}
+include!("kernels/codes.rs");
+
+/// `ops.cuh`: a C macro for each code of `kernels/codes.rs` (`#define PL_BINARY_ADD 0`).
+fn ops_header() -> String {
+    let mut h = String::from(
+        "// Written by build.rs from kernels/codes.rs, the one list of the kernels' op codes:\n\
+         // edit that file, not this one.\n",
+    );
+    for (ty, prefix, codes) in CODES {
+        writeln!(h, "\n// {ty}").unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for (variant, code) in *codes {
+            assert!(
+                seen.insert(code),
+                "kernels/codes.rs: {ty} has the code {code} twice"
+            );
+            writeln!(h, "#define {prefix}_{} {code}", capitals(variant)).unwrap();
+        }
+    }
+    h
+}
+
+/// A variant's name as a C macro's: `ReluBackward` is `RELU_BACKWARD`, `BF16` stays `BF16`.
+fn capitals(name: &str) -> String {
+    let mut out = String::new();
+    let mut after_lower = false;
+    for c in name.chars() {
+        if c.is_ascii_uppercase() && after_lower {
+            out.push('_');
+        }
+        after_lower = c.is_ascii_lowercase();
+        out.push(c.to_ascii_uppercase());
+    }
+    out
 }
 
 /// Copies `kernels/*.cu` and `common.cuh` into `dst` (what the host build compiles); returns `dst`.
@@ -85,10 +111,10 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let kernels = root.join("kernels");
     println!("cargo:rerun-if-changed=kernels");
-    println!("cargo:rerun-if-changed=src/gpu/launch.rs");
     let sources = copy_sources(&kernels, &out.join("kernels"));
+    // Beside the sources: NVRTC's programs include it from there too (`src/gpu/nvrtc.rs`).
+    std::fs::write(sources.join("ops.cuh"), ops_header()).unwrap();
 
-    let launch_rs = std::fs::read_to_string(root.join("src/gpu/launch.rs")).unwrap();
     let host = kernels.join("host");
     let mut build = cc::Build::new();
     build
@@ -104,14 +130,14 @@ fn main() {
 
     let mut index = String::from("#include \"cuda_host.h\"\n#include \"registry.h\"\n");
     let mut tables = Vec::new();
-    for (stem, names) in declared_kernels(&launch_rs) {
+    for (stem, names) in declared_kernels() {
         let cu = sources.join(format!("{stem}.cu"));
         assert!(
             cu.exists(),
-            "kernels/{stem}.cu is named in src/gpu/launch.rs but missing"
+            "kernels/{stem}.cu is named in kernels/declarations.rs but missing"
         );
         let mut text = format!(
-            "#include \"cuda_host.h\"\n#include \"common.cuh\"\n#include \"{stem}.cu\"\n#include \"registry.h\"\n\
+            "#include \"cuda_host.h\"\n#include \"ops.cuh\"\n#include \"common.cuh\"\n#include \"{stem}.cu\"\n#include \"registry.h\"\n\
              extern \"C\" const pl_kernel placelab_emu_{stem}[] = {{\n"
         );
         for n in &names {

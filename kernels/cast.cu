@@ -1,15 +1,8 @@
 // Copies: dtype conversion of a strided view into a contiguous output, strided writes into a
 // view (cat, in-place updates), index_select's gather, and fills.
 
-// DType codes, in the order of `DType::code()` on the host.
-#define DT_F32 0
-#define DT_F64 1
-#define DT_F16 2
-#define DT_BF16 3
-#define DT_I64 4
-#define DT_I32 5
-#define DT_U8 6
-#define DT_BOOL 7
+// The dtype a cast writes, `dst`, is a `PL_DTYPE_*` code of `kernels/codes.rs` (build.rs writes
+// them into the `ops.cuh` read before this file).
 
 template <typename D> struct IsFloat { static const bool value = false; };
 template <> struct IsFloat<float> { static const bool value = true; };
@@ -32,13 +25,14 @@ __device__ void cast_to(u64 n, D* out, const S* in, const Strided& ls) {
     extern "C" __global__ void cast_##NAME(int dst, u64 n, void* out, const S* in,             \
                                            Strided ls) {                                       \
         switch (dst) {                                                                         \
-            case DT_F32: cast_to<S, float>(n, (float*)out, in, ls); break;                     \
-            case DT_F64: cast_to<S, double>(n, (double*)out, in, ls); break;                   \
-            case DT_F16: cast_to<S, f16>(n, (f16*)out, in, ls); break;                         \
-            case DT_BF16: cast_to<S, bf16>(n, (bf16*)out, in, ls); break;                      \
-            case DT_I64: cast_to<S, i64>(n, (i64*)out, in, ls); break;                         \
-            case DT_I32: cast_to<S, int>(n, (int*)out, in, ls); break;                         \
-            case DT_U8: cast_to<S, u8>(n, (u8*)out, in, ls); break;                            \
+            case PL_DTYPE_F32: cast_to<S, float>(n, (float*)out, in, ls); break;               \
+            case PL_DTYPE_F64: cast_to<S, double>(n, (double*)out, in, ls); break;             \
+            case PL_DTYPE_F16: cast_to<S, f16>(n, (f16*)out, in, ls); break;                   \
+            case PL_DTYPE_BF16: cast_to<S, bf16>(n, (bf16*)out, in, ls); break;                \
+            case PL_DTYPE_I64: cast_to<S, i64>(n, (i64*)out, in, ls); break;                   \
+            case PL_DTYPE_I32: cast_to<S, int>(n, (int*)out, in, ls); break;                   \
+            case PL_DTYPE_U8: cast_to<S, u8>(n, (u8*)out, in, ls); break;                      \
+            case PL_DTYPE_BOOL:                                                                \
             default: cast_to<S, bool>(n, (bool*)out, in, ls); break;                           \
         }                                                                                      \
     }

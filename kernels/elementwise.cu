@@ -1,22 +1,24 @@
 // Element-wise kernels: binary arithmetic, comparisons, unary math, clamp and where, with
 // broadcasting through strided views. The output is always contiguous; each input is read through
-// its own `Strided` view of the output's shape. Op codes match `cuda/ops.rs`.
+// its own `Strided` view of the output's shape. The op codes (`PL_BINARY_ADD` …) are those of
+// `kernels/codes.rs`, which build.rs writes into the `ops.cuh` read before this file.
 
 // ---- binary ------------------------------------------------------------------------------------
-// 0 add, 1 sub, 2 mul, 3 div, 4 pow, 5 maximum, 6 minimum, 7 ReLU's gradient (a where b > 0 or
-// NaN, else 0: PyTorch's threshold_backward)
+// `PL_BINARY_*`: add, sub, mul, div, pow, maximum, minimum, and ReLU's gradient (RELU_BACKWARD: a
+// where b > 0 or NaN, else 0: PyTorch's threshold_backward)
 
 // NaN wins in maximum/minimum, as in torch.maximum.
 template <typename A> struct Binary {  // f32 and f64 (f16/bf16 compute in f32)
     static __device__ __forceinline__ A apply(int op, A a, A b) {
         switch (op) {
-            case 0: return a + b;
-            case 1: return a - b;
-            case 2: return a * b;
-            case 3: return a / b;
-            case 4: return pow(a, b);
-            case 5: return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
-            case 7: return b <= (A)0 ? (A)0 : a;
+            case PL_BINARY_ADD: return a + b;
+            case PL_BINARY_SUB: return a - b;
+            case PL_BINARY_MUL: return a * b;
+            case PL_BINARY_DIV: return a / b;
+            case PL_BINARY_POW: return pow(a, b);
+            case PL_BINARY_MAXIMUM: return isnan(a) ? a : (isnan(b) ? b : (a > b ? a : b));
+            case PL_BINARY_RELU_BACKWARD: return b <= (A)0 ? (A)0 : a;
+            case PL_BINARY_MINIMUM:
             default: return isnan(a) ? a : (isnan(b) ? b : (a < b ? a : b));
         }
     }
@@ -39,17 +41,18 @@ template <typename A, typename U> struct IntBinary {
     }
     static __device__ __forceinline__ A apply(int op, A a, A b) {
         switch (op) {
-            case 0: return (A)((U)a + (U)b);
-            case 1: return (A)((U)a - (U)b);
-            case 2: return (A)((U)a * (U)b);
-            case 3:
+            case PL_BINARY_ADD: return (A)((U)a + (U)b);
+            case PL_BINARY_SUB: return (A)((U)a - (U)b);
+            case PL_BINARY_MUL: return (A)((U)a * (U)b);
+            case PL_BINARY_DIV:
                 if (b == 0) return 0;
                 // MIN / -1 wraps to MIN (signed types only: for u8, (A)-1 is 255)
                 if ((A)-1 < (A)0 && b == (A)-1) return (A)((U)0 - (U)a);
                 return a / b;
-            case 4: return wrapping_pow(a, b);
-            case 5: return a > b ? a : b;
-            case 7: return b <= (A)0 ? (A)0 : a;
+            case PL_BINARY_POW: return wrapping_pow(a, b);
+            case PL_BINARY_MAXIMUM: return a > b ? a : b;
+            case PL_BINARY_RELU_BACKWARD: return b <= (A)0 ? (A)0 : a;
+            case PL_BINARY_MINIMUM:
             default: return a < b ? a : b;
         }
     }
@@ -62,13 +65,14 @@ template <> struct Binary<u8> : IntBinary<u8, u8> {};
 template <> struct Binary<bool> {
     static __device__ __forceinline__ bool apply(int op, bool a, bool b) {
         switch (op) {
-            case 0: return a || b;
-            case 1: return a != b;
-            case 2: return a && b;
-            case 3: return a;
-            case 4: return a || !b;
-            case 5: return a || b;
-            case 7: return a && b;
+            case PL_BINARY_ADD: return a || b;
+            case PL_BINARY_SUB: return a != b;
+            case PL_BINARY_MUL: return a && b;
+            case PL_BINARY_DIV: return a;
+            case PL_BINARY_POW: return a || !b;
+            case PL_BINARY_MAXIMUM: return a || b;
+            case PL_BINARY_RELU_BACKWARD: return a && b;
+            case PL_BINARY_MINIMUM:
             default: return a && b;
         }
     }
@@ -108,15 +112,16 @@ __device__ void binary_kernel(int op, u64 n, T* out, const T* a, const Strided& 
 FOR_ALL_DTYPES(BINARY)
 
 // ---- comparisons ---------------------------------------------------------------------------------
-// 0 eq, 1 ne, 2 lt, 3 le, 4 gt, 5 ge. NaN compares unequal to everything.
+// `PL_CMP_*`: eq, ne, lt, le, gt, ge. NaN compares unequal to everything.
 
 template <typename A> __device__ __forceinline__ bool compare(int op, A a, A b) {
     switch (op) {
-        case 0: return a == b;
-        case 1: return a != b;
-        case 2: return a < b;
-        case 3: return a <= b;
-        case 4: return a > b;
+        case PL_CMP_EQ: return a == b;
+        case PL_CMP_NE: return a != b;
+        case PL_CMP_LT: return a < b;
+        case PL_CMP_LE: return a <= b;
+        case PL_CMP_GT: return a > b;
+        case PL_CMP_GE:
         default: return a >= b;
     }
 }
@@ -156,21 +161,22 @@ FOR_HALF_DTYPES(BINARY_NUMBER)
 FOR_HALF_DTYPES(COMPARE_NUMBER)
 
 // ---- unary ---------------------------------------------------------------------------------------
-// 0 neg, 1 abs, 2 relu (every dtype); 3 exp, 4 log, 5 sqrt, 6 sigmoid, 7 tanh, 8 gelu,
-// 9 gelu_backward (float dtypes only; the host promotes integers first).
+// `PL_UNARY_*`: neg, abs, relu (every dtype); exp, log, sqrt, sigmoid, tanh, gelu,
+// gelu_backward (GELU_DERIVATIVE) (float dtypes only; the host promotes integers first).
 
 template <typename A> struct Unary {  // f32 and f64
     static __device__ __forceinline__ A apply(int op, A x) {
         switch (op) {
-            case 0: return -x;
-            case 1: return fabs(x);
-            case 2: return (x > (A)0 || isnan(x)) ? x : (A)0;
-            case 3: return exp(x);
-            case 4: return log(x);
-            case 5: return sqrt(x);
-            case 6: return (A)1 / ((A)1 + exp(-x));
-            case 7: return tanh(x);
-            case 8: return (A)0.5 * x * ((A)1 + erf(x * (A)0.70710678118654752440));
+            case PL_UNARY_NEG: return -x;
+            case PL_UNARY_ABS: return fabs(x);
+            case PL_UNARY_RELU: return (x > (A)0 || isnan(x)) ? x : (A)0;
+            case PL_UNARY_EXP: return exp(x);
+            case PL_UNARY_LOG: return log(x);
+            case PL_UNARY_SQRT: return sqrt(x);
+            case PL_UNARY_SIGMOID: return (A)1 / ((A)1 + exp(-x));
+            case PL_UNARY_TANH: return tanh(x);
+            case PL_UNARY_GELU: return (A)0.5 * x * ((A)1 + erf(x * (A)0.70710678118654752440));
+            case PL_UNARY_GELU_DERIVATIVE:
             default: {
                 // Φ(x) + x·φ(x), in f64 as the CPU backend computes it.
                 double d = (double)x;
@@ -186,8 +192,9 @@ template <typename A, typename U> struct IntUnary {
     static __device__ __forceinline__ A apply(int op, A x) {
         A neg = (A)((U)0 - (U)x);
         switch (op) {
-            case 0: return neg;
-            case 1: return x < (A)0 ? neg : x;
+            case PL_UNARY_NEG: return neg;
+            case PL_UNARY_ABS: return x < (A)0 ? neg : x;
+            case PL_UNARY_RELU:
             default: return x > (A)0 ? x : (A)0;
         }
     }

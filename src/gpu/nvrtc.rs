@@ -9,7 +9,12 @@ use cudarc::nvrtc::{result, sys};
 use crate::device::guard::guarded;
 use crate::error::{Error, Result};
 
-/// Text placed before every kernel file: element types, conversions and strided indexing.
+/// Text placed before every kernel file: the op codes the kernels switch on (`PL_BINARY_ADD` …),
+/// which `build.rs` writes from `kernels/codes.rs` for the host build too.
+const OPS: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels/ops.cuh"));
+
+/// Text placed before every kernel file, after `OPS`: element types, conversions and strided
+/// indexing.
 const COMMON: &str = include_str!("../../kernels/common.cuh");
 
 /// One kernel file of `kernels/`.
@@ -41,11 +46,11 @@ pub const OPTIM: KernelSource = KernelSource {
 pub const SOURCES: [KernelSource; 4] = [ELEMENTWISE, CAST, REDUCE, OPTIM];
 
 impl KernelSource {
-    /// What NVRTC compiles: the common header, then the file, with `#line` so that errors name
-    /// the file and line of `kernels/`.
+    /// What NVRTC compiles: the op codes, the common header, then the file, with `#line` so that
+    /// errors name the file and line of `kernels/` (or `ops.cuh`, in the build's output).
     pub fn program(&self) -> String {
         format!(
-            "#line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
+            "#line 1 \"ops.cuh\"\n{OPS}\n#line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
             self.name, self.text
         )
     }

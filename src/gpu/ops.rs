@@ -29,19 +29,21 @@ pub(crate) fn tag(d: DType) -> &'static str {
     }
 }
 
-/// The dtype codes of `kernels/cast.cu` (`DT_F32` …).
-fn code(d: DType) -> i32 {
-    match d {
-        DType::F32 => 0,
-        DType::F64 => 1,
-        DType::F16 => 2,
-        DType::BF16 => 3,
-        DType::I64 => 4,
-        DType::I32 => 5,
-        DType::U8 => 6,
-        DType::Bool => 7,
-    }
+// `binary_code`, `compare_code`, `unary_code` and `dtype_code`: each enum's codes in the kernels
+// (`PL_BINARY_ADD` …), from `kernels/codes.rs`, where `build.rs` reads them for the kernels.
+macro_rules! op_codes {
+    ($($(#[$doc:meta])* $f:ident($ty:ident) as $prefix:ident { $($v:ident = $c:literal),* $(,)? })*) => {
+        $(
+            $(#[$doc])*
+            fn $f(op: $ty) -> i32 {
+                match op {
+                    $($ty::$v => $c,)*
+                }
+            }
+        )*
+    };
 }
+include!("../../kernels/codes.rs");
 
 /// The copy and fill kernels move bits: one per element width.
 fn width_tag(d: DType) -> &'static str {
@@ -82,19 +84,6 @@ pub(super) fn elementwise_grid(n: usize) -> Grid {
     }
 }
 
-fn binary_code(op: BinaryOp) -> i32 {
-    match op {
-        BinaryOp::Add => 0,
-        BinaryOp::Sub => 1,
-        BinaryOp::Mul => 2,
-        BinaryOp::Div => 3,
-        BinaryOp::Pow => 4,
-        BinaryOp::Maximum => 5,
-        BinaryOp::Minimum => 6,
-        BinaryOp::ReluBackward => 7,
-    }
-}
-
 /// `out = a op b` over `a`'s view (`b`'s view has the same shape), in `dtype`.
 pub(crate) fn binary(
     g: &Gpu,
@@ -114,17 +103,6 @@ pub(crate) fn binary(
         a,
         b,
     )
-}
-
-fn compare_code(op: CmpOp) -> i32 {
-    match op {
-        CmpOp::Eq => 0,
-        CmpOp::Ne => 1,
-        CmpOp::Lt => 2,
-        CmpOp::Le => 3,
-        CmpOp::Gt => 4,
-        CmpOp::Ge => 5,
-    }
 }
 
 /// `out = a op b` as bools, the inputs in `dtype`.
@@ -236,18 +214,7 @@ fn map_one(
 }
 
 pub(crate) fn unary(g: &Gpu, op: UnaryOp, dtype: DType, out: u64, a: Input) -> Result<()> {
-    let oc: i32 = match op {
-        UnaryOp::Neg => 0,
-        UnaryOp::Abs => 1,
-        UnaryOp::Relu => 2,
-        UnaryOp::Exp => 3,
-        UnaryOp::Log => 4,
-        UnaryOp::Sqrt => 5,
-        UnaryOp::Sigmoid => 6,
-        UnaryOp::Tanh => 7,
-        UnaryOp::Gelu => 8,
-        UnaryOp::GeluDerivative => 9,
-    };
+    let oc = unary_code(op);
     map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
         launch::unary(g, t, cfg, op.name(), oc, n, po, pa, v)
     })
@@ -304,7 +271,7 @@ pub(crate) fn where_(
 /// A contiguous copy of the view of `a` (in `from`), converted to `to`.
 pub(crate) fn cast(g: &Gpu, from: DType, to: DType, out: u64, a: Input) -> Result<()> {
     map_one("to_dtype", from, out, a, |t, cfg, [n, po, pa], v| {
-        launch::cast(g, t, cfg, "to_dtype", code(to), n, po, pa, v)
+        launch::cast(g, t, cfg, "to_dtype", dtype_code(to), n, po, pa, v)
     })
 }
 
