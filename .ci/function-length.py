@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Fails when a function in the given directories is longer than the limit (the front end's
-rule: a function a reader takes in at once, ARCHITECTURE.md). Lines are counted from `fn` to
+"""Fails when a function in the given directories is longer than the limit (the rule for all
+of src/: a function a reader takes in at once, ARCHITECTURE.md). Lines are counted from `fn` to
 the closing brace; comments, strings and char literals are blanked first, so their braces do
 not count. Nested functions and closures count inside the function that holds them, and alone.
 

@@ -126,20 +126,7 @@ impl fmt::Display for Error {
                 arg_device,
                 first_arg,
                 first_device,
-            } => {
-                // Suggest moving toward the GPU, the usual intent; between two GPUs, toward the first.
-                let (target, stays) = if arg_device.is_cuda() && !first_device.is_cuda() {
-                    (arg_device, first_device)
-                } else {
-                    (first_device, arg_device)
-                };
-                write!(
-                    f,
-                    "device mismatch in {op}: `{first_arg}` is on {first_device} but `{arg}` is on {arg_device}.\n\
-                     Tensors must share a device; move one first, e.g. `.to(&{})?` on the tensor that is on {stays}.",
-                    target.rust_expr()
-                )
-            }
+            } => device_mismatch(f, op, (arg, arg_device), (first_arg, first_device)),
             Error::ShapeMismatch { op, lhs, rhs, why } => {
                 write!(f, "shape mismatch in {op}: {lhs:?} and {rhs:?}: {why}")
             }
@@ -149,22 +136,7 @@ impl fmt::Display for Error {
             Error::UnsupportedDType { op, dtype, hint } => {
                 write!(f, "{op} is not supported for dtype {dtype}. {hint}")
             }
-            Error::DimOutOfRange { op, dim, rank } => {
-                if *rank == 0 {
-                    write!(
-                        f,
-                        "dimension {dim} out of range in {op}: the tensor is 0-dimensional and has no dimensions to index; reshape it first, e.g. `x.reshape([1])?`."
-                    )
-                } else {
-                    let r = *rank as i64;
-                    write!(
-                        f,
-                        "dimension {dim} out of range in {op}: the tensor has {rank} dimension(s), so dims go from {} to {}.",
-                        -r,
-                        r - 1
-                    )
-                }
-            }
+            Error::DimOutOfRange { op, dim, rank } => dim_out_of_range(f, op, *dim, *rank),
             Error::IndexOutOfRange {
                 op,
                 index,
@@ -191,42 +163,18 @@ impl fmt::Display for Error {
                 total,
                 allocated,
                 reserved,
-            } => write!(
-                f,
-                "out of memory on {device}: tried to allocate {} but only {} of {} is free \
-                 ({} allocated by tensors, {} reserved by the cache; the cache was already released). \
-                 Free tensors you no longer need (`drop(x)` / `:del x`), use a smaller size or a lower-precision dtype, or move work to another device.",
-                human_bytes(*requested),
-                human_bytes(*free),
-                human_bytes(*total),
-                human_bytes(*allocated),
-                human_bytes(*reserved)
-            ),
+            } => out_of_memory(f, device, requested, free, total, allocated, reserved),
             Error::PinnedOutOfMemory {
                 requested,
                 released,
                 held,
                 available,
-            } => write!(
-                f,
-                "could not pin {} of host memory: the driver refused to page-lock it, also after \
-                 the pinned cache gave back {} ({} held by pinned tensors, {} of host memory \
-                 available). Pin less at once (smaller batches), drop pinned tensors you no longer \
-                 need, or leave the data pageable (no `pin_memory()`).",
-                human_bytes(*requested),
-                human_bytes(*released),
-                human_bytes(*held),
-                human_bytes(*available)
-            ),
+            } => pinned_out_of_memory(f, *requested, *released, *held, *available),
             Error::SizeOverflow { op, shape } => write!(
                 f,
                 "shape {shape:?} in {op} has more elements or bytes than this machine can address; use a smaller shape."
             ),
-            Error::KernelCompile { kernel, arch, log } => write!(
-                f,
-                "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\nThe kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names. Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
-                log.trim_end()
-            ),
+            Error::KernelCompile { kernel, arch, log } => kernel_compile(f, kernel, arch, log),
             Error::LibraryMissing { what } => write!(f, "{what}"),
             Error::Cuda { op, device, msg } => write!(
                 f,
@@ -245,14 +193,117 @@ impl fmt::Display for Error {
                 op,
                 tensor,
                 requested,
-            } => write!(
-                f,
-                "{op}: the tensor holds {tensor} but {requested} was requested; convert first with `x.to_dtype(DType::{})?` or read it as {}.",
-                requested.variant_name(),
-                tensor.rust_type()
-            ),
+            } => element_type(f, op, *tensor, *requested),
         }
     }
+}
+
+/// `DeviceMismatch`'s message: `(arg, its device)` against `(first_arg, its device)`.
+fn device_mismatch(
+    f: &mut fmt::Formatter<'_>,
+    op: &str,
+    (arg, arg_device): (&str, &Device),
+    (first_arg, first_device): (&str, &Device),
+) -> fmt::Result {
+    // Suggest moving toward the GPU, the usual intent; between two GPUs, toward the first.
+    let (target, stays) = if arg_device.is_cuda() && !first_device.is_cuda() {
+        (arg_device, first_device)
+    } else {
+        (first_device, arg_device)
+    };
+    write!(
+        f,
+        "device mismatch in {op}: `{first_arg}` is on {first_device} but `{arg}` is on {arg_device}.\n\
+         Tensors must share a device; move one first, e.g. `.to(&{})?` on the tensor that is on {stays}.",
+        target.rust_expr()
+    )
+}
+
+/// `DimOutOfRange`'s message: the range of dims, or for a 0-dimensional tensor, that it has none.
+fn dim_out_of_range(f: &mut fmt::Formatter<'_>, op: &str, dim: i64, rank: usize) -> fmt::Result {
+    if rank == 0 {
+        write!(
+            f,
+            "dimension {dim} out of range in {op}: the tensor is 0-dimensional and has no dimensions to index; reshape it first, e.g. `x.reshape([1])?`."
+        )
+    } else {
+        let r = rank as i64;
+        write!(
+            f,
+            "dimension {dim} out of range in {op}: the tensor has {rank} dimension(s), so dims go from {} to {}.",
+            -r,
+            r - 1
+        )
+    }
+}
+
+/// `OutOfMemory`'s message: what was asked against what the device has free and what the
+/// allocator holds.
+fn out_of_memory(
+    f: &mut fmt::Formatter<'_>,
+    device: &Device,
+    requested: &usize,
+    free: &usize,
+    total: &usize,
+    allocated: &usize,
+    reserved: &usize,
+) -> fmt::Result {
+    write!(
+        f,
+        "out of memory on {device}: tried to allocate {} but only {} of {} is free \
+         ({} allocated by tensors, {} reserved by the cache; the cache was already released). \
+         Free tensors you no longer need (`drop(x)` / `:del x`), use a smaller size or a lower-precision dtype, or move work to another device.",
+        human_bytes(*requested),
+        human_bytes(*free),
+        human_bytes(*total),
+        human_bytes(*allocated),
+        human_bytes(*reserved)
+    )
+}
+
+/// `PinnedOutOfMemory`'s message.
+fn pinned_out_of_memory(
+    f: &mut fmt::Formatter<'_>,
+    requested: usize,
+    released: usize,
+    held: usize,
+    available: usize,
+) -> fmt::Result {
+    write!(
+        f,
+        "could not pin {} of host memory: the driver refused to page-lock it, also after \
+         the pinned cache gave back {} ({} held by pinned tensors, {} of host memory \
+         available). Pin less at once (smaller batches), drop pinned tensors you no longer \
+         need, or leave the data pageable (no `pin_memory()`).",
+        human_bytes(requested),
+        human_bytes(released),
+        human_bytes(held),
+        human_bytes(available)
+    )
+}
+
+/// `KernelCompile`'s message: NVRTC's log, then where the sources are and what else may be wrong.
+fn kernel_compile(f: &mut fmt::Formatter<'_>, kernel: &str, arch: &str, log: &str) -> fmt::Result {
+    write!(
+        f,
+        "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\nThe kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names. Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
+        log.trim_end()
+    )
+}
+
+/// `ElementType`'s message: how to convert the tensor, or which Rust type reads it as it is.
+fn element_type(
+    f: &mut fmt::Formatter<'_>,
+    op: &str,
+    tensor: DType,
+    requested: DType,
+) -> fmt::Result {
+    write!(
+        f,
+        "{op}: the tensor holds {tensor} but {requested} was requested; convert first with `x.to_dtype(DType::{})?` or read it as {}.",
+        requested.variant_name(),
+        tensor.rust_type()
+    )
 }
 
 impl std::error::Error for Error {}

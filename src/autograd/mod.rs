@@ -225,29 +225,7 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
             "this tensor does not require grad and was not computed from one that does; call `.requires_grad_(true)?` on the leaves (parameters) before computing with them",
         ));
     }
-    let seed = match gradient {
-        Some(g) => {
-            if g.shape() != root.shape() {
-                return Err(Error::ShapeMismatch {
-                    op: "backward",
-                    lhs: root.shape().to_vec(),
-                    rhs: g.shape().to_vec(),
-                    why: "the gradient must have the shape of the tensor".into(),
-                });
-            }
-            g.to(&root.device())?.to_dtype(root.dtype())?.detach()
-        }
-        None if root.numel() == 1 => root.detach().ones_like()?,
-        None => {
-            return Err(Error::invalid(
-                "backward",
-                format!(
-                    "the gradient can only be implied for a one-element tensor (a loss), this one has shape {:?}; reduce it (e.g. `.sum_all()?`) or use `backward_with(&gradient)`",
-                    root.shape()
-                ),
-            ));
-        }
-    };
+    let seed = seed(root, gradient)?;
     let _phase = crate::profile::phase(crate::profile::Phase::Backward);
     // Dropped before the phase: the graph walk's own time, in the backward phase.
     let _engine = crate::profile::frame("autograd engine", root.device());
@@ -267,15 +245,7 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
                 }
                 Target::Node(node) => node,
             };
-            let Backward { saved, f } = node.backward.lock().unwrap_or_else(|e| e.into_inner()).take().ok_or_else(|| {
-                Error::invalid(
-                    "backward",
-                    format!(
-                        "the graph through `{}` was already used by an earlier backward and its saved tensors were freed; recompute the forward pass before calling backward again",
-                        node.op
-                    ),
-                )
-            })?;
+            let Backward { saved, f } = take_backward(&node)?;
             // This node's saved tensors are freed by the formula, before the nodes below it run.
             let input_grads = {
                 let _grad_fn = crate::profile::grad_fn(node.op);
@@ -285,23 +255,74 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
                 let (Some(edge), Some(ig)) = (edge, ig) else {
                     continue;
                 };
-                // Gradients live where their tensor lives, in its dtype.
-                let ig = ig.to_dtype(edge.dtype)?;
-                let ig = if ig.device() != edge.device {
-                    ig.to(&edge.device)?
-                } else {
-                    ig
-                };
-                let k = edge.to.key();
-                let sum = match grads.remove(&k) {
-                    Some(prev) => prev.add(&ig)?,
-                    None => ig,
-                };
-                grads.insert(k, sum);
+                send_along(&mut grads, edge, ig)?;
             }
         }
         Ok(())
     })
+}
+
+/// The gradient backward starts from: `gradient` on `root`'s device and in its dtype, or 1 for
+/// a one-element `root` (a loss).
+fn seed(root: &Tensor, gradient: Option<&Tensor>) -> Result<Tensor> {
+    match gradient {
+        Some(g) => {
+            if g.shape() != root.shape() {
+                return Err(Error::ShapeMismatch {
+                    op: "backward",
+                    lhs: root.shape().to_vec(),
+                    rhs: g.shape().to_vec(),
+                    why: "the gradient must have the shape of the tensor".into(),
+                });
+            }
+            Ok(g.to(&root.device())?.to_dtype(root.dtype())?.detach())
+        }
+        None if root.numel() == 1 => root.detach().ones_like(),
+        None => Err(Error::invalid(
+            "backward",
+            format!(
+                "the gradient can only be implied for a one-element tensor (a loss), this one has shape {:?}; reduce it (e.g. `.sum_all()?`) or use `backward_with(&gradient)`",
+                root.shape()
+            ),
+        )),
+    }
+}
+
+/// `node`'s backward formula and saved tensors, taken: an error if an earlier backward took them.
+fn take_backward(node: &Node) -> Result<Backward> {
+    let taken = node
+        .backward
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    taken.ok_or_else(|| {
+        Error::invalid(
+            "backward",
+            format!(
+                "the graph through `{}` was already used by an earlier backward and its saved tensors were freed; recompute the forward pass before calling backward again",
+                node.op
+            ),
+        )
+    })
+}
+
+/// Adds `grad` into what `edge`'s input has gathered so far, in its dtype and on its device
+/// (gradients live where their tensor lives).
+#[inline]
+fn send_along(grads: &mut HashMap<usize, Tensor>, edge: &Edge, grad: Tensor) -> Result<()> {
+    let grad = grad.to_dtype(edge.dtype)?;
+    let grad = if grad.device() != edge.device {
+        grad.to(&edge.device)?
+    } else {
+        grad
+    };
+    let k = edge.to.key();
+    let sum = match grads.remove(&k) {
+        Some(prev) => prev.add(&grad)?,
+        None => grad,
+    };
+    grads.insert(k, sum);
+    Ok(())
 }
 
 /// Every tensor the graph behind `root` has saved for its backward pass and not yet freed, each

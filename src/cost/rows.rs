@@ -121,6 +121,7 @@ pub fn price(row: &Row, rows: &[Row]) -> Option<Priced> {
     }
 }
 
+/// How the model prices an op timed whole (a `bench` "op" row), if it knows the op.
 fn whole_op(name: &str, rows: &[Row]) -> Option<Priced> {
     const TEN_M: u64 = 10_000_000 * F32;
     let whole = |work: Vec<Work>| {
@@ -131,35 +132,10 @@ fn whole_op(name: &str, rows: &[Row]) -> Option<Priced> {
     };
     let tiny = streaming(4 * F32);
     if let Some(rest) = name.strip_prefix("matmul 4096^3 ") {
-        let arithmetic = match rest {
-            "f32" => Arithmetic::F32,
-            "f32 tf32" => Arithmetic::Tf32,
-            "bf16" => Arithmetic::Bf16,
-            "f16" => Arithmetic::F16,
-            _ => return None,
-        };
-        return whole(vec![gemm(4096, 4096, 4096, arithmetic)]);
+        return big_matmul(rest);
     }
     if let Some(step) = name.strip_prefix("step ") {
-        let label = match step {
-            "784-128-10 b64" => "batch 64",
-            "784-128-10 b1024" => "batch 1024",
-            "1024-4096-4096-10 b1024" => "1024-4096-4096-10 batch 1024",
-            _ => return None,
-        };
-        let mlp = Mlp::named(label)?;
-        let (mut ops, mut work) = (0, Vec::new());
-        for r in rows.iter().filter(|r| r.bench == "profile") {
-            let Some((l, op)) = r.name.split_once(", ") else {
-                continue;
-            };
-            if l == label {
-                let (phase, op) = op.split_once(": ")?;
-                ops += r.calls as usize;
-                work.extend(profiled_row(&mlp, phase, op, r.calls)?);
-            }
-        }
-        return (ops > 0).then_some(Priced::Step { ops, work });
+        return training_step(step, rows);
     }
     let sweep = |rest: &str| -> Option<u64> {
         let shift: u32 = rest.strip_suffix(" f32 queued")?.parse().ok()?;
@@ -202,6 +178,45 @@ fn whole_op(name: &str, rows: &[Row]) -> Option<Priced> {
         }),
         _ => None,
     }
+}
+
+/// A 4096³ matmul timed whole, of the arithmetic `rest` names ("f32 tf32", "bf16", …).
+fn big_matmul(rest: &str) -> Option<Priced> {
+    let arithmetic = match rest {
+        "f32" => Arithmetic::F32,
+        "f32 tf32" => Arithmetic::Tf32,
+        "bf16" => Arithmetic::Bf16,
+        "f16" => Arithmetic::F16,
+        _ => return None,
+    };
+    Some(Priced::Whole {
+        host_ops: 1.0,
+        work: vec![gemm(4096, 4096, 4096, arithmetic)],
+    })
+}
+
+/// A whole training step (`step` as "784-128-10 b64"), priced from the same run's profiled
+/// rows of that step: every op of it, and its work.
+fn training_step(step: &str, rows: &[Row]) -> Option<Priced> {
+    let label = match step {
+        "784-128-10 b64" => "batch 64",
+        "784-128-10 b1024" => "batch 1024",
+        "1024-4096-4096-10 b1024" => "1024-4096-4096-10 batch 1024",
+        _ => return None,
+    };
+    let mlp = Mlp::named(label)?;
+    let (mut ops, mut work) = (0, Vec::new());
+    for r in rows.iter().filter(|r| r.bench == "profile") {
+        let Some((l, op)) = r.name.split_once(", ") else {
+            continue;
+        };
+        if l == label {
+            let (phase, op) = op.split_once(": ")?;
+            ops += r.calls as usize;
+            work.extend(profiled_row(&mlp, phase, op, r.calls)?);
+        }
+    }
+    (ops > 0).then_some(Priced::Step { ops, work })
 }
 
 /// An MLP of `gpu.rs`'s profiled steps: its widths and batch, trained in f32 with SGD.

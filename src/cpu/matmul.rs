@@ -1,6 +1,8 @@
 //! Matrix products on host slices. Floats go to the `gemm` crate (AVX-512 kernels chosen at run
 //! time, strided operands without copies); integers use a plain loop with i64 accumulation.
 
+use gemm_common::Parallelism;
+
 use crate::dtype::Element;
 
 /// One operand of a batch of products: the offset of each batch's matrix, and the row and
@@ -33,6 +35,78 @@ pub trait Matmul: Element {
         accumulate: bool,
         out: &mut [Self],
     );
+}
+
+/// Runs the `batch` products whose `m × n` outputs lie one after another in `out`, on as many
+/// threads as pay. `rows(dst, i, count, skip, par)` computes `count` rows of batch `i`'s product
+/// into `dst`, starting `skip` elements into its `a`, with `gemm`'s own parallelism `par`.
+fn run_products<T, F>(
+    out: &mut [T],
+    batch: usize,
+    (m, n, k): (usize, usize, usize),
+    a_row_stride: usize,
+    rows: &F,
+) where
+    F: Fn(&mut [T], usize, usize, usize, Parallelism) + Sync,
+{
+    let threads = rayon::current_num_threads();
+    let size = (m * n).max(1);
+    if m * n * k < SPLIT_FLOPS || threads == 1 {
+        for (i, dst) in out.chunks_mut(size).enumerate().take(batch) {
+            rows(dst, i, m, 0, Parallelism::None);
+        }
+    } else if batch == 1 && m >= 2 * MIN_SPLIT_ROWS {
+        split_by_rows(out, (m, n), a_row_stride, threads, rows);
+    } else if batch == 1 {
+        rows(out, 0, m, 0, Parallelism::Rayon(0));
+    } else {
+        split_by_products(out, batch, (m, size), threads, rows);
+    }
+}
+
+/// One product split by output rows, at least `MIN_SPLIT_ROWS` a part: each part runs `gemm` on
+/// its rows.
+fn split_by_rows<T, F>(
+    out: &mut [T],
+    (m, n): (usize, usize),
+    a_row_stride: usize,
+    threads: usize,
+    rows: &F,
+) where
+    F: Fn(&mut [T], usize, usize, usize, Parallelism) + Sync,
+{
+    let per = m.div_ceil(threads).max(MIN_SPLIT_ROWS);
+    let ptr = super::SendPtr(out.as_mut_ptr());
+    super::fork::split(m.div_ceil(per), &|t| {
+        let part_rows = per.min(m - t * per);
+        let p = ptr;
+        // SAFETY: each part's rows of `out` are disjoint and inside it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.0.add(t * per * n), part_rows * n) };
+        let skip = t * per * a_row_stride;
+        rows(dst, 0, part_rows, skip, Parallelism::None);
+    });
+}
+
+/// Several products, each `m` rows and `size` elements of `out`: each part runs whole products.
+fn split_by_products<T, F>(
+    out: &mut [T],
+    batch: usize,
+    (m, size): (usize, usize),
+    threads: usize,
+    rows: &F,
+) where
+    F: Fn(&mut [T], usize, usize, usize, Parallelism) + Sync,
+{
+    let per = batch.div_ceil(threads);
+    let ptr = super::SendPtr(out.as_mut_ptr());
+    super::fork::split(batch.div_ceil(per), &|t| {
+        for i in t * per..((t + 1) * per).min(batch) {
+            let p = ptr;
+            // SAFETY: each batch's product is a disjoint `m × n` block of `out`.
+            let dst = unsafe { std::slice::from_raw_parts_mut(p.0.add(i * size), size) };
+            rows(dst, i, m, 0, Parallelism::None);
+        }
+    });
 }
 
 macro_rules! gemm_float {
@@ -99,43 +173,7 @@ macro_rules! gemm_float {
                         )
                     }
                 };
-                let one = |dst: &mut [$t], i: usize, par| one_rows(dst, i, m, 0, par);
-                let flops = m * n * k;
-                let threads = rayon::current_num_threads();
-                let size = (m * n).max(1);
-                let ptr = super::SendPtr(out.as_mut_ptr());
-                if flops < SPLIT_FLOPS || threads == 1 {
-                    for (i, dst) in out.chunks_mut(size).enumerate().take(batch) {
-                        one(dst, i, gemm_common::Parallelism::None);
-                    }
-                } else if batch == 1 && m >= 2 * MIN_SPLIT_ROWS {
-                    // One product, split by output rows: each part runs `gemm` on its rows.
-                    let per = m.div_ceil(threads).max(MIN_SPLIT_ROWS);
-                    super::fork::split(m.div_ceil(per), &|t| {
-                        let rows = per.min(m - t * per);
-                        let p = ptr;
-                        // SAFETY: each part's rows of `out` are disjoint and inside it.
-                        let dst = unsafe {
-                            std::slice::from_raw_parts_mut(p.0.add(t * per * n), rows * n)
-                        };
-                        let skip = t * per * a.row_stride;
-                        one_rows(dst, 0, rows, skip, gemm_common::Parallelism::None);
-                    });
-                } else if batch == 1 {
-                    one(out, 0, gemm_common::Parallelism::Rayon(0));
-                } else {
-                    // Several products: each part runs whole products.
-                    let per = batch.div_ceil(threads);
-                    super::fork::split(batch.div_ceil(per), &|t| {
-                        for i in t * per..((t + 1) * per).min(batch) {
-                            let p = ptr;
-                            // SAFETY: each batch's product is a disjoint `m × n` block of `out`.
-                            let dst =
-                                unsafe { std::slice::from_raw_parts_mut(p.0.add(i * size), size) };
-                            one(dst, i, gemm_common::Parallelism::None);
-                        }
-                    });
-                }
+                run_products(out, batch, (m, n, k), a.row_stride, &one_rows);
             }
         }
     };

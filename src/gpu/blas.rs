@@ -112,8 +112,8 @@ fn workspace_of(g: &Gpu, workspace: WorkspaceSource) -> Result<(u64, usize)> {
 pub(crate) fn matmul(
     g: &Gpu,
     dtype: DType,
-    (pa, a_off, (a_rs, a_cs)): Operand,
-    (pb, b_off, (b_rs, b_cs)): Operand,
+    (pa, a_off, a_strides): Operand,
+    (pb, b_off, b_strides): Operand,
     (m, n, k): (usize, usize, usize),
     (out, onto): (u64, Onto),
     workspace: WorkspaceSource,
@@ -125,19 +125,63 @@ pub(crate) fn matmul(
         return Ok(());
     }
     if k == 0 {
-        // An empty sum: zeros, or nothing to add.
-        return match onto {
-            Onto::Accumulate => Ok(()),
-            Onto::Overwrite => {
-                super::ops::fill(g, dtype, out, batches * m * n, crate::dtype::Scalar::Int(0))
-            }
-            // The storage layer broadcasts the bias itself when there is no product to add.
-            Onto::Bias(_) => Err(Error::invalid(
-                "addmm",
-                "an empty product takes no bias epilogue",
-            )),
-        };
+        return empty_product(g, dtype, (out, onto), batches * m * n);
     }
+    let ((trans_a, lda), (trans_b, ldb)) = cublas_operands((m, n, k), a_strides, b_strides)?;
+    let ws = workspace_of(g, workspace)?;
+    let esize = dtype.size_in_bytes() as u64;
+    for (i, ao, bo, count) in calls(a_off, b_off) {
+        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B comes first.
+        let call = Gemm {
+            dtype,
+            trans_a: trans_b,
+            trans_b: trans_a,
+            m: n,
+            n: m,
+            k,
+            a: pb + bo as u64 * esize,
+            lda: ldb,
+            stride_a: batch_step(b_off),
+            b: pa + ao as u64 * esize,
+            ldb: lda,
+            stride_b: batch_step(a_off),
+            c: out + (i * m * n) as u64 * esize,
+            ldc: n,
+            stride_c: (m * n) as i64,
+            batch: count,
+            accumulate,
+            allow_tf32: allow_tf32(),
+            bias: bias_of(onto, count)?,
+        };
+        // SAFETY: the storage layer hands over live blocks holding every matrix the offsets
+        // and strides address, and an output of `batches × m × n` elements.
+        unsafe { g.driver.gemm(&call, ws) }.map_err(|e| blas_error(g, e))?;
+    }
+    Ok(())
+}
+
+/// A product over an empty sum (`k` = 0) into the `len` elements at `out`: zeros, or nothing to
+/// add.
+fn empty_product(g: &Gpu, dtype: DType, (out, onto): (u64, Onto), len: usize) -> Result<()> {
+    match onto {
+        Onto::Accumulate => Ok(()),
+        Onto::Overwrite => super::ops::fill(g, dtype, out, len, crate::dtype::Scalar::Int(0)),
+        // The storage layer broadcasts the bias itself when there is no product to add.
+        Onto::Bias(_) => Err(Error::invalid(
+            "addmm",
+            "an empty product takes no bias epilogue",
+        )),
+    }
+}
+
+/// How cuBLAS reads A (`m × k`) and B (`k × n`) with their (row, column) strides: each one's
+/// `(transposed, leading dimension)`, or an error if it cannot read one in place or a size is
+/// beyond its `i32`s.
+fn cublas_operands(
+    (m, n, k): (usize, usize, usize),
+    (a_rs, a_cs): (usize, usize),
+    (b_rs, b_cs): (usize, usize),
+) -> Result<((bool, usize), (bool, usize))> {
     let (Some((trans_a, lda)), Some((trans_b, ldb))) =
         (operand(m, k, a_rs, a_cs), operand(k, n, b_rs, b_cs))
     else {
@@ -157,54 +201,41 @@ pub(crate) fn matmul(
             ),
         ));
     }
-    let ws = workspace_of(g, workspace)?;
-    let esize = dtype.size_in_bytes() as u64;
-    // Evenly spaced batches (the usual case) are one strided-batched call; others one call per
-    // batch.
-    let step = |o: &[usize]| o.get(1).map_or(0, |&x| x as i64 - o[0] as i64);
-    let evenly = |o: &[usize]| o.windows(2).all(|w| w[1] as i64 - w[0] as i64 == step(o));
-    let calls: Vec<(usize, usize, usize, usize)> = if evenly(a_off) && evenly(b_off) {
+    Ok(((trans_a, lda), (trans_b, ldb)))
+}
+
+/// The distance between the first two batches' matrices (0 for one batch).
+#[inline]
+fn batch_step(offsets: &[usize]) -> i64 {
+    offsets.get(1).map_or(0, |&x| x as i64 - offsets[0] as i64)
+}
+
+/// The GEMM calls a batch takes, each `(first batch, its A offset, its B offset, batches)`:
+/// evenly spaced batches (the usual case) are one strided-batched call, others one call per
+/// batch.
+fn calls(a_off: &[usize], b_off: &[usize]) -> Vec<(usize, usize, usize, usize)> {
+    let evenly = |o: &[usize]| {
+        o.windows(2)
+            .all(|w| w[1] as i64 - w[0] as i64 == batch_step(o))
+    };
+    let batches = a_off.len();
+    if evenly(a_off) && evenly(b_off) {
         vec![(0, a_off[0], b_off[0], batches)]
     } else {
         (0..batches).map(|i| (i, a_off[i], b_off[i], 1)).collect()
-    };
-    for (i, ao, bo, count) in calls {
-        // Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: B comes first.
-        let call = Gemm {
-            dtype,
-            trans_a: trans_b,
-            trans_b: trans_a,
-            m: n,
-            n: m,
-            k,
-            a: pb + bo as u64 * esize,
-            lda: ldb,
-            stride_a: step(b_off),
-            b: pa + ao as u64 * esize,
-            ldb: lda,
-            stride_b: step(a_off),
-            c: out + (i * m * n) as u64 * esize,
-            ldc: n,
-            stride_c: (m * n) as i64,
-            batch: count,
-            accumulate,
-            allow_tf32: allow_tf32(),
-            bias: match onto {
-                Onto::Bias(bias) if count == 1 => bias,
-                Onto::Bias(_) => {
-                    return Err(Error::invalid(
-                        "addmm",
-                        "a bias joins one matrix product, not a batch",
-                    ));
-                }
-                _ => 0,
-            },
-        };
-        // SAFETY: the storage layer hands over live blocks holding every matrix the offsets
-        // and strides address, and an output of `batches × m × n` elements.
-        unsafe { g.driver.gemm(&call, ws) }.map_err(|e| blas_error(g, e))?;
     }
-    Ok(())
+}
+
+/// The bias a call adds in its epilogue (0 for none): `addmm`'s, which joins one matrix product.
+fn bias_of(onto: Onto, count: usize) -> Result<u64> {
+    match onto {
+        Onto::Bias(bias) if count == 1 => Ok(bias),
+        Onto::Bias(_) => Err(Error::invalid(
+            "addmm",
+            "a bias joins one matrix product, not a batch",
+        )),
+        _ => Ok(0),
+    }
 }
 
 #[cfg(test)]

@@ -78,86 +78,9 @@ pub(crate) unsafe fn gemm_with_bias(
     c: &Gemm,
     (ws, ws_bytes): (u64, usize),
 ) -> DriverResult<()> {
-    use sys::cublasComputeType_t as Compute;
-    use sys::cublasLtMatmulDescAttributes_t as Attr;
-    use sys::cudaDataType_t as Data;
-    let (data, compute, scale) = match c.dtype {
-        DType::F32 if c.allow_tf32 => (
-            Data::CUDA_R_32F,
-            Compute::CUBLAS_COMPUTE_32F_FAST_TF32,
-            Data::CUDA_R_32F,
-        ),
-        DType::F32 => (
-            Data::CUDA_R_32F,
-            Compute::CUBLAS_COMPUTE_32F,
-            Data::CUDA_R_32F,
-        ),
-        DType::F64 => (
-            Data::CUDA_R_64F,
-            Compute::CUBLAS_COMPUTE_64F,
-            Data::CUDA_R_64F,
-        ),
-        DType::F16 => (
-            Data::CUDA_R_16F,
-            Compute::CUBLAS_COMPUTE_32F,
-            Data::CUDA_R_32F,
-        ),
-        DType::BF16 => (
-            Data::CUDA_R_16BF,
-            Compute::CUBLAS_COMPUTE_32F,
-            Data::CUDA_R_32F,
-        ),
-        d => return Err(DriverError::Cuda(format!("cuBLASLt has no {d} GEMM"))),
-    };
-    let mut d = Descriptors {
-        desc: lt::create_matmul_desc(compute, scale).map_err(cublaslt_error)?,
-        layouts: Vec::new(),
-        pref: None,
-    };
-    // cublasOperation_t: 0 reads the operand as stored, 1 transposed.
-    let (op_a, op_b) = (i32::from(c.trans_a), i32::from(c.trans_b));
-    let bias = c.bias as *const c_void;
-    // SAFETY: each attribute with the type cuBLASLt documents for it.
-    unsafe {
-        set(d.desc, Attr::CUBLASLT_MATMUL_DESC_TRANSA, &op_a)?;
-        set(d.desc, Attr::CUBLASLT_MATMUL_DESC_TRANSB, &op_b)?;
-        set(
-            d.desc,
-            Attr::CUBLASLT_MATMUL_DESC_EPILOGUE,
-            &sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-        )?;
-        set(d.desc, Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias)?;
-    }
-    // Each operand as stored, column-major: op(A) is m × k, op(B) is k × n.
-    let (a_rows, a_cols) = if c.trans_a { (c.k, c.m) } else { (c.m, c.k) };
-    let (b_rows, b_cols) = if c.trans_b { (c.n, c.k) } else { (c.k, c.n) };
-    for (rows, cols, ld) in [
-        (a_rows, a_cols, c.lda),
-        (b_rows, b_cols, c.ldb),
-        (c.m, c.n, c.ldc),
-    ] {
-        let layout = lt::create_matrix_layout(data, rows as u64, cols as u64, ld as i64)
-            .map_err(cublaslt_error)?;
-        d.layouts.push(layout);
-    }
-    let pref = lt::create_matmul_pref().map_err(cublaslt_error)?;
-    d.pref = Some(pref);
-    let max_ws = ws_bytes as u64;
-    let attr = sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
-    let max_ws_ptr = &max_ws as *const u64 as *const c_void;
-    // SAFETY: the workspace limit is a u64, as documented.
-    unsafe { lt::set_matmul_pref_attribute(pref, attr, max_ws_ptr, size_of::<u64>()) }
-        .map_err(cublaslt_error)?;
+    let d = Descriptors::of(c, ws_bytes)?;
+    let heuristic = d.fastest_algorithm(handle)?;
     let (la, lb, lc) = (d.layouts[0], d.layouts[1], d.layouts[2]);
-    // SAFETY: descriptors made above for this call.
-    let heuristic =
-        unsafe { lt::get_matmul_algo_heuristic(handle.0, d.desc, la, lb, lc, lc, pref) }.map_err(
-            |e| {
-                DriverError::Cuda(format!(
-                    "cuBLASLt found no algorithm for this GEMM with a bias: {e}"
-                ))
-            },
-        )?;
     let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
     let (alpha, beta) = match c.dtype {
         DType::F64 => (
@@ -193,4 +116,128 @@ pub(crate) unsafe fn gemm_with_bias(
         )
     }
     .map_err(cublaslt_error)
+}
+
+/// cuBLASLt's (data, compute, scale) types for a GEMM of `c.dtype` (TF32 tensor cores when
+/// allowed; halves accumulate in f32).
+fn types(
+    c: &Gemm,
+) -> DriverResult<(
+    sys::cudaDataType_t,
+    sys::cublasComputeType_t,
+    sys::cudaDataType_t,
+)> {
+    use sys::cublasComputeType_t as Compute;
+    use sys::cudaDataType_t as Data;
+    Ok(match c.dtype {
+        DType::F32 if c.allow_tf32 => (
+            Data::CUDA_R_32F,
+            Compute::CUBLAS_COMPUTE_32F_FAST_TF32,
+            Data::CUDA_R_32F,
+        ),
+        DType::F32 => (
+            Data::CUDA_R_32F,
+            Compute::CUBLAS_COMPUTE_32F,
+            Data::CUDA_R_32F,
+        ),
+        DType::F64 => (
+            Data::CUDA_R_64F,
+            Compute::CUBLAS_COMPUTE_64F,
+            Data::CUDA_R_64F,
+        ),
+        DType::F16 => (
+            Data::CUDA_R_16F,
+            Compute::CUBLAS_COMPUTE_32F,
+            Data::CUDA_R_32F,
+        ),
+        DType::BF16 => (
+            Data::CUDA_R_16BF,
+            Compute::CUBLAS_COMPUTE_32F,
+            Data::CUDA_R_32F,
+        ),
+        d => return Err(DriverError::Cuda(format!("cuBLASLt has no {d} GEMM"))),
+    })
+}
+
+impl Descriptors {
+    /// The descriptors of `c`: the operation with its bias epilogue, the layouts of A, B and C,
+    /// and a preference that keeps to a workspace of `ws_bytes`.
+    fn of(c: &Gemm, ws_bytes: usize) -> DriverResult<Descriptors> {
+        let (data, compute, scale) = types(c)?;
+        let mut d = Descriptors {
+            desc: lt::create_matmul_desc(compute, scale).map_err(cublaslt_error)?,
+            layouts: Vec::new(),
+            pref: None,
+        };
+        d.set_operation(c)?;
+        d.add_layouts(c, data)?;
+        d.add_preference(ws_bytes)?;
+        Ok(d)
+    }
+
+    /// Each operand read as stored or transposed, and the bias `c.bias` added in the epilogue.
+    fn set_operation(&self, c: &Gemm) -> DriverResult<()> {
+        use sys::cublasLtMatmulDescAttributes_t as Attr;
+        // cublasOperation_t: 0 reads the operand as stored, 1 transposed.
+        let (op_a, op_b) = (i32::from(c.trans_a), i32::from(c.trans_b));
+        let bias = c.bias as *const c_void;
+        // SAFETY: each attribute with the type cuBLASLt documents for it.
+        unsafe {
+            set(self.desc, Attr::CUBLASLT_MATMUL_DESC_TRANSA, &op_a)?;
+            set(self.desc, Attr::CUBLASLT_MATMUL_DESC_TRANSB, &op_b)?;
+            set(
+                self.desc,
+                Attr::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                &sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+            )?;
+            set(self.desc, Attr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias)?;
+        }
+        Ok(())
+    }
+
+    /// The layouts of A, B and C, each as stored, column-major: op(A) is m × k, op(B) is k × n.
+    fn add_layouts(&mut self, c: &Gemm, data: sys::cudaDataType_t) -> DriverResult<()> {
+        let (a_rows, a_cols) = if c.trans_a { (c.k, c.m) } else { (c.m, c.k) };
+        let (b_rows, b_cols) = if c.trans_b { (c.n, c.k) } else { (c.k, c.n) };
+        for (rows, cols, ld) in [
+            (a_rows, a_cols, c.lda),
+            (b_rows, b_cols, c.ldb),
+            (c.m, c.n, c.ldc),
+        ] {
+            let layout = lt::create_matrix_layout(data, rows as u64, cols as u64, ld as i64)
+                .map_err(cublaslt_error)?;
+            self.layouts.push(layout);
+        }
+        Ok(())
+    }
+
+    /// A preference for algorithms that need at most `ws_bytes` of workspace.
+    fn add_preference(&mut self, ws_bytes: usize) -> DriverResult<()> {
+        let pref = lt::create_matmul_pref().map_err(cublaslt_error)?;
+        self.pref = Some(pref);
+        let max_ws = ws_bytes as u64;
+        let attr =
+            sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES;
+        let max_ws_ptr = &max_ws as *const u64 as *const c_void;
+        // SAFETY: the workspace limit is a u64, as documented.
+        unsafe { lt::set_matmul_pref_attribute(pref, attr, max_ws_ptr, size_of::<u64>()) }
+            .map_err(cublaslt_error)
+    }
+
+    /// The algorithm cuBLASLt's heuristic ranks fastest for these descriptors.
+    fn fastest_algorithm(
+        &self,
+        handle: &LtHandle,
+    ) -> DriverResult<sys::cublasLtMatmulHeuristicResult_t> {
+        let (la, lb, lc) = (self.layouts[0], self.layouts[1], self.layouts[2]);
+        let pref = self.pref.expect("made with the descriptors");
+        // SAFETY: descriptors made for this call.
+        unsafe { lt::get_matmul_algo_heuristic(handle.0, self.desc, la, lb, lc, lc, pref) }.map_err(
+            |e| {
+                DriverError::Cuda(format!(
+                    "cuBLASLt found no algorithm for this GEMM with a bias: {e}"
+                ))
+            },
+        )
+    }
 }

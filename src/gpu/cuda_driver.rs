@@ -305,41 +305,16 @@ impl CudaDriver {
     }
 
     pub(crate) unsafe fn gemm(&self, c: &Gemm, (ws, ws_bytes): (u64, usize)) -> DriverResult<()> {
-        use blas_sys::cublasComputeType_t as C;
-        use blas_sys::cudaDataType as D;
-        let mut slot = lock(&self.blas);
-        if slot.is_none() {
-            let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))
-                .map_err(DriverError::Cuda)?
-                .map_err(|e| DriverError::Cuda(e.to_string()))?;
-            let blas = ManuallyDrop::new(blas);
-            let status =
-                unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ws as *mut _, ws_bytes) };
-            if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-                return Err(DriverError::Cuda(format!("{status:?}")));
-            }
-            *slot = Some(blas);
-        }
+        // Held for the call: one GEMM at a time on the device's handles.
+        // SAFETY: the caller vouches for the workspace.
+        let slot = unsafe { self.cublas((ws, ws_bytes)) }?;
         let handle = *slot.as_ref().expect("created above").handle();
         self.bind()?;
         if c.bias != 0 {
-            let mut lt = lock(&self.blas_lt);
-            if lt.is_none() {
-                *lt = Some(guarded("loading cuBLASLt", LtHandle::new).map_err(DriverError::Cuda)??);
-            }
-            let lt = lt.as_ref().expect("created above");
-            let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
             // SAFETY: as for the cuBLAS call below.
-            return unsafe { blas_lt::gemm_with_bias(lt, stream, c, (ws, ws_bytes)) };
+            return unsafe { self.gemm_with_bias(c, (ws, ws_bytes)) };
         }
-        let (data_type, compute) = match c.dtype {
-            DType::F32 if c.allow_tf32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32),
-            DType::F32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),
-            DType::F64 => (D::CUDA_R_64F, C::CUBLAS_COMPUTE_64F),
-            DType::F16 => (D::CUDA_R_16F, C::CUBLAS_COMPUTE_32F),
-            DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
-            d => return Err(DriverError::Cuda(format!("cuBLAS has no {d} GEMM"))),
-        };
+        let (data_type, compute) = cublas_types(c)?;
         let (one32, one64) = (1.0f32, 1.0f64);
         let (beta32, beta64) = match c.accumulate {
             true => (1.0f32, 1.0f64),
@@ -355,13 +330,6 @@ impl CudaDriver {
                 &one32 as *const f32 as *const _,
                 &beta32 as *const f32 as *const _,
             )
-        };
-        let op = |t: bool| {
-            if t {
-                blas_sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                blas_sys::cublasOperation_t::CUBLAS_OP_N
-            }
         };
         let batch = i32::try_from(c.batch).map_err(|_| {
             DriverError::Cuda(format!(
@@ -397,5 +365,68 @@ impl CudaDriver {
             )
         }
         .map_err(|e| DriverError::Cuda(e.to_string()))
+    }
+
+    /// The device's cuBLAS handle, locked: made at the first GEMM, on the device's stream and
+    /// with the workspace `(ws, ws_bytes)`.
+    ///
+    /// # Safety
+    /// As `gemm`: the workspace is live device memory, kept as long as the handle lives.
+    unsafe fn cublas(
+        &self,
+        (ws, ws_bytes): (u64, usize),
+    ) -> DriverResult<std::sync::MutexGuard<'_, Option<ManuallyDrop<CudaBlas>>>> {
+        let mut slot = lock(&self.blas);
+        if slot.is_none() {
+            let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))
+                .map_err(DriverError::Cuda)?
+                .map_err(|e| DriverError::Cuda(e.to_string()))?;
+            let blas = ManuallyDrop::new(blas);
+            let status =
+                unsafe { blas_sys::cublasSetWorkspace_v2(*blas.handle(), ws as *mut _, ws_bytes) };
+            if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(DriverError::Cuda(format!("{status:?}")));
+            }
+            *slot = Some(blas);
+        }
+        Ok(slot)
+    }
+
+    /// A GEMM with a bias in its epilogue, through cuBLASLt (its handle made at the first).
+    ///
+    /// # Safety
+    /// As `gemm`.
+    unsafe fn gemm_with_bias(&self, c: &Gemm, ws: (u64, usize)) -> DriverResult<()> {
+        let mut lt = lock(&self.blas_lt);
+        if lt.is_none() {
+            *lt = Some(guarded("loading cuBLASLt", LtHandle::new).map_err(DriverError::Cuda)??);
+        }
+        let lt = lt.as_ref().expect("created above");
+        let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
+        // SAFETY: the caller vouches for the operands, bias and workspace.
+        unsafe { blas_lt::gemm_with_bias(lt, stream, c, ws) }
+    }
+}
+
+/// cuBLAS's data and compute types for a GEMM of `c.dtype` (TF32 tensor cores when allowed).
+fn cublas_types(c: &Gemm) -> DriverResult<(blas_sys::cudaDataType, blas_sys::cublasComputeType_t)> {
+    use blas_sys::cublasComputeType_t as C;
+    use blas_sys::cudaDataType as D;
+    Ok(match c.dtype {
+        DType::F32 if c.allow_tf32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F_FAST_TF32),
+        DType::F32 => (D::CUDA_R_32F, C::CUBLAS_COMPUTE_32F),
+        DType::F64 => (D::CUDA_R_64F, C::CUBLAS_COMPUTE_64F),
+        DType::F16 => (D::CUDA_R_16F, C::CUBLAS_COMPUTE_32F),
+        DType::BF16 => (D::CUDA_R_16BF, C::CUBLAS_COMPUTE_32F),
+        d => return Err(DriverError::Cuda(format!("cuBLAS has no {d} GEMM"))),
+    })
+}
+
+/// cuBLAS's operation for an operand read transposed (`t`) or as stored.
+fn op(t: bool) -> blas_sys::cublasOperation_t {
+    if t {
+        blas_sys::cublasOperation_t::CUBLAS_OP_T
+    } else {
+        blas_sys::cublasOperation_t::CUBLAS_OP_N
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use super::{LiveStorage, MemoryStats};
 use crate::device::Device;
 use crate::error::Result;
 
@@ -22,10 +23,23 @@ pub fn memory_summary(device: &Device) -> Result<String> {
     let s = super::stats(device)?;
     let live = super::live_storages(device)?;
     let (free, total) = super::mem_get_info(device)?;
-    let line = "=".repeat(75);
-    let thin = "-".repeat(75);
     let mut o = String::new();
+    write_heading(&mut o, device, &s);
+    write_usage(&mut o, &s, (free, total));
+    if !live.is_empty() {
+        write_storages(&mut o, &live);
+    }
+    Ok(o)
+}
 
+/// The table's rules: the outer one, and the thin one between a section's head and its rows.
+fn rules() -> (String, String) {
+    ("=".repeat(75), "-".repeat(75))
+}
+
+/// The title, and the allocator's event counts (out-of-memory errors, retries, segments).
+fn write_heading(o: &mut String, device: &Device, s: &MemoryStats) {
+    let (line, thin) = rules();
     let _ = writeln!(o, "{line}");
     let _ = writeln!(
         o,
@@ -39,6 +53,11 @@ pub fn memory_summary(device: &Device) -> Result<String> {
     );
     let _ = writeln!(o, "|{counts:^73}|");
     let _ = writeln!(o, "{line}");
+}
+
+/// Each metric's current and peak value, then the device's free and total memory.
+fn write_usage(o: &mut String, s: &MemoryStats, (free, total): (usize, usize)) {
+    let (line, thin) = rules();
     let _ = writeln!(
         o,
         "| {:<29} | {:>18} | {:>18} |",
@@ -89,33 +108,35 @@ pub fn memory_summary(device: &Device) -> Result<String> {
         format_size(total)
     );
     let _ = writeln!(o, "{line}");
-    if !live.is_empty() {
-        let _ = writeln!(
-            o,
-            "| {:<8} {:<6} {:>16} {:>18} {:>18}  |",
-            "storage", "dtype", "elements", "bytes", "block"
-        );
-        for l in &live {
-            let _ = match l.engine_buffer {
-                None => writeln!(
-                    o,
-                    "| #{:<7} {:<6} {:>16} {:>18} {:>18}  |",
-                    l.id,
-                    l.dtype.name(),
-                    l.numel,
-                    format_size(l.requested),
-                    format_size(l.bytes)
-                ),
-                Some(what) => writeln!(
-                    o,
-                    "| {:<32} {:>18} {:>18}  |",
-                    what,
-                    format_size(l.requested),
-                    format_size(l.bytes)
-                ),
-            };
-        }
-        let _ = writeln!(o, "{line}");
+}
+
+/// One row per live storage: a tensor's id, dtype and size, or the engine buffer it is.
+fn write_storages(o: &mut String, live: &[LiveStorage]) {
+    let (line, _) = rules();
+    let _ = writeln!(
+        o,
+        "| {:<8} {:<6} {:>16} {:>18} {:>18}  |",
+        "storage", "dtype", "elements", "bytes", "block"
+    );
+    for l in live {
+        let _ = match l.engine_buffer {
+            None => writeln!(
+                o,
+                "| #{:<7} {:<6} {:>16} {:>18} {:>18}  |",
+                l.id,
+                l.dtype.name(),
+                l.numel,
+                format_size(l.requested),
+                format_size(l.bytes)
+            ),
+            Some(what) => writeln!(
+                o,
+                "| {:<32} {:>18} {:>18}  |",
+                what,
+                format_size(l.requested),
+                format_size(l.bytes)
+            ),
+        };
     }
-    Ok(o)
+    let _ = writeln!(o, "{line}");
 }

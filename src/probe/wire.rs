@@ -337,17 +337,8 @@ fn parse_snapshot(reply: &str) -> Snapshot {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_request_and_reply_reads_back_as_written() {
-        for r in [
-            Request::Stats { after_seq: 7 },
-            Request::EmptyCache,
-            Request::Sync { token: 3 },
-            Request::Begin { cell: 12 },
-            Request::Devices,
-        ] {
-            assert_eq!(Request::parse(&r.encode()), Some(r));
-        }
+    /// A snapshot of one emulated device and two transfers, one with a prediction.
+    fn two_transfers() -> Snapshot {
         let mut snap = Snapshot {
             last_seq: 9,
             ..Snapshot::default()
@@ -383,8 +374,22 @@ mod tests {
             clock: Clock::SimulatedHostCopy,
             predicted: Some(("h100".into(), 20_000)),
         });
+        snap
+    }
+
+    #[test]
+    fn every_request_and_reply_reads_back_as_written() {
+        for r in [
+            Request::Stats { after_seq: 7 },
+            Request::EmptyCache,
+            Request::Sync { token: 3 },
+            Request::Begin { cell: 12 },
+            Request::Devices,
+        ] {
+            assert_eq!(Request::parse(&r.encode()), Some(r));
+        }
         let stats = Request::Stats { after_seq: 8 };
-        let reply = Reply::Snapshot(snap);
+        let reply = Reply::Snapshot(two_transfers());
         assert_eq!(Reply::parse(stats, &reply.encode()), Some(reply));
         let released = Reply::Released { bytes: 1 << 21 };
         assert_eq!(

@@ -31,6 +31,53 @@ pub struct Row {
     pub freed: u64,
 }
 
+/// The columns a profile's text table shows, and the wall time its percentages are of.
+struct Columns {
+    /// The ops' GPU time (CUDA events), when one ran on a GPU.
+    on_gpu: bool,
+    /// The predicted time, when a device stands for a named GPU.
+    predicts: bool,
+    /// Seconds.
+    wall: f64,
+}
+
+impl Columns {
+    /// One row of the text table.
+    fn write_text_row(&self, out: &mut String, r: &Row) {
+        let _ = write!(
+            out,
+            "{:<10} {:<34} {:<8} {:>5} {:>10} {:>5.1}%",
+            r.phase.name(),
+            truncate(&r.name, 34),
+            r.device.to_string(),
+            r.calls,
+            human_duration(r.measured),
+            100.0 * r.measured.as_secs_f64() / self.wall
+        );
+        if self.on_gpu {
+            let _ = write!(
+                out,
+                " {:>10}",
+                r.gpu_time.map_or("–".into(), human_duration)
+            );
+        }
+        if self.predicts {
+            let _ = write!(
+                out,
+                " {:>11}",
+                r.predicted
+                    .map_or("–".into(), |p| format!("≈ {}", human_duration(p)))
+            );
+        }
+        let _ = writeln!(
+            out,
+            " {:>10} {:>10}",
+            human_bytes(r.allocated as usize),
+            human_bytes(r.freed as usize)
+        );
+    }
+}
+
 impl Profile {
     /// The table's rows: by phase, then by measured time, longest first.
     pub fn rows(&self) -> Vec<Row> {
@@ -217,60 +264,16 @@ impl Profile {
         if let Some(f) = &self.failure {
             let _ = writeln!(out, "the code failed, so this profile stops there: {f}");
         }
-        let predicts = self.predicts();
-        let on_gpu = self.gpu_total().is_some();
-        let _ = write!(
-            out,
-            "{:<10} {:<34} {:<8} {:>5} {:>10} {:>6}",
-            "phase",
-            "op",
-            "device",
-            "calls",
-            self.measured_head(),
-            "%"
-        );
-        if on_gpu {
-            let _ = write!(out, " {:>10}", "on GPU");
-        }
-        if predicts {
-            let _ = write!(out, " {:>11}", "predicted");
-        }
-        let _ = writeln!(out, " {:>10} {:>10}", "allocated", "freed");
-        let wall = self.wall.as_secs_f64().max(1e-12);
+        let columns = Columns {
+            on_gpu: self.gpu_total().is_some(),
+            predicts: self.predicts(),
+            wall: self.wall.as_secs_f64().max(1e-12),
+        };
+        self.write_text_head(&mut out, &columns);
         let rows = self.rows();
         for phase in self.phases() {
             for r in rows.iter().filter(|r| r.phase == phase) {
-                let _ = write!(
-                    out,
-                    "{:<10} {:<34} {:<8} {:>5} {:>10} {:>5.1}%",
-                    phase.name(),
-                    truncate(&r.name, 34),
-                    r.device.to_string(),
-                    r.calls,
-                    human_duration(r.measured),
-                    100.0 * r.measured.as_secs_f64() / wall
-                );
-                if on_gpu {
-                    let _ = write!(
-                        out,
-                        " {:>10}",
-                        r.gpu_time.map_or("–".into(), human_duration)
-                    );
-                }
-                if predicts {
-                    let _ = write!(
-                        out,
-                        " {:>11}",
-                        r.predicted
-                            .map_or("–".into(), |p| format!("≈ {}", human_duration(p)))
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    " {:>10} {:>10}",
-                    human_bytes(r.allocated as usize),
-                    human_bytes(r.freed as usize)
-                );
+                columns.write_text_row(&mut out, r);
             }
             if let Some(between) = self.between_ops(phase) {
                 let _ = writeln!(
@@ -298,6 +301,27 @@ impl Profile {
             let _ = writeln!(out, "{line}");
         }
         out.trim_end().to_string()
+    }
+
+    /// The text table's head: a column per field, the GPU's and the predicted time where shown.
+    fn write_text_head(&self, out: &mut String, columns: &Columns) {
+        let _ = write!(
+            out,
+            "{:<10} {:<34} {:<8} {:>5} {:>10} {:>6}",
+            "phase",
+            "op",
+            "device",
+            "calls",
+            self.measured_head(),
+            "%"
+        );
+        if columns.on_gpu {
+            let _ = write!(out, " {:>10}", "on GPU");
+        }
+        if columns.predicts {
+            let _ = write!(out, " {:>11}", "predicted");
+        }
+        let _ = writeln!(out, " {:>10} {:>10}", "allocated", "freed");
     }
 
     /// The table and the memory timeline as HTML (Jupyter's rendering).

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use super::{Phase, Profile};
+use super::{Peak, Phase, Profile};
 use crate::device::Device;
 use crate::html::{el, escape};
 use crate::units::{human_bytes, human_duration};
@@ -23,6 +23,113 @@ fn band_colour(phase: Phase) -> &'static str {
         Phase::Forward => "#e3f2fd",
         Phase::Backward => "#fce4ec",
         Phase::Optimizer => "#e8f5e9",
+    }
+}
+
+/// The timeline's plotting area: `w × h` pixels right of `LEFT` and under `TOP`, for `end`
+/// seconds across and `top` bytes up.
+struct Plot {
+    end: f64,
+    top: f64,
+    w: f64,
+    h: f64,
+}
+
+impl Plot {
+    /// The x of a time since the start.
+    fn x(&self, t: Duration) -> f64 {
+        LEFT + self.w * t.as_secs_f64() / self.end
+    }
+
+    /// The y of an allocated byte count.
+    fn y(&self, b: u64) -> f64 {
+        TOP + self.h * (1.0 - b as f64 / self.top)
+    }
+
+    /// A phase's band from `from` to `to`, named inside when it is wide enough.
+    fn band(&self, svg: &mut String, phase: Phase, from: Duration, to: Duration) {
+        let (x0, x1, h) = (self.x(from), self.x(to), self.h);
+        let _ = write!(
+            svg,
+            "<rect x=\"{x0:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{h}\" fill=\"{}\"><title>{}</title></rect>",
+            (x1 - x0).max(0.5),
+            band_colour(phase),
+            phase.name()
+        );
+        if x1 - x0 > 48.0 {
+            let _ = write!(
+                svg,
+                "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#555\">{}</text>",
+                x0 + 3.0,
+                TOP + 11.0,
+                phase.name()
+            );
+        }
+    }
+
+    /// The two axes, the byte labels (the top, 0 B) and the time labels (0, the wall time).
+    fn axes(&self, svg: &mut String, wall: Duration) {
+        let (w, h) = (self.w, self.h);
+        let _ = write!(
+            svg,
+            "<line x1=\"{LEFT}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#333\"/><line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{0}\" stroke=\"#333\"/>",
+            TOP + h,
+            LEFT + w
+        );
+        let _ = write!(
+            svg,
+            "<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">{2}</text><text x=\"{0}\" y=\"{3}\" text-anchor=\"end\">0 B</text>",
+            LEFT - 4.0,
+            TOP + 4.0,
+            human_bytes(self.top as usize),
+            TOP + h
+        );
+        let _ = write!(
+            svg,
+            "<text x=\"{LEFT}\" y=\"{0}\">0</text><text x=\"{1}\" y=\"{0}\" text-anchor=\"end\">{2} (wall)</text>",
+            HEIGHT - 8.0,
+            LEFT + w,
+            human_duration(wall)
+        );
+    }
+
+    /// `device`'s allocated bytes as a step line: level until each change, then straight up or
+    /// down.
+    fn line(&self, svg: &mut String, device: &Device, colour: &str, steps: &[(Duration, u64)]) {
+        let mut points = String::new();
+        let mut previous: Option<u64> = None;
+        for &(t, b) in steps {
+            if let Some(p) = previous {
+                let _ = write!(points, "{:.1},{:.1} ", self.x(t), self.y(p));
+            }
+            let _ = write!(points, "{:.1},{:.1} ", self.x(t), self.y(b));
+            previous = Some(b);
+        }
+        let _ = write!(
+            svg,
+            "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"><title>{device} allocated</title></polyline>",
+            points.trim_end()
+        );
+    }
+
+    /// A device's peak: a dot, labelled toward the middle of the plot.
+    fn peak(&self, svg: &mut String, p: &Peak) {
+        let (px, py) = (self.x(p.at), self.y(p.allocated));
+        let anchor = if px > LEFT + self.w / 2.0 {
+            "end"
+        } else {
+            "start"
+        };
+        let (tx, ty) = (
+            if anchor == "end" { px - 5.0 } else { px + 5.0 },
+            (py - 5.0).max(TOP + 22.0),
+        );
+        let label = format!("peak {}", escape(&human_bytes(p.allocated as usize)));
+        // Drawn twice, a white outline under the red, so the line never hides it.
+        let _ = write!(
+            svg,
+            "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3.5\" fill=\"#d32f2f\"/><text x=\"{tx:.1}\" y=\"{ty:.1}\" fill=\"white\" stroke=\"white\" stroke-width=\"3\" text-anchor=\"{anchor}\">{label}</text><text x=\"{tx:.1}\" y=\"{ty:.1}\" fill=\"#d32f2f\" text-anchor=\"{anchor}\">{label}</text>"
+        );
     }
 }
 
@@ -72,7 +179,6 @@ impl Profile {
                 .text("no memory was allocated or freed")
                 .into_string();
         }
-        let end = self.wall.as_secs_f64().max(1e-9);
         let top = devices
             .iter()
             .flat_map(|d| self.steps(d))
@@ -80,88 +186,31 @@ impl Profile {
             .max()
             .unwrap_or(1)
             .max(1) as f64;
-        let (w, h) = (WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM);
-        let x = |t: Duration| LEFT + w * t.as_secs_f64() / end;
-        let y = |b: u64| TOP + h * (1.0 - b as f64 / top);
+        let plot = Plot {
+            end: self.wall.as_secs_f64().max(1e-9),
+            top,
+            w: WIDTH - LEFT - RIGHT,
+            h: HEIGHT - TOP - BOTTOM,
+        };
         let mut svg = format!(
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\" font-size=\"11\">"
         );
         for (phase, from, to) in self.phase_bands() {
-            let (x0, x1) = (x(from), x(to));
-            let _ = write!(
-                svg,
-                "<rect x=\"{x0:.1}\" y=\"{TOP}\" width=\"{:.1}\" height=\"{h}\" fill=\"{}\"><title>{}</title></rect>",
-                (x1 - x0).max(0.5),
-                band_colour(phase),
-                phase.name()
-            );
-            if x1 - x0 > 48.0 {
-                let _ = write!(
-                    svg,
-                    "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#555\">{}</text>",
-                    x0 + 3.0,
-                    TOP + 11.0,
-                    phase.name()
-                );
-            }
+            plot.band(&mut svg, phase, from, to);
         }
-        let _ = write!(
-            svg,
-            "<line x1=\"{LEFT}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#333\"/><line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{0}\" stroke=\"#333\"/>",
-            TOP + h,
-            LEFT + w
-        );
-        let _ = write!(
-            svg,
-            "<text x=\"{0}\" y=\"{1}\" text-anchor=\"end\">{2}</text><text x=\"{0}\" y=\"{3}\" text-anchor=\"end\">0 B</text>",
-            LEFT - 4.0,
-            TOP + 4.0,
-            human_bytes(top as usize),
-            TOP + h
-        );
-        let _ = write!(
-            svg,
-            "<text x=\"{LEFT}\" y=\"{0}\">0</text><text x=\"{1}\" y=\"{0}\" text-anchor=\"end\">{2} (wall)</text>",
-            HEIGHT - 8.0,
-            LEFT + w,
-            human_duration(self.wall)
-        );
+        plot.axes(&mut svg, self.wall);
         for (i, d) in devices.iter().enumerate() {
             let colour = LINE_COLOURS[i % LINE_COLOURS.len()];
-            let mut points = String::new();
-            let mut previous: Option<u64> = None;
-            for (t, b) in self.steps(d) {
-                if let Some(p) = previous {
-                    let _ = write!(points, "{:.1},{:.1} ", x(t), y(p));
-                }
-                let _ = write!(points, "{:.1},{:.1} ", x(t), y(b));
-                previous = Some(b);
-            }
-            let _ = write!(
-                svg,
-                "<polyline fill=\"none\" stroke=\"{colour}\" stroke-width=\"1.5\" points=\"{}\"><title>{d} allocated</title></polyline>",
-                points.trim_end()
-            );
+            plot.line(&mut svg, d, colour, &self.steps(d));
             // The legend sits under the axis, between its two time labels.
             let _ = write!(
                 svg,
                 "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\" text-anchor=\"middle\">── {d} allocated</text>",
-                LEFT + w * (i + 1) as f64 / (devices.len() + 1) as f64,
+                LEFT + plot.w * (i + 1) as f64 / (devices.len() + 1) as f64,
                 HEIGHT - 8.0
             );
             if let Some(p) = self.peaks.get(d) {
-                let (px, py) = (x(p.at), y(p.allocated));
-                let anchor = if px > LEFT + w / 2.0 { "end" } else { "start" };
-                let (tx, ty) = (
-                    if anchor == "end" { px - 5.0 } else { px + 5.0 },
-                    (py - 5.0).max(TOP + 22.0),
-                );
-                let label = format!("peak {}", escape(&human_bytes(p.allocated as usize)));
-                // Drawn twice, a white outline under the red, so the line never hides it.
-                let _ = write!(
-                    svg,
-                    "<circle cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"3.5\" fill=\"#d32f2f\"/><text x=\"{tx:.1}\" y=\"{ty:.1}\" fill=\"white\" stroke=\"white\" stroke-width=\"3\" text-anchor=\"{anchor}\">{label}</text><text x=\"{tx:.1}\" y=\"{ty:.1}\" fill=\"#d32f2f\" text-anchor=\"{anchor}\">{label}</text>"
-                );
+                plot.peak(&mut svg, p);
             }
         }
         svg.push_str("</svg>");

@@ -25,78 +25,15 @@ impl Tensor {
                 .matmul(b.as_ref().unwrap_or(other));
         }
         check_gemm_dtypes("matmul", &[self, other])?;
-        if self.rank() == 0 || other.rank() == 0 {
-            return Err(Error::ShapeMismatch {
-                op: "matmul",
-                lhs: self.shape().to_vec(),
-                rhs: other.shape().to_vec(),
-                why: "both operands need at least one dimension; use `mul` for scalars".into(),
-            });
-        }
-        let a = if self.rank() == 1 {
-            self.unsqueeze(0)?
-        } else {
-            self.clone()
-        };
-        let b = if other.rank() == 1 {
-            other.unsqueeze(1)?
-        } else {
-            other.clone()
-        };
+        let (a, b, (m, k, n)) = as_matrices(self, other)?;
         let (ra, rb) = (a.rank(), b.rank());
-        let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
-        let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
-        if k != k2 {
-            return Err(Error::ShapeMismatch {
-                op: "matmul",
-                lhs: self.shape().to_vec(),
-                rhs: other.shape().to_vec(),
-                why: format!(
-                    "a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."
-                ),
-            });
-        }
         let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
-        // Broadcast views can name more matrices than memory holds: checked before any buffer.
-        let batches = crate::layout::numel_checked("matmul", &batch)?;
-        crate::layout::numel_checked("matmul", &[batches, m, n])?;
-        let (a2, b2) = (a, b);
-        let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(&a2)?, gemm_ready(&b2)?)))?;
-        let full = |t: &Tensor, r: usize, c: usize| {
-            let mut shape = batch.clone();
-            shape.extend([r, c]);
-            t.layout().broadcast_to(&shape)
-        };
-        let (la, lb) = (full(&a, m, k), full(&b, k, n));
-        let nb = batch.len();
-        let offsets = |l: &Layout| -> Result<Vec<usize>> {
-            let bl = Layout {
-                shape: batch.clone(),
-                strides: l.strides[..nb].to_vec(),
-                offset: l.offset,
-            };
-            let mut v = crate::memory::host_vec_with_capacity("matmul", batches)?;
-            v.extend((0..batches).map(|i| bl.offset_of(i)));
-            Ok(v)
-        };
-        let (a_off, b_off) = (offsets(&la)?, offsets(&lb)?);
-        let s = Storage::matmul(
-            (a.storage(), &a_off, (la.strides[nb], la.strides[nb + 1])),
-            (b.storage(), &b_off, (lb.strides[nb], lb.strides[nb + 1])),
-            (m, n, k),
-            None,
-        )?;
+        let s = batched_product(&a, &b, &batch, (m, k, n))?;
         let mut shape = batch;
         shape.extend([m, n]);
         let out = Tensor::from_storage(s, shape);
-        let mut out = record(out, "matmul", &[&a2, &b2], || grads::matmul(&a2, &b2));
-        if other.rank() == 1 {
-            out = out.squeeze(-1)?;
-        }
-        if self.rank() == 1 {
-            out = out.squeeze(if other.rank() == 1 { -1 } else { -2 })?;
-        }
-        Ok(out)
+        let out = record(out, "matmul", &[&a, &b], || grads::matmul(&a, &b));
+        without_vector_dims(out, self.rank(), other.rank())
     }
 
     /// `self + mat1 · mat2` (`torch.addmm`, β = α = 1) for an `m × k` and a `k × n` matrix, `self`
@@ -114,40 +51,23 @@ impl Tensor {
             return pick(c, self).addmm(&pick(a, mat1), &pick(b, mat2));
         }
         check_gemm_dtypes("addmm", &[self, mat1, mat2])?;
-        let mismatch = |why: String| Error::ShapeMismatch {
-            op: "addmm",
-            lhs: mat1.shape().to_vec(),
-            rhs: mat2.shape().to_vec(),
-            why,
-        };
-        if mat1.rank() != 2 || mat2.rank() != 2 {
-            return Err(mismatch(
-                "addmm multiplies two matrices (2-D); for vectors or batches use `mat1.matmul(&mat2)?.add(&bias)?`".into(),
-            ));
-        }
-        let (m, k, n) = (mat1.shape()[0], mat1.shape()[1], mat2.shape()[1]);
-        if mat2.shape()[0] != k {
-            return Err(mismatch(format!(
-                "a {m}×{k} matrix cannot multiply a {}×{n} one: the inner sizes must match",
-                mat2.shape()[0]
-            )));
-        }
-        if broadcast_shapes("addmm", self.shape(), &[m, n])
-            .ok()
-            .as_deref()
-            != Some(&[m, n][..])
-        {
-            return Err(Error::ShapeMismatch {
-                op: "addmm",
-                lhs: self.shape().to_vec(),
-                rhs: vec![m, n],
-                why: format!(
-                    "the added tensor must broadcast to the product's shape [{m}, {n}] (a bias of {n}, or a [{m}, {n}] matrix)"
-                ),
-            });
-        }
+        let (m, k, n) = addmm_dims(self, mat1, mat2)?;
         crate::layout::numel_checked("addmm", &[m, n])?;
         let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(mat1)?, gemm_ready(mat2)?)))?;
+        let s = self.bias_plus_product(&a, &b, (m, n, k))?;
+        let out = Tensor::from_storage(s, vec![m, n]);
+        Ok(record(out, "addmm", &[self, mat1, mat2], || {
+            grads::addmm(self, mat1, mat2)
+        }))
+    }
+
+    /// `self`, a bias broadcastable to `m × n`, plus the product of the GEMM-ready `a` and `b`.
+    fn bias_plus_product(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<Storage> {
         let (la, lb) = (a.layout(), b.layout());
         let pa = (
             a.storage(),
@@ -168,25 +88,144 @@ impl Tensor {
             true => Storage::addmm_on_gpu(pa, pb, (m, n, k), (self.storage(), l.offset))?,
             false => None,
         };
-        let s = match fused {
-            Some(s) => s,
-            None => {
-                // The bias in every row of a new output, which the GEMM then adds the product
-                // onto. A bias row a GPU would add in the GEMM's epilogue is not priced: a
-                // simulated device predicts what the GPU it stands for runs.
-                let broadcast = || (self.storage()).copy_as(&l.broadcast_to(&[m, n]), self.dtype());
-                let onto = match bias_row && k > 0 && self.device().is_cuda() {
-                    true => crate::profile::unpriced(broadcast)?,
-                    false => broadcast()?,
-                };
-                Storage::matmul(pa, pb, (m, n, k), Some(onto))?
-            }
+        if let Some(s) = fused {
+            return Ok(s);
+        }
+        // The bias in every row of a new output, which the GEMM then adds the product onto. A
+        // bias row a GPU would add in the GEMM's epilogue is not priced: a simulated device
+        // predicts what the GPU it stands for runs.
+        let broadcast = || (self.storage()).copy_as(&l.broadcast_to(&[m, n]), self.dtype());
+        let onto = match bias_row && k > 0 && self.device().is_cuda() {
+            true => crate::profile::unpriced(broadcast)?,
+            false => broadcast()?,
         };
-        let out = Tensor::from_storage(s, vec![m, n]);
-        Ok(record(out, "addmm", &[self, mat1, mat2], || {
-            grads::addmm(self, mat1, mat2)
-        }))
+        Storage::matmul(pa, pb, (m, n, k), Some(onto))
     }
+}
+
+/// `lhs` and `rhs` as (batches of) matrices, with `(m, k, n)`: a vector on the left is a row
+/// (`1 × k`), on the right a column (`k × 1`); an error if either is 0-dimensional or the inner
+/// sizes differ.
+fn as_matrices(lhs: &Tensor, rhs: &Tensor) -> Result<(Tensor, Tensor, (usize, usize, usize))> {
+    if lhs.rank() == 0 || rhs.rank() == 0 {
+        return Err(Error::ShapeMismatch {
+            op: "matmul",
+            lhs: lhs.shape().to_vec(),
+            rhs: rhs.shape().to_vec(),
+            why: "both operands need at least one dimension; use `mul` for scalars".into(),
+        });
+    }
+    let a = if lhs.rank() == 1 {
+        lhs.unsqueeze(0)?
+    } else {
+        lhs.clone()
+    };
+    let b = if rhs.rank() == 1 {
+        rhs.unsqueeze(1)?
+    } else {
+        rhs.clone()
+    };
+    let (ra, rb) = (a.rank(), b.rank());
+    let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+    let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
+    if k != k2 {
+        return Err(Error::ShapeMismatch {
+            op: "matmul",
+            lhs: lhs.shape().to_vec(),
+            rhs: rhs.shape().to_vec(),
+            why: format!(
+                "a {m}×{k} matrix cannot multiply a {k2}×{n} one: the inner sizes {k} and {k2} must match. Transpose one (`.t()?`) or fix its shape."
+            ),
+        });
+    }
+    Ok((a, b, (m, k, n)))
+}
+
+/// The storage of `a · b`, each broadcast to the `batch` dims: `batch × m × n`, contiguous.
+fn batched_product(
+    a: &Tensor,
+    b: &Tensor,
+    batch: &[usize],
+    (m, k, n): (usize, usize, usize),
+) -> Result<Storage> {
+    // Broadcast views can name more matrices than memory holds: checked before any buffer.
+    let batches = crate::layout::numel_checked("matmul", batch)?;
+    crate::layout::numel_checked("matmul", &[batches, m, n])?;
+    let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(a)?, gemm_ready(b)?)))?;
+    let full = |t: &Tensor, r: usize, c: usize| {
+        let mut shape = batch.to_vec();
+        shape.extend([r, c]);
+        t.layout().broadcast_to(&shape)
+    };
+    let (la, lb) = (full(&a, m, k), full(&b, k, n));
+    let nb = batch.len();
+    let offsets = |l: &Layout| -> Result<Vec<usize>> {
+        let bl = Layout {
+            shape: batch.to_vec(),
+            strides: l.strides[..nb].to_vec(),
+            offset: l.offset,
+        };
+        let mut v = crate::memory::host_vec_with_capacity("matmul", batches)?;
+        v.extend((0..batches).map(|i| bl.offset_of(i)));
+        Ok(v)
+    };
+    let (a_off, b_off) = (offsets(&la)?, offsets(&lb)?);
+    Storage::matmul(
+        (a.storage(), &a_off, (la.strides[nb], la.strides[nb + 1])),
+        (b.storage(), &b_off, (lb.strides[nb], lb.strides[nb + 1])),
+        (m, n, k),
+        None,
+    )
+}
+
+/// `torch.matmul`'s result for vector operands: the dim a vector took to be a matrix (of ranks
+/// `lhs_rank` and `rhs_rank`) taken out of the product again.
+fn without_vector_dims(mut out: Tensor, lhs_rank: usize, rhs_rank: usize) -> Result<Tensor> {
+    if rhs_rank == 1 {
+        out = out.squeeze(-1)?;
+    }
+    if lhs_rank == 1 {
+        out = out.squeeze(if rhs_rank == 1 { -1 } else { -2 })?;
+    }
+    Ok(out)
+}
+
+/// `(m, k, n)` of `bias + mat1 · mat2`: an error unless both are matrices with matching inner
+/// sizes and `bias` broadcasts to `m × n`.
+fn addmm_dims(bias: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Result<(usize, usize, usize)> {
+    let mismatch = |why: String| Error::ShapeMismatch {
+        op: "addmm",
+        lhs: mat1.shape().to_vec(),
+        rhs: mat2.shape().to_vec(),
+        why,
+    };
+    if mat1.rank() != 2 || mat2.rank() != 2 {
+        return Err(mismatch(
+            "addmm multiplies two matrices (2-D); for vectors or batches use `mat1.matmul(&mat2)?.add(&bias)?`".into(),
+        ));
+    }
+    let (m, k, n) = (mat1.shape()[0], mat1.shape()[1], mat2.shape()[1]);
+    if mat2.shape()[0] != k {
+        return Err(mismatch(format!(
+            "a {m}×{k} matrix cannot multiply a {}×{n} one: the inner sizes must match",
+            mat2.shape()[0]
+        )));
+    }
+    if broadcast_shapes("addmm", bias.shape(), &[m, n])
+        .ok()
+        .as_deref()
+        != Some(&[m, n][..])
+    {
+        return Err(Error::ShapeMismatch {
+            op: "addmm",
+            lhs: bias.shape().to_vec(),
+            rhs: vec![m, n],
+            why: format!(
+                "the added tensor must broadcast to the product's shape [{m}, {n}] (a bias of {n}, or a [{m}, {n}] matrix)"
+            ),
+        });
+    }
+    Ok((m, k, n))
 }
 
 /// The operands of a GEMM share one dtype, and one that the device multiplies (cuBLAS takes
