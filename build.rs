@@ -1,8 +1,8 @@
 //! Compiles `kernels/*.cu`, unchanged, for the host: the emulated CUDA devices run them
-//! (`src/gpu/emulated/`). Each kernel file is compiled after `kernels/host/cuda_host.h` (CUDA's
+//! (`src/backend/gpu/emulated/`). Each kernel file is compiled after `kernels/host/cuda_host.h` (CUDA's
 //! built-ins on the CPU), `ops.cuh` (the op codes of `kernels/codes.rs`, written here as C macros
 //! for both compilers of the kernels) and `kernels/common.cuh`, with a table of the kernels that
-//! `kernels/declarations.rs` declares in that file: the list `src/gpu/launch.rs` makes the
+//! `kernels/declarations.rs` declares in that file: the list `src/backend/gpu/launch.rs` makes the
 //! launchers from, so a launcher whose kernel is missing fails this build, naming it.
 //!
 //! It also writes `host-kernels.rsp` beside them: the compiler's arguments for the same build,
@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-// The kernels `kernels/declarations.rs` declares (what `src/gpu/launch.rs` launches), as
+// The kernels `kernels/declarations.rs` declares (what `src/backend/gpu/launch.rs` launches), as
 // `DECLARED`: (family, source, suffixes). Their parameters are for the launchers alone.
 macro_rules! kernels {
     ($($family:ident in $source:ident for $suffixes:ident ($($arg:ident: $t:ty),* $(,)?);)*) => {
@@ -112,7 +112,7 @@ fn main() {
     let kernels = root.join("kernels");
     println!("cargo:rerun-if-changed=kernels");
     let sources = copy_sources(&kernels, &out.join("kernels"));
-    // Beside the sources: NVRTC's programs include it from there too (`src/gpu/nvrtc.rs`).
+    // Beside the sources: NVRTC's programs include it from there too (`src/backend/gpu/nvrtc.rs`).
     std::fs::write(sources.join("ops.cuh"), ops_header()).unwrap();
 
     let host = kernels.join("host");

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Checks the engine's layering: which parts of `src/` may name which.
 
-Units: every `.rs` file under `src/` belongs to one unit (LAYERS below); a file may name its own
-unit, units on strictly lower layers, and `root` (lib.rs). Two units on one layer may not name
-each other unless ALLOWED_PAIRS says so. The unit graph must have no cycle besides those pairs,
-and the units in FORBIDDEN_NAMES must not use the listed identifiers in code.
+Units: each folder of `src/` is a layer's unit (LAYERS below: `device/`, `backend/`, …), and
+every `.rs` file belongs to one; a file may name its own unit, units on strictly lower layers,
+and `root` (lib.rs). Two units on one layer may not name each other unless ALLOWED_PAIRS says
+so. The unit graph must have no cycle besides those pairs, and the files under a folder of
+FORBIDDEN_NAMES must not use the identifiers listed for it in code. Inside a unit, the order is
+the file graph's (below): no file may reach itself.
 
 A reference is any path into the crate, outside comments and strings: `use` trees (nested braces
 included), `crate::`/`$crate::`/`placelab::` paths in code and macros, `self::`/`super::` (resolved
@@ -21,7 +23,7 @@ exactly that set with the reason. The usual fix: a child names `super::X` while 
 child; move X, or the call, into a file of its own so that the two depend one way.
 
 To edit the table: each row is (layer, unit, patterns); a pattern is a path relative to `src/`
-(`device/mod.rs`) or a directory prefix ending in `/` (`cpu/`); the longest matching pattern
+(`device/mod.rs`) or a directory prefix ending in `/` (`backend/`); the longest matching pattern
 wins. A file no pattern matches is an error; a pattern that matches nothing is a warning.
 
 Usage: python3 .ci/layers.py [--src DIR] [--graph | --dot | --files]    (from the repository root)
@@ -31,60 +33,43 @@ Usage: python3 .ci/layers.py [--src DIR] [--graph | --dot | --files]    (from th
 import argparse, bisect, os, re, sys
 
 LAYERS = [
-    # 0. leaves
+    # 0. leaves (units, the cache folder, dtypes, the op enums), then what named GPUs would take:
+    #    a table and a model (names dtypes only)
     (0, "root", ["lib.rs"]),
-    (0, "units", ["units.rs"]),
-    (0, "cache", ["cache.rs"]),
-    (0, "html", ["html.rs"]),
-    (0, "dtype", ["dtype.rs"]),
-    (0, "op", ["op.rs"]),
-    # what named GPUs would take: a table and a model (names dtypes only)
+    (0, "base", ["base/"]),
     (1, "cost", ["cost/"]),
-    # 1. the Device value, then `error` (which names devices), then what needs both
-    (1, "device", ["device/value.rs"]),
-    (2, "error", ["error.rs"]),
-    (3, "layout", ["layout.rs"]),
-    (3, "interrupt", ["interrupt.rs"]),
-    (3, "registry", ["device/"]),
-    # 2. backends: pointers, slices and layouts
-    (4, "alloc", ["alloc/"]),
-    (4, "cpu", ["cpu/"]),
-    (4, "profile", ["profile/"]),
-    # a learner's predictions and tasks (errors, and the registry's quiet panic catch)
-    (4, "exercise", ["exercise.rs"]),
-    (5, "cuda_backend", ["gpu/"]),
+    # 1. devices: the Device value and its kind, errors, layouts, the interrupt flag, the registry
+    (2, "device", ["device/"]),
+    # 2. backends: pointers, slices and layouts; beside them, the profiler's records
+    (3, "backend", ["backend/"]),
+    (3, "profile", ["profile/"]),
     # 3.-5. memory, storage, transfers
-    (6, "memory", ["memory/"]),
-    (7, "storage", ["storage/"]),
-    (8, "transfer", ["transfer/"]),
-    # 6. tensors and autograd (the one pair that may use each other)
-    (9, "tensor", ["tensor/"]),
-    (9, "autograd", ["autograd/"]),
+    (4, "memory", ["memory/"]),
+    (5, "storage", ["storage/"]),
+    (6, "transfer", ["transfer/"]),
+    # 6. tensors with their autograd
+    (7, "tensor", ["tensor/"]),
     # 7. built from tensors
-    (10, "nn", ["nn/"]),
-    (10, "optim", ["optim.rs"]),
-    (10, "data", ["data.rs"]),
-    (11, "amp", ["amp.rs"]),
-    (11, "parallel", ["parallel.rs"]),
-    # 8. the torch.cuda facade and the cards, then the cell-side runtime that prints them
-    (12, "cuda", ["cuda/"]),
-    (12, "display", ["display/"]),
-    (13, "runtime", ["probe/", "cell_io.rs", "show.rs"]),
+    (8, "train", ["train/"]),
+    # 8. everything the engine draws, the torch.cuda facade, then what runs in a cell's process
+    (9, "display", ["display/"]),
+    (10, "cuda", ["cuda/"]),
+    (11, "cell", ["cell/"]),
     # 9. the front end
-    (14, "frontend", ["frontend/", "main.rs"]),
+    (12, "frontend", ["frontend/", "main.rs"]),
 ]
 ROOT = "root"  # lib.rs: exempt from the rule (it declares and re-exports everything)
-ALLOWED_PAIRS = {("tensor", "autograd")}  # may name each other (same layer, either way)
-FORBIDDEN_NAMES = {  # unit -> identifiers its code must not use
-    "cuda_backend": ["Storage", "Block", "InFlight", "Tensor"],
-    "cpu": ["Storage", "Block", "InFlight", "Tensor"],
+ALLOWED_PAIRS = set()  # units that may name each other (same layer, either way): none now
+FORBIDDEN_NAMES = {  # folder -> identifiers its code must not use
+    "backend/gpu/": ["Storage", "Block", "InFlight", "Tensor"],
+    "backend/cpu/": ["Storage", "Block", "InFlight", "Tensor"],
 }
-FORBIDDEN_LABEL = {"cuda_backend": "the CUDA backend", "cpu": "the CPU backend"}
+FORBIDDEN_LABEL = {"backend/gpu/": "the CUDA backend", "backend/cpu/": "the CPU backend"}
 FORBIDDEN_WHY = "backends work on pointers, slices and layouts"
 # Cycles between files that are by design, each with why: a cycle between files must be one of
 # these sets exactly (paths relative to src/), so a file that joins it is an error.
 ALLOWED_FILE_CYCLES = {
-    frozenset({"tensor/mod.rs", "autograd/mod.rs"}):
+    frozenset({"tensor/mod.rs", "tensor/autograd/mod.rs"}):
         "one recursive type: a Tensor holds its GradMeta (its node, its .grad), which holds Tensors",
 }
 MAX_REEXPORT_DEPTH = 5
@@ -368,9 +353,9 @@ def main():
             if p in patterns:
                 errors.append(f"table: pattern {p} is in both {patterns[p]} and {unit}")
             patterns[p] = unit
-    for unit in {u for pair in ALLOWED_PAIRS for u in pair} | set(FORBIDDEN_NAMES):
+    for unit in {u for pair in ALLOWED_PAIRS for u in pair}:
         if unit not in layer:
-            errors.append(f"table: {unit} (in ALLOWED_PAIRS or FORBIDDEN_NAMES) is not a unit")
+            errors.append(f"table: {unit} (in ALLOWED_PAIRS) is not a unit")
     if not os.path.isdir(args.src):
         sys.exit(f"layers: no directory {args.src}")
     rels = sorted(os.path.relpath(os.path.join(d, f), args.src).replace(os.sep, "/")
@@ -409,11 +394,12 @@ def main():
                    else "a layer may only import layers below it")
             errors.append(f"{args.src}/{rel}:{f.line(pos)}: names {shown} (unit {tunit}, layer "
                           f"{layer[tunit]}) but is in unit {unit} (layer {layer[unit]}): {why}")
-        for word in FORBIDDEN_NAMES.get(unit, []):
+        folder = next((d for d in FORBIDDEN_NAMES if rel.startswith(d)), None)
+        for word in FORBIDDEN_NAMES.get(folder, []):
             lines = sorted({f.line(m.start()) for m in re.finditer(r"(?<![\w$])%s\b" % word, f.code)})
             if lines:
                 more = f" (also line {', '.join(map(str, lines[1:]))})" if lines[1:] else ""
-                errors.append(f"{args.src}/{rel}:{lines[0]}: {FORBIDDEN_LABEL.get(unit, unit)} names "
+                errors.append(f"{args.src}/{rel}:{lines[0]}: {FORBIDDEN_LABEL.get(folder, folder)} names "
                               f"`{word}`; {FORBIDDEN_WHY}{more}")
 
     unit_graph = {u: {t for t in ts if not allowed_pair(u, t)} for u, ts in edges.items()}

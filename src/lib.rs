@@ -12,53 +12,42 @@
 //! # Ok(()) }
 //! ```
 
-// The engine's layers, lowest first: each module imports only those above it in this list
-// (`tensor` and `autograd` use each other). `.ci/layers.py` checks it; ARCHITECTURE.md draws it.
-// 0. leaves
-mod cache;
-pub mod dtype;
-pub mod exercise;
-pub(crate) mod html;
-pub mod op;
-pub mod units;
-// what named GPUs would take (a table and a model over it; predicted costs)
+// The engine's layers, lowest first, one folder each: a module imports only the layers above it
+// in this list (`.ci/layers.py` checks it; ARCHITECTURE.md draws it). The folders are private;
+// the `pub use` lines below keep the paths users know (`placelab::dtype`, `placelab::gpu`, …).
+// 0. leaves: units, the cache folder, dtypes, the op enums; what named GPUs would take
+mod base;
 pub mod cost;
-// 1. devices and errors (the `Device` value, `error`, then the registry of what exists)
+// 1. devices: the `Device` value and its kind, errors, layouts, the interrupt flag, the registry
 pub mod device;
-pub mod error;
-pub mod interrupt;
-pub mod layout;
 // 2. backends, on pointers, slices and layouts: the CPU kernels, the CUDA backend, the caching
-//    allocator's policy and host memory
-mod alloc;
-pub mod cpu;
-pub mod gpu;
-// where a piece of code's time and memory go (what the layers below report while it records)
+//    allocator's policy and host memory; beside them, where a piece of code's time and memory go
+mod backend;
 pub mod profile;
-// 3. per-device memory and its ledger
+// 3.-5. per-device memory and its ledger; storage (the only place that matches on the backend);
+//    transfers (the record, the log, copies still in flight)
 pub mod memory;
-// 4. storage: the only place that matches on the backend
 mod storage;
-// 5. transfers: the record, the log, copies still in flight
 pub mod transfer;
 // 6. tensors and autograd
-pub mod autograd;
 pub mod tensor;
-// 7. what is built from tensors
-pub mod amp;
-pub mod data;
-pub mod nn;
-pub mod optim;
-pub mod parallel;
-// 8. the `torch.cuda` facade, cards, and what runs inside a REPL cell's process
-pub mod cell_io;
+// 7. what is built from tensors for training
+mod train;
+// 8. everything the engine draws; the `torch.cuda` facade; what runs inside a REPL cell's process
+mod cell;
 pub mod cuda;
 pub mod display;
-pub mod probe;
-pub mod show;
 // 9. the REPL and the Jupyter kernel
 #[cfg(feature = "frontend")]
 pub mod frontend;
+
+pub use backend::{cpu, gpu};
+pub use base::{dtype, op, units};
+pub use cell::streams as cell_io;
+pub use cell::{exercise, probe, show};
+pub use device::{error, interrupt, layout};
+pub use tensor::autograd;
+pub use train::{amp, data, nn, optim, parallel};
 
 pub use device::{Device, DeviceKind, default_device, set_default_device};
 pub use dtype::{DType, Element, Scalar};
@@ -67,7 +56,7 @@ pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
 pub use transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer};
 
-pub use cache::cache_dir;
+pub use base::cache::cache_dir;
 /// The threads the CPU kernels use.
 pub use cpu::threads as cpu_threads;
 

@@ -273,7 +273,7 @@ fn out_of_memory_on_an_emulated_device_is_an_error_with_the_numbers() {
     assert_eq!(ok.item::<f32>().unwrap(), 4.0);
 }
 
-/// `src/gpu/ops.rs` and `kernels/*.cu` each read the op codes from `kernels/codes.rs` (the kernels
+/// `src/backend/gpu/ops.rs` and `kernels/*.cu` each read the op codes from `kernels/codes.rs` (the kernels
 /// through the `ops.cuh` that `build.rs` writes): a code that meant another op on one side would
 /// give another result here.
 #[test]

@@ -5,7 +5,7 @@
 //! rows that fix it, and the tests in `fit.rs` hold the model to rows it was not fitted on.
 
 use super::gpus::GpuSpec;
-use crate::dtype::DType;
+use crate::base::dtype::DType;
 
 /// The model's constants. Times in seconds, rates in GB/s (10⁹ bytes), efficiencies as
 /// fractions of the part's peak.

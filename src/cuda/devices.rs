@@ -3,16 +3,16 @@
 //! real GPU the driver's and NVRTC's versions.
 
 use super::{device_count, driver_version, real_device_count, unavailable_reason};
+use crate::backend::gpu::{nvrtc, runtime};
+use crate::device::error::Result;
 use crate::device::guard::guarded;
 use crate::device::registry::no_real_gpu_reason;
 use crate::device::{Device, DeviceKind};
-use crate::error::Result;
-use crate::gpu::{nvrtc, runtime};
 use crate::memory;
 
 /// A human name for `cuda:index`.
 pub fn device_name(index: usize) -> Result<String> {
-    let size = crate::units::human_bytes;
+    let size = crate::base::units::human_bytes;
     Ok(match Device::Cuda(index).kind()? {
         DeviceKind::SimulatedGpu {
             capacity,
@@ -94,7 +94,7 @@ impl DeviceList {
 /// each real GPU's free memory, which creates a CUDA context on it: the cell process, which will
 /// hold one anyway, or a one-shot command.
 pub fn devices(with_free: bool) -> DeviceList {
-    let mut devices = vec![format!("cpu ({} threads)", crate::cpu::threads())];
+    let mut devices = vec![format!("cpu ({} threads)", crate::backend::cpu::threads())];
     for i in 0..device_count() {
         let device = Device::Cuda(i);
         let name = device_name(i).unwrap_or_else(|e| e.to_string());
@@ -108,7 +108,7 @@ pub fn devices(with_free: bool) -> DeviceList {
         };
         let free = match ask {
             true => memory::mem_get_info(&device)
-                .map(|(f, _)| format!(" ({} free)", crate::units::human_bytes(f)))
+                .map(|(f, _)| format!(" ({} free)", crate::base::units::human_bytes(f)))
                 .unwrap_or_default(),
             false => String::new(),
         };

@@ -7,19 +7,19 @@
 mod devices;
 mod stand_ins;
 
+pub use crate::backend::gpu::blas::{allow_tf32, set_allow_tf32};
+pub use crate::backend::gpu::pinned::{HostMemoryStats, pinned_bytes};
+pub use crate::backend::gpu::runtime::context_setup_time;
+pub use crate::base::units::parse_bytes;
 pub use crate::device::registry::{
     DEFAULT_SIMULATED_CAPACITY, device_count, driver_version, is_available, no_real_gpu_reason,
     real_device_count, unavailable_reason,
 };
-pub use crate::gpu::blas::{allow_tf32, set_allow_tf32};
-pub use crate::gpu::pinned::{HostMemoryStats, pinned_bytes};
-pub use crate::gpu::runtime::context_setup_time;
-pub use crate::units::parse_bytes;
 pub use devices::{DeviceList, device_name, devices, versions_line};
 
+use crate::device::error::{Error, Result};
 use crate::device::registry::Simulation;
 use crate::device::{Device, DeviceKind};
-use crate::error::{Error, Result};
 use crate::memory::{self, MemoryStats};
 use stand_ins::{replace_stand_ins, stand_ins};
 
@@ -78,13 +78,13 @@ pub fn empty_cache() -> usize {
 /// pinned tensors and page-locked in all, requests served, and the driver's allocations and
 /// frees with their time.
 pub fn host_memory_stats() -> HostMemoryStats {
-    crate::gpu::pinned::stats()
+    crate::backend::gpu::pinned::stats()
 }
 
 /// Gives the pinned host memory that no tensor holds back to the driver; returns the bytes
 /// (`torch._C._host_emptyCache()`). `empty_cache()` leaves it, as PyTorch's does.
 pub fn host_empty_cache() -> usize {
-    crate::gpu::pinned::empty_cache()
+    crate::backend::gpu::pinned::empty_cache()
 }
 
 /// (free, total) bytes of `cuda:index` as the driver reports them (`torch.cuda.mem_get_info`).

@@ -3,10 +3,10 @@
 //! real GPU; then the registry's setting changes, and the drivers and memory of the devices
 //! that changed are let go (the rest keep theirs: a stream may still hold queued work).
 
+use crate::backend::gpu::runtime;
+use crate::device::error::{Error, Result};
 use crate::device::registry::Simulation;
 use crate::device::{Device, DeviceKind};
-use crate::error::{Error, Result};
-use crate::gpu::runtime;
 use crate::memory;
 
 /// `count` stand-ins, each `each` (none when 0).

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Device;
-use crate::error::Result;
+use crate::device::error::Result;
 
 /// The default device, encoded: 0 is the CPU, `i + 1` is `cuda:i`.
 static DEFAULT_DEVICE: AtomicUsize = AtomicUsize::new(0);

@@ -3,7 +3,7 @@
 use std::str::FromStr;
 
 use super::Device;
-use crate::error::{Error, Result};
+use crate::device::error::{Error, Result};
 
 /// Parses `"cpu"`, `"cuda"` (= `cuda:0`) and `"cuda:N"`, ignoring case and surrounding spaces.
 impl FromStr for Device {

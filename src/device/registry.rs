@@ -11,8 +11,8 @@ use std::sync::{OnceLock, RwLock};
 use super::guard::guarded;
 use super::kind::{DeviceKind, device_label};
 use super::value::Device;
-use crate::error::{Error, Result};
-use crate::units::parse_bytes;
+use crate::base::units::parse_bytes;
+use crate::device::error::{Error, Result};
 
 /// The capacity of a simulated device when none is given.
 pub const DEFAULT_SIMULATED_CAPACITY: usize = 16 << 30;
@@ -200,7 +200,10 @@ fn count_and_word(v: &str) -> std::result::Result<Option<(usize, Option<&str>)>,
 }
 
 fn capacity(word: Option<&str>) -> std::result::Result<usize, String> {
-    word.map_or(Ok(DEFAULT_SIMULATED_CAPACITY), crate::units::parse_size)
+    word.map_or(
+        Ok(DEFAULT_SIMULATED_CAPACITY),
+        crate::base::units::parse_size,
+    )
 }
 
 /// The number of real CUDA devices, probed once. Never panics: cudarc panics when libcuda is

@@ -1,7 +1,7 @@
 //! A tensor's values as PyTorch prints them: 4 decimals (or scientific notation when the
 //! magnitudes call for it), aligned columns, and `...` past 1000 elements (3 at each edge).
 
-use crate::dtype::DType;
+use crate::base::dtype::DType;
 use crate::tensor::Tensor;
 
 const THRESHOLD: usize = 1000;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use evcxr::EvalContextOutputs;
 
 use super::report::{ErrorKind, Output};
-use crate::cell_io::{FAILED_BEGIN, FAILED_END, Failure, SYNC};
+use crate::cell::show::CLEAR_OUTPUT;
+use crate::cell::streams::{FAILED_BEGIN, FAILED_END, Failure, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
-use crate::show::CLEAR_OUTPUT;
 
 /// Where streamed stdout/stderr lines of cells go while they run (`true`: stderr).
 pub type Sink = Arc<dyn Fn(bool, &str) + Send + Sync>;

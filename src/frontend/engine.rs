@@ -34,7 +34,7 @@ const LINK_FROM: u64 = 64 * 1024;
 pub fn dir() -> PathBuf {
     std::env::var_os(ENV)
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::cache::cache_dir().join("engine"))
+        .unwrap_or_else(|| crate::base::cache::cache_dir().join("engine"))
 }
 
 /// The compile directory inside an engine directory.
@@ -147,7 +147,7 @@ fn finish_interrupted_publishes(engine: &Path, expected: &engine_check::Expected
 /// Not from the prebuild's own session, whose cache is that folder.
 pub fn sweep_killed_prebuild(engine: &Path) {
     let scratch = engine.join(PREBUILD_SCRATCH);
-    if !crate::cache::cache_dir().starts_with(&scratch) {
+    if !crate::base::cache::cache_dir().starts_with(&scratch) {
         let _ = fs::remove_dir_all(scratch);
     }
 }

@@ -17,7 +17,7 @@ use super::interrupter::{self, Interrupter};
 use super::report::{CellReport, Output};
 use super::session::{Prepared, Session};
 use super::strip::MemoryChange;
-use crate::html::el;
+use crate::display::html::el;
 
 /// Work for the evaluator thread.
 pub enum Job {

@@ -237,7 +237,7 @@ fn mem(s: &mut Session, _: &str) -> CellReport {
 
 /// A plain HTML table: a header row, then text cells (escaped), numbers right-aligned.
 fn html_table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
-    use crate::html::{El, el};
+    use crate::display::html::{El, el};
     fn row<'a>(tag: &'static str, cells: impl Iterator<Item = &'a str>) -> El {
         el("tr").children(cells.enumerate().map(|(i, text)| {
             let align = if i == 0 { "left" } else { "right" };
@@ -545,7 +545,7 @@ fn profile(s: &mut Session, code: &str) -> CellReport {
     let mut report = s.run_code(&profile_cell(code));
     // The profiler catches the code's error to show the ops before it; an interrupt must still
     // fail the cell, or Jupyter's Run All (and a script) would go on past the user's stop.
-    let stopped = crate::error::Error::Interrupted.to_string();
+    let stopped = crate::device::error::Error::Interrupted.to_string();
     let profile_stopped = report.outputs.iter().any(|o| {
         matches!(o, Output::Value { plain, .. } if plain.contains(&format!("stops there: {stopped}")))
     });
@@ -570,7 +570,7 @@ fn fmt(s: &mut Session, args: &str) -> CellReport {
     if args.is_empty() {
         return CellReport::info(format!("values print with {current}"));
     }
-    if crate::show::parse_value_format(args).is_none() {
+    if crate::cell::show::parse_value_format(args).is_none() {
         return CellReport::error(format!(
             "`:fmt` takes a Debug format: {{:?}}, {{:#?}}, or either with a precision such as \
              {{:.3?}}; got `{args}` (values still print with {current})"
@@ -677,7 +677,7 @@ mod tests {
             e,
             "\"lots\" is not a size; write e.g. 8GiB, 512MiB or a byte count"
         );
-        assert_eq!(e, crate::units::parse_size("lots").unwrap_err());
+        assert_eq!(e, crate::base::units::parse_size("lots").unwrap_err());
         assert_eq!(Err(e), parse_emulated("1,lots").map(|_| ()));
         let e = parse_simulate("cuda 1 h100 --emulate").unwrap_err();
         assert_eq!(Err(e.clone()), parse_emulated("1,h100").map(|_| ()));

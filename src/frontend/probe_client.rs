@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::probe::wire::{
+pub use crate::cell::probe::wire::{
     DeviceList, DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine,
 };
 

@@ -78,7 +78,7 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
     unsafe {
         std::env::set_var("EVCXR_CONFIG_DIR", &config);
         std::env::set_var("EVCXR_TMPDIR", &workdir);
-        std::env::set_var(crate::probe::ENV, &probe);
+        std::env::set_var(crate::cell::probe::ENV, &probe);
         if std::env::var_os("RUST_SRC_PATH").is_none()
             && let Some(sources) = engine::library_sources(&engine)
         {

@@ -73,7 +73,7 @@ fn wrap_rustc() {
     std::process::exit(101);
 }
 
-pub use crate::cache::cache_dir;
+pub use crate::base::cache::cache_dir;
 
 /// Removes from this process's environment what cargo adds when it starts a program
 /// (`cargo run`, `cargo test`): its `CARGO_*` variables about the package it ran, `OUT_DIR`,

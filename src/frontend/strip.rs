@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::probe_client::{DeviceStats, Snapshot, TransferLine};
+use crate::display::html::el;
 use crate::display::{human_bytes, human_duration, human_rate};
-use crate::html::el;
 
 /// Device memory before and after a cell (or, while it runs, after so far).
 #[derive(Debug, Clone, Default, PartialEq)]

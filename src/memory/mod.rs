@@ -7,15 +7,15 @@
 mod summary;
 
 // The allocator's policy and raw host memory, under the paths they always had.
-pub use crate::alloc::{caching, host};
+pub use crate::backend::alloc::{caching, host};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::base::dtype::DType;
+use crate::device::error::{Error, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
 pub use caching::MemoryStats;
 use caching::{CachingAllocator, RawAllocator};
 pub use summary::memory_summary;
@@ -66,7 +66,7 @@ fn raw_allocator_for(device: Device, kind: DeviceKind) -> Result<Box<dyn RawAllo
             Box::new(host::HostMemory::simulated(capacity))
         }
         (Device::Cuda(i), DeviceKind::Gpu | DeviceKind::EmulatedGpu { .. }) => {
-            Box::new(crate::gpu::runtime::CudaMemory::new(i)?)
+            Box::new(crate::backend::gpu::runtime::CudaMemory::new(i)?)
         }
         (Device::Cpu, _) => unreachable!("the CPU is of kind Cpu"),
     })
@@ -138,7 +138,7 @@ impl Block {
     ) -> Result<Block> {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         // Every op that makes a tensor comes through here: the place an interrupt stops a cell.
-        crate::interrupt::check()?;
+        crate::device::interrupt::check()?;
         let requested = numel
             .checked_mul(dtype.size_in_bytes())
             .filter(|b| *b <= isize::MAX as usize)
@@ -157,7 +157,7 @@ impl Block {
                     device,
                     msg: format!(
                         "the driver failed to allocate {} ({msg}). This usually means an earlier GPU operation failed and left the device unusable in this process; restart the session (REPL or kernel) to get a fresh one",
-                        crate::units::human_bytes(requested)
+                        crate::base::units::human_bytes(requested)
                     ),
                 },
                 None => Error::OutOfMemory {

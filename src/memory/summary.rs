@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use super::{LiveStorage, MemoryStats};
 use crate::device::Device;
-use crate::error::Result;
+use crate::device::error::Result;
 
 /// PyTorch's `_format_size`: divide by 1024 while the value is ≥ 768 Ki of the unit.
 fn format_size(mut n: usize) -> String {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{OpRecord, Profile};
 use crate::device::Device;
-use crate::error::Result;
+use crate::device::error::Result;
 
 /// A GPU op's two CUDA events, both recorded on its stream: its time there once the stream has
 /// reached the closing one. Dropped unread, the events are destroyed all the same.
@@ -132,29 +132,5 @@ impl Profile {
     /// Whether each op waited for its work on the GPU (`profile_blocking`).
     pub fn blocking(&self) -> bool {
         self.blocking
-    }
-
-    /// One line per GPU: how busy it was over the step, and what that says.
-    pub(super) fn busy_lines(&self) -> Vec<String> {
-        use crate::units::human_duration as h;
-        self.gpu_busy()
-            .iter()
-            .map(|g| {
-                let mut line = format!(
-                    "{} busy {} (CUDA events) of the {} until its work was done ({:.0}%)",
-                    g.device,
-                    h(g.busy),
-                    h(g.span),
-                    100.0 * g.share()
-                );
-                line.push_str(match (self.blocking, g.bound()) {
-                    (true, _) => ": each op waited for its work (CUDA_LAUNCH_BLOCKING=1), so the GPU idled while the host queued the next; profile without blocking to see what bounds the step",
-                    (false, Bound::Host) => ": host-bound, the GPU waited for the host to queue work",
-                    (false, Bound::Gpu) => ": GPU-bound, the host queued work faster than the GPU ran it",
-                    (false, Bound::Mixed) => ": neither clearly host- nor GPU-bound, the GPU idled part of the step",
-                });
-                line
-            })
-            .collect()
     }
 }

@@ -16,16 +16,16 @@
 
 mod gpu;
 mod record;
-mod report;
+mod rows;
 mod timeline;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::base::dtype::DType;
 use crate::cost::gpus::GpuSpec;
 use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
-use crate::dtype::DType;
 
 pub use gpu::{Bound, Finish, GpuBusy, GpuClock, PendingGpuTime};
 pub(crate) use record::unpriced;
@@ -33,7 +33,9 @@ pub use record::{
     ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
     grad_fn, phase, profile, profile_as, profile_blocking, recording,
 };
-pub use report::Row;
+pub use rows::Row;
+#[cfg(test)]
+pub(crate) use timeline::tests::example;
 
 /// The part of a training step an op ran in, as PyTorch's profiler groups them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -309,5 +311,29 @@ impl Profile {
     /// The devices whose memory moved, in order.
     pub fn devices(&self) -> Vec<Device> {
         self.start_allocated.keys().copied().collect()
+    }
+
+    /// Each device's peak, by device.
+    pub(crate) fn peaks(&self) -> &BTreeMap<Device, Peak> {
+        &self.peaks
+    }
+
+    /// `device`'s allocated bytes when the profile started (0 for a device it did not touch).
+    pub(crate) fn start_allocated(&self, device: &Device) -> u64 {
+        self.start_allocated.get(device).copied().unwrap_or(0)
+    }
+
+    /// What `phase` allocated and freed outside any op, where it did: (allocated, freed).
+    pub(crate) fn outside_ops(&self, phase: Phase) -> (Option<u64>, Option<u64>) {
+        let bytes = |m: &BTreeMap<Phase, u64>| m.get(&phase).copied();
+        (
+            bytes(&self.allocated_between_ops),
+            bytes(&self.freed_between_ops),
+        )
+    }
+
+    /// The named GPU each predicting device stands for.
+    pub(crate) fn stands_for(&self) -> &BTreeMap<Device, &'static GpuSpec> {
+        &self.stands_for
     }
 }

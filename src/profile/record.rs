@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use super::gpu::{self, Finish, GpuClock, Pending};
 use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
+use crate::base::dtype::DType;
 use crate::cost::gpus::GpuSpec;
+use crate::device::error::Result;
 use crate::device::{Device, DeviceKind};
-use crate::dtype::DType;
-use crate::error::Result;
 
 pub(super) static RECORDING: AtomicBool = AtomicBool::new(false);
 static STATE: Mutex<Option<Recording>> = Mutex::new(None);

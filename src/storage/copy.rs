@@ -5,12 +5,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{Storage, gpu_index};
-use crate::cpu;
+use crate::backend::cpu;
+pub(crate) use crate::backend::gpu::copy::CopyTime;
+use crate::backend::gpu::copy::{self, Timing};
+use crate::device::error::{Error, Result};
+use crate::device::layout::Layout;
 use crate::device::{Device, DeviceKind};
-use crate::error::{Error, Result};
-pub(crate) use crate::gpu::copy::CopyTime;
-use crate::gpu::copy::{self, Timing};
-use crate::layout::Layout;
 
 /// What a queued copy's completion is waited on.
 pub(crate) enum Completion {
@@ -59,10 +59,10 @@ pub(crate) fn open_devices(devices: &[Device]) -> Result<Option<Duration>> {
         if let Device::Cuda(i) = d
             && is_gpu(d)
         {
-            crate::gpu::runtime::gpu(i)?;
+            crate::backend::gpu::runtime::gpu(i)?;
         }
     }
-    Ok(crate::gpu::runtime::take_unreported_setup(devices))
+    Ok(crate::backend::gpu::runtime::take_unreported_setup(devices))
 }
 
 impl Storage {
@@ -105,7 +105,7 @@ impl Storage {
             if let Device::Cuda(i) = d
                 && is_gpu(d)
             {
-                crate::gpu::runtime::gpu(i)?.wait_interruptibly(".to()")?;
+                crate::backend::gpu::runtime::gpu(i)?.wait_interruptibly(".to()")?;
             }
         }
         Ok(())

@@ -6,11 +6,11 @@
 use half::f16;
 
 use super::Storage;
-use crate::cpu::{self, matmul::Matmul};
-use crate::dtype::{DType, Element};
-use crate::error::Result;
-use crate::gpu::blas::{self, Onto};
-use crate::layout::Layout;
+use crate::backend::cpu::{self, matmul::Matmul};
+use crate::backend::gpu::blas::{self, Onto};
+use crate::base::dtype::{DType, Element};
+use crate::device::error::Result;
+use crate::device::layout::Layout;
 use crate::memory::Block;
 use crate::profile::Work;
 

@@ -15,13 +15,13 @@ use std::sync::{Arc, Mutex};
 pub(crate) use copy::{Completion, open_devices};
 pub(crate) use optim::UpdateSlot;
 
-use crate::cpu;
+use crate::backend::cpu;
+use crate::backend::gpu::copy::{ClosedTiming, OpenTiming};
+use crate::backend::gpu::pinned::PinnedHost;
+use crate::backend::gpu::runtime::Gpu;
+use crate::base::dtype::{DType, Element};
 use crate::device::Device;
-use crate::dtype::{DType, Element};
-use crate::error::Result;
-use crate::gpu::copy::{ClosedTiming, OpenTiming};
-use crate::gpu::pinned::PinnedHost;
-use crate::gpu::runtime::Gpu;
+use crate::device::error::Result;
 use crate::memory::Block;
 use crate::profile::{self, OpScope, Work};
 
@@ -139,7 +139,7 @@ impl Storage {
     /// The GPU (real or emulated) this storage lives on, or `None` for host memory.
     fn gpu(&self) -> Option<Result<Arc<Gpu>>> {
         match &self.backing {
-            Backing::Cuda(b) => Some(crate::gpu::runtime::gpu(gpu_index(b.device()))),
+            Backing::Cuda(b) => Some(crate::backend::gpu::runtime::gpu(gpu_index(b.device()))),
             _ => None,
         }
     }
@@ -283,7 +283,7 @@ pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
                 .kind()
                 .is_ok_and(crate::device::DeviceKind::runs_gpu_backend) =>
         {
-            let g = crate::gpu::runtime::gpu(i)?;
+            let g = crate::backend::gpu::runtime::gpu(i)?;
             g.wait_interruptibly("synchronize")?;
             g.synchronize()
         }
@@ -296,7 +296,7 @@ pub(crate) fn wait_for_queued_work(device: Device) -> Result<()> {
 fn time_on_gpu(device: Device) -> profile::Finish {
     let timing = match device {
         Device::Cuda(i) => {
-            crate::gpu::runtime::gpu(i).and_then(|g| OpenTiming::start(&g, "profile"))
+            crate::backend::gpu::runtime::gpu(i).and_then(|g| OpenTiming::start(&g, "profile"))
         }
         Device::Cpu => unreachable!("only a GPU is timed with events"),
     };

@@ -3,14 +3,14 @@
 //! `matmul.rs`, reductions in `reduce.rs`.
 
 use super::Storage;
-use crate::cpu;
-use crate::cpu::elementwise as ew;
+use crate::backend::cpu;
+use crate::backend::cpu::elementwise as ew;
+use crate::backend::gpu::{blas, ops as gpu};
+use crate::base::dtype::{DType, Element, Scalar};
+use crate::base::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::device::Device;
-use crate::dtype::{DType, Element, Scalar};
-use crate::error::Result;
-use crate::gpu::{blas, ops as gpu};
-use crate::layout::Layout;
-use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::device::error::Result;
+use crate::device::layout::Layout;
 use crate::profile::Work;
 
 /// Binds `$t` to the Rust type of `$dtype` for the dtypes with native arithmetic kernels;
@@ -207,7 +207,7 @@ impl Storage {
         let g = g?;
         let mut shape = l.shape.clone();
         shape[dim] = li.numel();
-        let numel = crate::layout::numel_checked("index_select", &shape)?;
+        let numel = crate::device::layout::numel_checked("index_select", &shape)?;
         let _op = self.profiled("index_select", Work::elementwise(numel, 1, self.dtype));
         let out = Storage::alloc(self.device(), self.dtype, numel)?;
         let entries = gpu::Entries {
@@ -232,7 +232,7 @@ impl Storage {
     ) -> Result<Storage> {
         let mut shape = l.shape.clone();
         shape[dim] = positions.len();
-        let numel = crate::layout::numel_checked("index_select", &shape)?;
+        let numel = crate::device::layout::numel_checked("index_select", &shape)?;
         let _op = self.profiled("index_select", Work::elementwise(numel, 1, self.dtype));
         let mut out = Storage::alloc(self.device(), self.dtype, numel)?;
         if let Some(g) = self.gpu() {
@@ -242,7 +242,11 @@ impl Storage {
             let on_device = Storage::alloc(self.device(), DType::I64, at.len())?;
             // From pageable memory the driver has staged the bytes when this returns; the
             // kernel after it on the stream reads them. Nothing waits for either.
-            crate::gpu::copy::host_to_device(g.index, on_host.bytes(), on_device.device_ptr())?;
+            crate::backend::gpu::copy::host_to_device(
+                g.index,
+                on_host.bytes(),
+                on_device.device_ptr(),
+            )?;
             let entries = gpu::Entries {
                 ptr: on_device.device_ptr(),
                 layout: &Layout::contiguous(vec![at.len()]),

@@ -4,11 +4,11 @@
 use half::{bf16, f16};
 
 use super::Storage;
-use crate::cpu::optim as host;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::layout::Layout;
-use crate::op::Update;
+use crate::backend::cpu::optim as host;
+use crate::base::dtype::DType;
+use crate::base::op::Update;
+use crate::device::error::{Error, Result};
+use crate::device::layout::Layout;
 use crate::profile::Work;
 
 /// One parameter's share of an update: the parameter and its gradient (contiguous views of one
@@ -68,7 +68,7 @@ impl Storage {
         let elem = dtype.size_in_bytes() as u64;
         let at = |(s, l): (&Storage, &Layout)| s.device_ptr() + l.offset as u64 * elem;
         let gpu_slots: Vec<_> = (slots.iter())
-            .map(|s| crate::gpu::optim::Slot {
+            .map(|s| crate::backend::gpu::optim::Slot {
                 numel: s.param.1.numel(),
                 param: at(s.param),
                 grad: at(s.grad),
@@ -76,7 +76,7 @@ impl Storage {
                 first: s.first,
             })
             .collect();
-        crate::gpu::optim::step(&g, dtype, update, &gpu_slots)
+        crate::backend::gpu::optim::step(&g, dtype, update, &gpu_slots)
     }
 }
 

@@ -3,10 +3,10 @@
 //! (`gpu::reduce`) through the partial results allocated here.
 
 use super::Storage;
-use crate::cpu::reduce;
-use crate::dtype::DType;
-use crate::error::Result;
-use crate::gpu::reduce as gpu_reduce;
+use crate::backend::cpu::reduce;
+use crate::backend::gpu::reduce as gpu_reduce;
+use crate::base::dtype::DType;
+use crate::device::error::Result;
 use crate::profile::Work;
 
 impl Storage {

@@ -5,8 +5,8 @@
 use std::cell::Cell;
 
 use super::Tensor;
-use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::base::dtype::DType;
+use crate::device::error::{Error, Result};
 
 thread_local! {
     static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };

@@ -6,10 +6,10 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{IntoOptions, Tensor};
+use crate::base::dtype::{DType, Element, Scalar};
 use crate::device::Device;
-use crate::dtype::{DType, Element, Scalar};
-use crate::error::{Error, Result};
-use crate::layout::{IntoShape, numel_checked};
+use crate::device::error::{Error, Result};
+use crate::device::layout::{IntoShape, numel_checked};
 use crate::storage::Storage;
 
 /// PyTorch's default CPU seed, so a fresh session draws the same numbers every time.
@@ -187,14 +187,14 @@ impl Tensor {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .random();
-        fn filled<T: crate::cpu::random::Sample + Element>(
+        fn filled<T: crate::backend::cpu::random::Sample + Element>(
             host: Device,
             n: usize,
             seed: u64,
             normal: bool,
         ) -> Result<Storage> {
             let mut s = Storage::alloc(host, T::DTYPE, n)?;
-            crate::cpu::random::fill(s.slice_mut::<T>(), seed, normal);
+            crate::backend::cpu::random::fill(s.slice_mut::<T>(), seed, normal);
             Ok(s)
         }
         // f64 is drawn in f64; every other float dtype from f32 samples.

@@ -3,8 +3,8 @@
 //! `set_default_device` chose another) and Rust's literal types follow PyTorch's defaults.
 
 use super::{IntoOptions, Tensor};
-use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
+use crate::base::dtype::{DType, Element};
+use crate::device::error::{Error, Result};
 
 /// Rust values a tensor can be made from: a number, or slices, `Vec`s and arrays of them,
 /// nested to any depth (`&[[f32; 3]; 2]` is a `[2, 3]` tensor).
@@ -122,8 +122,8 @@ macro_rules! tensor {
 
 #[cfg(test)]
 mod tests {
+    use crate::base::dtype::DType;
     use crate::device::Device;
-    use crate::dtype::DType;
     use crate::tensor::Tensor;
 
     #[test]

@@ -4,13 +4,13 @@
 use std::ops;
 
 use super::{Tensor, same_device};
-use crate::autograd::{grads, is_grad_enabled, no_grad, record};
+use crate::base::dtype::{DType, Scalar};
+use crate::base::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::device::Device;
-use crate::dtype::{DType, Scalar};
-use crate::error::{Error, Result};
-use crate::layout::broadcast_shapes;
-use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::device::error::{Error, Result};
+use crate::device::layout::broadcast_shapes;
 use crate::storage::Storage;
+use crate::tensor::autograd::{grads, is_grad_enabled, no_grad, record};
 
 /// The right-hand side of a binary op: another tensor, or a number.
 pub trait Operand {
@@ -147,9 +147,9 @@ fn broadcast_pair(
     (operands, compute): (DType, DType),
     kernel: impl FnOnce(
         &Storage,
-        &crate::layout::Layout,
+        &crate::device::layout::Layout,
         &Storage,
-        &crate::layout::Layout,
+        &crate::device::layout::Layout,
     ) -> Result<Storage>,
 ) -> Result<(Storage, Vec<usize>)> {
     let shape = broadcast_shapes(op, a.shape(), b.shape())?;
@@ -329,7 +329,7 @@ impl Tensor {
 
     /// ReLU's backward from this gradient and ReLU's output `out` (one kernel; not recorded).
     pub(crate) fn relu_backward(&self, out: &Tensor) -> Result<Tensor> {
-        crate::autograd::no_grad(|| self.binary(BinaryOp::ReluBackward, out, false))
+        crate::tensor::autograd::no_grad(|| self.binary(BinaryOp::ReluBackward, out, false))
     }
     pub fn sub(&self, other: impl Operand) -> Result<Tensor> {
         self.binary(BinaryOp::Sub, other, false)

@@ -2,11 +2,11 @@
 //! one GEMM (what `Linear` runs, as PyTorch's `linear` does).
 
 use super::{Tensor, same_device};
-use crate::autograd::{grads, no_grad, record};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::layout::{Layout, broadcast_shapes};
+use crate::base::dtype::DType;
+use crate::device::error::{Error, Result};
+use crate::device::layout::{Layout, broadcast_shapes};
 use crate::storage::Storage;
+use crate::tensor::autograd::{grads, no_grad, record};
 
 impl Tensor {
     /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
@@ -52,7 +52,7 @@ impl Tensor {
         }
         check_gemm_dtypes("addmm", &[self, mat1, mat2])?;
         let (m, k, n) = addmm_dims(self, mat1, mat2)?;
-        crate::layout::numel_checked("addmm", &[m, n])?;
+        crate::device::layout::numel_checked("addmm", &[m, n])?;
         let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(mat1)?, gemm_ready(mat2)?)))?;
         let s = self.bias_plus_product(&a, &b, (m, n, k))?;
         let out = Tensor::from_storage(s, vec![m, n]);
@@ -149,8 +149,8 @@ fn batched_product(
     (m, k, n): (usize, usize, usize),
 ) -> Result<Storage> {
     // Broadcast views can name more matrices than memory holds: checked before any buffer.
-    let batches = crate::layout::numel_checked("matmul", batch)?;
-    crate::layout::numel_checked("matmul", &[batches, m, n])?;
+    let batches = crate::device::layout::numel_checked("matmul", batch)?;
+    crate::device::layout::numel_checked("matmul", &[batches, m, n])?;
     let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(a)?, gemm_ready(b)?)))?;
     let full = |t: &Tensor, r: usize, c: usize| {
         let mut shape = batch.to_vec();

@@ -2,6 +2,7 @@
 //! `.to()` that made it. Ops live in the submodules; the one device check is here.
 
 pub(crate) mod autocast;
+pub mod autograd;
 mod create;
 mod data;
 mod math;
@@ -12,12 +13,12 @@ mod to;
 
 use std::sync::Arc;
 
-use crate::autograd::GradMeta;
+use crate::base::dtype::{DType, Element};
 use crate::device::Device;
-use crate::dtype::{DType, Element};
-use crate::error::{Error, Result};
-use crate::layout::Layout;
+use crate::device::error::{Error, Result};
+use crate::device::layout::Layout;
 use crate::storage::Storage;
+use crate::tensor::autograd::GradMeta;
 use crate::transfer::Transfer;
 use crate::transfer::inflight::InFlight;
 
@@ -235,8 +236,8 @@ impl Tensor {
     }
 
     /// The size of dimension `dim` (negative counts from the end).
-    pub fn size(&self, dim: impl crate::layout::Dim) -> Result<usize> {
-        let d = crate::layout::resolve_dim("size", dim.as_i64(), self.rank())?;
+    pub fn size(&self, dim: impl crate::device::layout::Dim) -> Result<usize> {
+        let d = crate::device::layout::resolve_dim("size", dim.as_i64(), self.rank())?;
         Ok(self.shape().get(d).copied().unwrap_or(1))
     }
 

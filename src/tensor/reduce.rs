@@ -2,11 +2,11 @@
 //! log-softmax.
 
 use super::Tensor;
-use crate::autograd::{grads, no_grad, record};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::layout::{Dim, Dims, resolve_dim, resolve_dims};
+use crate::base::dtype::DType;
+use crate::device::error::{Error, Result};
+use crate::device::layout::{Dim, Dims, resolve_dim, resolve_dims};
 use crate::storage::Storage;
+use crate::tensor::autograd::{grads, no_grad, record};
 
 /// A tensor rearranged so the reduced dims are last and contiguous: `rows × len` elements.
 struct Rows {

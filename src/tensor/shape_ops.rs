@@ -2,13 +2,13 @@
 //! contiguous; and the copying ones: cat, stack, index_select.
 
 use super::{Tensor, same_device};
-use crate::autograd::{Backward, grads, no_grad, record, saved as saved_tensor};
-use crate::dtype::DType;
-use crate::error::{Error, Result};
-use crate::layout::{
+use crate::base::dtype::DType;
+use crate::device::error::{Error, Result};
+use crate::device::layout::{
     Dim, Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims,
 };
 use crate::storage::Storage;
+use crate::tensor::autograd::{Backward, grads, no_grad, record, saved as saved_tensor};
 
 /// A target shape for `reshape`: like a shape, but one entry may be -1 (inferred).
 pub trait IntoReshape {
@@ -261,9 +261,9 @@ impl Tensor {
     }
 
     /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
-    pub fn broadcast_to(&self, shape: impl crate::layout::IntoShape) -> Result<Tensor> {
+    pub fn broadcast_to(&self, shape: impl crate::device::layout::IntoShape) -> Result<Tensor> {
         let shape = shape.into_shape();
-        crate::layout::numel_checked("broadcast_to", &shape)?;
+        crate::device::layout::numel_checked("broadcast_to", &shape)?;
         let b = broadcast_shapes("broadcast_to", self.shape(), &shape)?;
         if b != shape {
             return Err(Error::ShapeMismatch {

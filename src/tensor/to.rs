@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::Tensor;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::device::error::{Error, Result};
 use crate::storage;
 use crate::transfer::inflight::{self, InFlight};
 use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, record};
@@ -49,7 +49,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         device.check_available()?;
-        let src = crate::autograd::no_grad(|| self.contiguous())?;
+        let src = crate::tensor::autograd::no_grad(|| self.contiguous())?;
         let from = self.device();
         let memory = if src.is_pinned() || pinned_dst {
             HostMemoryKind::Pinned
@@ -98,11 +98,11 @@ impl Tensor {
             self.blocking_copy(&src, t, pinned_dst)?
         };
         // Differentiable: the gradient flows back to the source device.
-        Ok(crate::autograd::record(
+        Ok(crate::tensor::autograd::record(
             out,
             "to",
             &[self],
-            crate::autograd::grads::identity,
+            crate::tensor::autograd::grads::identity,
         ))
     }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::Transfer;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::device::error::{Error, Result};
 use crate::storage::{Completion, PendingCopy, Storage};
 
 /// One copy that may still be running.

@@ -13,8 +13,8 @@ use std::time::Duration;
 pub use inflight::pending;
 pub use predicted::PredictedCopy;
 
+use crate::base::dtype::DType;
 use crate::device::{Device, DeviceKind};
-use crate::dtype::DType;
 
 /// How a simulated GPU's transfer time was measured, wherever a time is shown: a host copy, not
 /// a bus transfer.
@@ -172,7 +172,7 @@ impl fmt::Display for Transfer {
                     if self.mode == CopyMode::Blocking
                         && self.wall > self.duration.mul_f64(1.2) =>
                 {
-                    format!(", waited {}", crate::units::human_duration(self.wall))
+                    format!(", waited {}", crate::base::units::human_duration(self.wall))
                 }
                 _ => String::new(),
             },
@@ -181,7 +181,7 @@ impl fmt::Display for Transfer {
             CopyMode::Blocking => clock,
             CopyMode::NonBlocking => format!(
                 "{clock}, non-blocking: .to() returned after {}",
-                crate::units::human_duration(self.wall)
+                crate::base::units::human_duration(self.wall)
             ),
             CopyMode::NonBlockingFromPageable => format!(
                 "{clock}, non-blocking had no effect from pageable memory: pin_memory() first"
@@ -191,14 +191,14 @@ impl fmt::Display for Transfer {
             f,
             "{}, {} ({}, {mem}{clock})",
             self.route(),
-            crate::units::human_duration(self.duration),
-            crate::units::human_rate(self.bandwidth())
+            crate::base::units::human_duration(self.duration),
+            crate::base::units::human_rate(self.bandwidth())
         )?;
         if let Some(p) = &self.predicted {
             write!(
                 f,
                 "; ≈ {} on {} (predicted: {})",
-                crate::units::human_duration(p.duration),
+                crate::base::units::human_duration(p.duration),
                 p.gpu.with_article(),
                 p.link
             )?;
@@ -206,8 +206,8 @@ impl fmt::Display for Transfer {
                 write!(
                     f,
                     "; placelab measured {} for {} there on {} (the model: {:+.0}%)",
-                    crate::units::human_duration(m.duration),
-                    crate::units::human_bytes(m.bytes as usize),
+                    crate::base::units::human_duration(m.duration),
+                    crate::base::units::human_bytes(m.bytes as usize),
                     m.date,
                     100.0 * m.model_error
                 )?;
@@ -217,7 +217,7 @@ impl fmt::Display for Transfer {
             write!(
                 f,
                 "; creating the GPU's CUDA context took {} more, once per process, not in this time",
-                crate::units::human_duration(setup)
+                crate::base::units::human_duration(setup)
             )?;
         }
         Ok(())

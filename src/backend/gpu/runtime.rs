@@ -1,0 +1,369 @@
+//! One CUDA device as the engine uses it: the driver behind it (a real GPU's, or the emulator's;
+//! `driver.rs` is the seam), created on first use and timed, since that one-time cost must never
+//! be counted as a transfer; the cuBLAS workspace taken at its first GEMM; and the raw allocator
+//! under the caching allocator. Everything queued on a device runs on its one stream, in order.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::args::Arg;
+use super::call::{DriverError, Grid};
+use super::checks::Checks;
+use super::cuda_driver::CudaDriver;
+use super::driver::{Driver, Event};
+use super::emulated::EmulatedDriver;
+use super::nvrtc::KernelSource;
+use crate::backend::alloc::caching::RawAllocator;
+use crate::device::error::{Error, Result};
+use crate::device::registry::{Stamped, setting};
+use crate::device::{Device, DeviceKind};
+
+pub(crate) struct Gpu {
+    pub index: usize,
+    pub driver: Driver,
+    /// Compute capability, e.g. (9, 0) for an H100.
+    pub cc: (i32, i32),
+    /// How long creating the context took (the first use of the device in this process).
+    pub context_setup: Duration,
+    /// cuBLAS's workspace, taken at the first GEMM.
+    pub(super) workspace: Mutex<Option<Workspace>>,
+    /// For each device this one has copied to: whether the copies go peer to peer.
+    peers: Mutex<HashMap<usize, bool>>,
+    /// Index checks kernels make as they run, read at the host's next wait (`checks.rs`).
+    pub(super) checks: Mutex<Checks>,
+    /// The event `wait_interruptibly` records and polls, kept between waits (creating and
+    /// destroying one per wait cost every `item()` two more driver calls).
+    idle_event: Mutex<Option<Event>>,
+}
+
+/// Device memory for cuBLAS: its address, its size, and what keeps it allocated.
+pub(super) type Workspace = (u64, usize, Box<dyn Send>);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Each opened device's driver, stamped with the kind it was made for (`Stamped`).
+fn gpus() -> &'static Mutex<HashMap<usize, Stamped<Arc<Gpu>>>> {
+    static GPUS: OnceLock<Mutex<HashMap<usize, Stamped<Arc<Gpu>>>>> = OnceLock::new();
+    GPUS.get_or_init(Default::default)
+}
+
+/// The context setup times not yet reported, taken by the first transfer that follows.
+fn unreported_setups() -> &'static Mutex<Vec<(usize, Duration)>> {
+    static S: OnceLock<Mutex<Vec<(usize, Duration)>>> = OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+/// `cuda:index` ready for work, its driver (a real GPU's context) created on first use, and again
+/// after a change of the stand-ins made the device another.
+pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
+    let mut map = lock(gpus());
+    if let Some(g) = map.get(&index)
+        && g.is_current()
+    {
+        return Ok(g.value.clone());
+    }
+    let device = Device::Cuda(index);
+    let seen = setting();
+    let kind = device.kind()?;
+    if let Some(g) = map.get_mut(&index)
+        && g.confirm(kind, seen)
+    {
+        return Ok(g.value.clone());
+    }
+    let unavailable = |reason: String| Error::DeviceUnavailable { device, reason };
+    let start = Instant::now();
+    let driver = match kind {
+        DeviceKind::Gpu => {
+            // NVRTC and cuBLAS from `PLACELAB_CUDA_LIB_DIRS` must be loaded before cudarc looks
+            // them up by name, whichever of them the device's first op needs.
+            super::libs::preload();
+            Driver::Cuda(CudaDriver::new(index).map_err(|e| unavailable(e.to_string()))?)
+        }
+        DeviceKind::EmulatedGpu { capacity } => {
+            Driver::Emulated(EmulatedDriver::new(index, capacity))
+        }
+        DeviceKind::SimulatedGpu { .. } | DeviceKind::Cpu => {
+            return Err(unavailable(
+                "a simulated device runs the CPU kernels, not the CUDA backend".into(),
+            ));
+        }
+    };
+    let context_setup = start.elapsed();
+    let g = Arc::new(Gpu {
+        index,
+        cc: driver.compute_capability(),
+        driver,
+        context_setup,
+        workspace: Mutex::default(),
+        peers: Mutex::default(),
+        checks: Mutex::default(),
+        idle_event: Mutex::default(),
+    });
+    lock(unreported_setups()).push((index, context_setup));
+    let stale = map.insert(index, Stamped::new(kind, seen, g.clone()));
+    drop(map);
+    if let Some(stale) = stale {
+        give_back_workspace(&stale.value);
+    }
+    Ok(g)
+}
+
+/// Returns a forgotten device's cuBLAS workspace to its allocator, outside the map's lock:
+/// freeing a block may ask for its device.
+fn give_back_workspace(g: &Gpu) {
+    lock(&g.workspace).take();
+}
+
+/// An emulated device of `capacity` bytes outside the registry: for unit tests of kernel paths
+/// that no tensor op reaches.
+#[cfg(test)]
+pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
+    let driver = Driver::Emulated(EmulatedDriver::new(0, capacity));
+    Gpu {
+        index: 0,
+        cc: driver.compute_capability(),
+        driver,
+        context_setup: Duration::ZERO,
+        workspace: Mutex::default(),
+        peers: Mutex::default(),
+        checks: Mutex::default(),
+        idle_event: Mutex::default(),
+    }
+}
+
+/// Forgets the drivers of stand-ins that a new setting changed (the caller has checked that no
+/// tensor lives on them), so that their memory goes back now rather than at their next use. A
+/// real GPU's driver stays for the process's life: its context is made once.
+pub(crate) fn forget_stale() {
+    let gone: Vec<Stamped<Arc<Gpu>>> = {
+        let mut map = lock(gpus());
+        let seen = setting();
+        let mut stale = Vec::new();
+        for (i, g) in map.iter_mut() {
+            let kept = match g.kind() {
+                DeviceKind::Gpu => true,
+                DeviceKind::Cpu
+                | DeviceKind::EmulatedGpu { .. }
+                | DeviceKind::SimulatedGpu { .. } => {
+                    Device::Cuda(*i).kind().is_ok_and(|k| g.confirm(k, seen))
+                }
+            };
+            if !kept {
+                stale.push(*i);
+            }
+        }
+        stale.iter().filter_map(|i| map.remove(i)).collect()
+    };
+    for g in gone {
+        give_back_workspace(&g.value);
+    }
+}
+
+/// The lowest-numbered device whose driver (context) has been created, if any.
+pub(crate) fn first_open() -> Option<usize> {
+    lock(gpus()).keys().min().copied()
+}
+
+/// How long creating `cuda:index`'s context took, if it has been created.
+pub fn context_setup_time(index: usize) -> Option<Duration> {
+    lock(gpus()).get(&index).map(|g| g.value.context_setup)
+}
+
+/// Context setups of `devices` not reported yet (each is reported once).
+pub(crate) fn take_unreported_setup(devices: &[Device]) -> Option<Duration> {
+    let mut pending = lock(unreported_setups());
+    let mut total = None;
+    pending.retain(|(i, d)| {
+        let hit = devices.contains(&Device::Cuda(*i));
+        if hit {
+            *total.get_or_insert(Duration::ZERO) += *d;
+        }
+        !hit
+    });
+    total
+}
+
+pub(crate) fn driver_error(op: &'static str, index: usize, msg: String) -> Error {
+    Error::Cuda {
+        op,
+        device: Device::Cuda(index),
+        msg,
+    }
+}
+
+impl Gpu {
+    pub(crate) fn err(&self, op: &'static str, e: DriverError) -> Error {
+        driver_error(op, self.index, e.to_string())
+    }
+
+    pub(crate) fn device(&self) -> Device {
+        Device::Cuda(self.index)
+    }
+
+    /// Queues kernel `name` of `source`; `op` names the user's op in errors.
+    pub(crate) fn launch(
+        &self,
+        source: &KernelSource,
+        name: &str,
+        grid: Grid,
+        op: &'static str,
+        args: &[Arg],
+    ) -> Result<()> {
+        // SAFETY: the launchers (`launch.rs`) pass the kernel's parameter kinds, and every
+        // pointer is a live block of the device holding the elements its view addresses.
+        unsafe { self.driver.launch(source, name, grid, args) }.map_err(|e| self.err(op, e))
+    }
+
+    /// Whether copies from this device to `to` go peer to peer, enabling peer access on the
+    /// first ask (else the driver stages them through host memory).
+    pub(crate) fn peer_to(&self, to: &Gpu) -> Result<bool> {
+        let mut peers = lock(&self.peers);
+        if let Some(&direct) = peers.get(&to.index) {
+            return Ok(direct);
+        }
+        let direct = self
+            .driver
+            .enable_peer_access(&to.driver)
+            .map_err(|e| self.err("enable peer access", e))?;
+        peers.insert(to.index, direct);
+        Ok(direct)
+    }
+
+    /// Waits for the work queued on the device so far, returning `Error::Interrupted` as soon as
+    /// the user interrupts the cell: the work goes on on the device, in order, and the session
+    /// keeps its variables. A stream sync cannot be interrupted, so this waits on an event in
+    /// slices, looking for an interrupt between them. For its first 20 ms the wait wakes the
+    /// moment the event is reached (a busy loop on a real GPU, as `torch.cuda.synchronize`'s
+    /// default wait is): sleeping between looks (10 µs doubling to 200 µs) woke it a median
+    /// 23 µs late after a 173 µs op and 126–208 µs late after 1–2.7 ms ones (benches/RESULTS.md),
+    /// the size of the gap between a timed GEMM and PyTorch's on an H100. A longer wait looks
+    /// every 200 µs, so that a long queue does not hold a core for its whole length. Only waits that release no memory use it; those that
+    /// guard memory (a segment's release, an in-flight copy) wait to the end.
+    pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
+        const BUSY_FOR: Duration = Duration::from_millis(20);
+        const SLICE: Duration = Duration::from_millis(1);
+        const NAP: Duration = Duration::from_micros(200);
+        let checks_before = lock(&self.checks).queued();
+        // Two threads waiting at once each get an event: the second makes its own.
+        let kept = lock(&self.idle_event).take();
+        let done = match kept {
+            Some(e) => e,
+            None => self.driver.new_event().map_err(|e| self.err(op, e))?,
+        };
+        self.driver.record(&done).map_err(|e| self.err(op, e))?;
+        let start = Instant::now();
+        loop {
+            let reached = if start.elapsed() < BUSY_FOR {
+                done.wait_up_to(SLICE)
+            } else {
+                std::thread::sleep(NAP);
+                done.is_complete()
+            };
+            if reached {
+                break;
+            }
+            crate::device::interrupt::check()?;
+        }
+        // Reports a failure of the queued work, if any, then of the checks its kernels made.
+        done.synchronize().map_err(|e| self.err(op, e))?;
+        lock(&self.idle_event).get_or_insert(done);
+        // Checks another thread queued meanwhile belong to kernels queued after the event: the
+        // slots are read from host memory, without the stream's order, so wait for those too.
+        if lock(&self.checks).queued() != checks_before {
+            self.synchronize()?;
+        }
+        self.read_checks()
+    }
+
+    /// The address of a zeroed slot for a kernel that checks `op`'s indices along `dim` (of
+    /// `size`) as it runs; a failure is reported at the host's next wait for the device.
+    pub(crate) fn index_check(&self, op: &'static str, dim: usize, size: usize) -> Result<u64> {
+        if lock(&self.checks).is_full() {
+            self.wait_interruptibly(op)?; // reads the checks, freeing their slots
+        }
+        let mut checks = lock(&self.checks);
+        let base = checks.slots(&self.driver).map_err(|e| {
+            let why = format!("no page-locked host memory for its index checks: {e}");
+            driver_error(op, self.index, why)
+        })?;
+        Ok(checks.queue(base, op, dim, size))
+    }
+
+    /// Reads the index checks queued before a wait for the device that has just ended: the first
+    /// that failed is the error (`checks.rs`).
+    pub(crate) fn read_checks(&self) -> Result<()> {
+        match lock(&self.checks).read() {
+            None => Ok(()),
+            Some(cause) => Err(Error::FoundOnDevice {
+                device: self.device(),
+                cause: Box::new(cause),
+            }),
+        }
+    }
+
+    /// Waits for all work queued on the device.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.driver
+            .synchronize()
+            .map_err(|e| self.err("synchronize", e))
+    }
+}
+
+/// Device memory for the caching allocator, straight from the driver (`cuMemAlloc` on a real
+/// GPU) for each new segment, returned when `empty_cache` releases one (after the device's
+/// queued work is done, since a kernel may still read a block freed on the host).
+pub(crate) struct CudaMemory {
+    gpu: Arc<Gpu>,
+    /// The last failure that was not out-of-memory (a fault left by an earlier kernel, say), so
+    /// that it is reported as what it is rather than as a full device.
+    failure: Option<DriverError>,
+}
+
+impl CudaMemory {
+    pub(crate) fn new(index: usize) -> Result<CudaMemory> {
+        Ok(CudaMemory {
+            gpu: gpu(index)?,
+            failure: None,
+        })
+    }
+}
+
+impl RawAllocator for CudaMemory {
+    fn alloc(&mut self, size: usize) -> Option<usize> {
+        // Out of memory makes the caching allocator release its cache and retry once, then
+        // report the driver's free/total; any other failure (`failure`) is reported at once as
+        // the driver's error.
+        match self.gpu.driver.malloc(size) {
+            Ok(p) => Some(p as usize),
+            Err(DriverError::OutOfMemory) => None,
+            Err(e) => {
+                self.failure = Some(e);
+                None
+            }
+        }
+    }
+
+    fn take_failure(&mut self) -> Option<String> {
+        self.failure.take().map(|e| e.to_string())
+    }
+
+    fn lent(&mut self, addr: usize, requested: usize) {
+        self.gpu.driver.mark_block(addr, requested, true);
+    }
+
+    fn returned(&mut self, addr: usize, size: usize) {
+        self.gpu.driver.mark_block(addr, size, false);
+    }
+
+    fn free(&mut self, addr: usize, size: usize) {
+        // SAFETY: the caching allocator frees only whole segments it got from `alloc`.
+        unsafe { self.gpu.driver.free(addr as u64, size) };
+    }
+
+    fn mem_info(&self) -> (usize, usize) {
+        self.gpu.driver.mem_info()
+    }
+}

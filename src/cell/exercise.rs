@@ -1,0 +1,155 @@
+//! Predictions a learner writes down before running the code that answers them, as the
+//! notebooks ask: `let my_guess = Some(…);` in one cell, `exercise::check(…)` in the next, which
+//! says whether what ran matches. A guess left at `None` is no failure (Run All goes on), and the
+//! check says to write one first. A task starts from a scaffold, `exercise::attempt(|| {
+//! todo!(…) })`, which says what is left to write until the learner has written it.
+
+use std::fmt::Debug;
+
+/// How a written prediction compares with what ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// No guess was written (still `None`).
+    NotWritten,
+    Right,
+    Wrong,
+}
+
+/// Compares the learner's `guess` with `actual`, prints one line saying how it went, and returns
+/// the verdict. `what` names the prediction ("y shares x's storage").
+///
+/// ```
+/// use placelab::exercise::{check, Verdict};
+/// let my_guess: Option<bool> = Some(true);
+/// assert_eq!(check("the copy shares storage", my_guess, false), Verdict::Wrong);
+/// ```
+pub fn check<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> Verdict {
+    let (verdict, line) = judge(what, guess, actual);
+    println!("{line}");
+    verdict
+}
+
+/// The start of the message of a `todo!()` panic.
+const TODO: &str = "not yet implemented";
+
+/// Runs a learner's task, written in place of the scaffold's `todo!(…)`. While the `todo!()` is
+/// still there, it prints what is left to do and returns `Ok` (Run All goes on); the task's own
+/// errors come back as any cell's do, and any other panic stays a panic.
+///
+/// ```
+/// use placelab::exercise::attempt;
+/// // The scaffold, as a notebook gives it: not done yet, and no failure.
+/// attempt(|| todo!("print the tensor's device")).unwrap();
+/// // Written: it runs.
+/// attempt(|| { println!("cuda:0"); Ok(()) }).unwrap();
+/// ```
+pub fn attempt(
+    task: impl FnOnce() -> crate::device::error::Result<()>,
+) -> crate::device::error::Result<()> {
+    match crate::device::guard::catch_quietly(task) {
+        Ok(done) => done,
+        Err(msg) => match left_to_do(&msg) {
+            Some(line) => {
+                println!("{line}");
+                Ok(())
+            }
+            // Raised again so that it shows as the cell's panic, message and all.
+            None => panic!("{msg}"),
+        },
+    }
+}
+
+/// What `attempt` prints for a `todo!()` panic's message (`None` for any other panic).
+fn left_to_do(panic: &str) -> Option<String> {
+    let rest = panic.strip_prefix(TODO)?;
+    let task = rest.trim_start_matches(':').trim();
+    let task = match task.is_empty() {
+        true => String::new(),
+        false => format!(": {task}"),
+    };
+    Some(format!(
+        "Your turn{task}. Write your code in place of `todo!(…)` and run this cell again \
+         (a solution is folded under it: try yours first)."
+    ))
+}
+
+fn judge<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> (Verdict, String) {
+    match guess {
+        None => (
+            Verdict::NotWritten,
+            format!(
+                "{what}: {actual:?}. You wrote no prediction: put yours in the cell above \
+                 (`Some(…)` in place of `None`) before you read on, then run both cells again."
+            ),
+        ),
+        Some(g) if g == actual => (
+            Verdict::Right,
+            format!("{what}: {actual:?}, as you predicted."),
+        ),
+        Some(g) => (
+            Verdict::Wrong,
+            format!("{what}: {actual:?}, not {g:?} as you predicted. Read on for why."),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scaffold_says_what_is_left_and_a_written_task_runs() {
+        assert_eq!(
+            left_to_do("not yet implemented: copy `batch` to the GPU").as_deref(),
+            Some(
+                "Your turn: copy `batch` to the GPU. Write your code in place of `todo!(…)` and \
+                 run this cell again (a solution is folded under it: try yours first)."
+            )
+        );
+        assert!(
+            left_to_do("not yet implemented")
+                .unwrap()
+                .starts_with("Your turn. Write")
+        );
+        assert_eq!(left_to_do("index out of bounds"), None);
+        assert!(attempt(|| todo!("the task")).is_ok());
+        let mut ran = false;
+        assert!(
+            attempt(|| {
+                ran = true;
+                Ok(())
+            })
+            .is_ok()
+        );
+        assert!(ran);
+        let failed = attempt(|| Err(crate::device::error::Error::Interrupted));
+        assert!(failed.is_err());
+        let other = std::panic::catch_unwind(|| attempt(|| panic!("a real bug")));
+        assert!(other.is_err(), "a panic that is no todo!() stays a panic");
+    }
+
+    #[test]
+    fn each_outcome_says_what_ran_and_how_the_guess_compares() {
+        let (v, line) = judge("y shares x's storage", None, true);
+        assert_eq!(v, Verdict::NotWritten);
+        assert!(
+            line.starts_with("y shares x's storage: true. You wrote no prediction"),
+            "{line}"
+        );
+        let (v, line) = judge("bytes", Some(4_000_000), 4_000_000);
+        assert_eq!(
+            (v, line.as_str()),
+            (Verdict::Right, "bytes: 4000000, as you predicted.")
+        );
+        let (v, line) = judge(
+            "(y, z) share x's storage",
+            Some((false, true)),
+            (true, false),
+        );
+        assert_eq!(v, Verdict::Wrong);
+        assert!(
+            line.starts_with("(y, z) share x's storage: (true, false), not (false, true)"),
+            "{line}"
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! The side channel a front end reads the engine through, without compiling anything: a thread
+//! in the process that runs the cells answers one-line requests on a Unix socket with memory
+//! stats, the transfer log, and cache releases. The protocol is `wire.rs`, shared with the front
+//! end.
+
+pub mod wire;
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::OnceLock;
+
+use crate::device::{Device, DeviceKind};
+use crate::{memory, transfer};
+use wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
+
+/// The environment variable that names the socket; set by the front end.
+pub const ENV: &str = "PLACELAB_PROBE";
+
+/// Starts the answering thread if `PLACELAB_PROBE` names a socket path (once per process), and
+/// the pass-through that reports failed cells (`cell_io`).
+pub fn serve_from_env() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    let Ok(path) = std::env::var(ENV) else { return };
+    crate::cell::streams::install();
+    crate::device::interrupt::install_sigint_handler();
+    STARTED.get_or_init(|| {
+        let _ = std::fs::remove_file(&path);
+        let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
+            return;
+        };
+        // Its folder is its owner's alone already (the front end's cache); this socket too.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        std::thread::Builder::new()
+            .name("placelab-probe".into())
+            .spawn(move || {
+                for stream in listener.incoming().flatten() {
+                    let mut line = String::new();
+                    let mut reader = BufReader::new(&stream);
+                    if reader.read_line(&mut line).is_err() {
+                        continue;
+                    }
+                    let reply = answer(line.trim());
+                    let _ = (&stream).write_all(reply.as_bytes());
+                }
+            })
+            .ok();
+    });
+}
+
+/// The reply to one request line.
+pub fn answer(request: &str) -> String {
+    let reply = match Request::parse(request) {
+        Some(Request::Stats { after_seq }) => Reply::Snapshot(snapshot(after_seq)),
+        Some(Request::Begin { cell }) => {
+            crate::device::interrupt::begin(cell);
+            Reply::Done
+        }
+        Some(Request::Sync { token }) => {
+            crate::cell::streams::sync(token);
+            Reply::Done
+        }
+        Some(Request::EmptyCache) => Reply::Released {
+            bytes: memory::used_devices()
+                .iter()
+                .map(|d| memory::empty_cache(d).unwrap_or(0) as u64)
+                .sum(),
+        },
+        Some(Request::Devices) => Reply::Devices(crate::cuda::devices(false)),
+        None => Reply::Error("unknown request".into()),
+    };
+    reply.encode()
+}
+
+/// Every used device's memory, and the transfers after `after_seq`.
+fn snapshot(after_seq: u64) -> Snapshot {
+    // Non-blocking copies that have finished since are timed and logged now.
+    crate::transfer::inflight::poll();
+    let mut devices: std::collections::BTreeMap<String, DeviceStats> = memory::used_devices()
+        .into_iter()
+        .filter_map(|d| {
+            let stats = device_stats(d)?;
+            Some((stats.name.clone(), stats))
+        })
+        .collect();
+    if let Some(pinned) = pinned_stats() {
+        devices.insert(pinned.name.clone(), pinned);
+    }
+    let transfers = transfer::log_since(after_seq)
+        .into_iter()
+        .map(|t| TransferLine {
+            seq: t.seq,
+            from: t.from.to_string(),
+            to: t.to.to_string(),
+            bytes: t.bytes as u64,
+            nanos: t.duration.as_nanos() as u64,
+            pinned: t.memory == transfer::HostMemoryKind::Pinned,
+            clock: t.clock,
+            predicted: t
+                .predicted
+                .map(|p| (p.gpu.key.to_string(), p.duration.as_nanos() as u64)),
+        })
+        .collect();
+    Snapshot {
+        devices,
+        transfers,
+        last_seq: transfer::last_seq(),
+    }
+}
+
+/// Page-locked host memory as a line of its own (`pinned`), once any was locked: held by pinned
+/// tensors, and locked in all (the cache's free blocks too).
+fn pinned_stats() -> Option<DeviceStats> {
+    let s = crate::backend::gpu::pinned::stats();
+    (s.reserved_bytes > 0).then(|| DeviceStats {
+        name: PINNED.into(),
+        kind: DeviceKind::Cpu,
+        allocated: s.allocated_bytes as u64,
+        reserved: s.reserved_bytes as u64,
+        peak: s.peak_allocated_bytes as u64,
+        tensors: s.active,
+        free: 0,
+        total: 0,
+    })
+}
+
+/// A used device's memory; `None` for a stand-in that no longer exists.
+fn device_stats(d: Device) -> Option<DeviceStats> {
+    let kind = d.kind().ok()?;
+    let s = memory::stats(&d).unwrap_or_default();
+    let (free, total) = memory::mem_get_info(&d).unwrap_or((0, 0));
+    let tensors = memory::live_storages(&d)
+        .map(|l| l.iter().filter(|s| s.is_tensor()).count())
+        .unwrap_or(0);
+    Some(DeviceStats {
+        name: d.to_string(),
+        kind,
+        allocated: s.allocated_bytes as u64,
+        reserved: s.reserved_bytes as u64,
+        peak: s.peak_allocated_bytes as u64,
+        tensors: tensors as u64,
+        free: free as u64,
+        total: total as u64,
+    })
+}

@@ -1,0 +1,209 @@
+//! How a tensor's card leaves a cell's process: `Tensor::show()` (a card of its own, marked for
+//! the front end when the probe runs) and `evcxr_display` (the value of a cell, as evcxr's
+//! content blocks); `clear_output()` takes back what a cell showed. The cards themselves are
+//! `display`'s. Any other value with a `Debug` form is shown by `ShowDebug`, in the cell's first
+//! compile.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::display::{
+    CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN, card_html_of, card_text_of, preview,
+};
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// Prints this tensor's card now, in the REPL as a card of its own (several per cell are
+    /// fine), elsewhere as text.
+    pub fn show(&self) {
+        use std::io::Write;
+        // The values are read once for every form of the card.
+        let values = preview(self, 0);
+        let block = if std::env::var_os(crate::cell::probe::ENV).is_some() {
+            format!(
+                "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_HTML}\n{}\n{CARD_END}\n",
+                card_text_of(self, true, &values),
+                card_text_of(self, false, &values),
+                card_html_of(self, &values)
+            )
+        } else {
+            format!("{}\n", card_text_of(self, false, &values))
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(block.as_bytes());
+        let _ = out.flush();
+    }
+
+    /// Shows the card in evcxr (the REPL and Jupyter): HTML, `text/plain` and an ANSI-coloured
+    /// copy for terminals, in one write so the blocks never interleave with other output.
+    pub fn evcxr_display(&self) {
+        use std::io::Write;
+        let values = preview(self, 0);
+        let block = format!(
+            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/x-ansi\n{}\nEVCXR_END_CONTENT\n",
+            card_html_of(self, &values),
+            card_text_of(self, false, &values),
+            card_text_of(self, true, &values)
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(block.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// The line `clear_output` prints for the front end: this marker, then `wait` or `now`.
+pub const CLEAR_OUTPUT: &str = "PLACELAB_CLEAR_OUTPUT";
+
+/// Clears what the running cell has shown so far, as IPython's `clear_output`: in a notebook
+/// its output (text and cards) goes, at once or, with `wait`, when the next output comes (an
+/// animation that redraws each step without flicker). A terminal cannot take back what it
+/// printed, so the REPL and scripts keep everything. Outside a session it does nothing.
+pub fn clear_output(wait: bool) {
+    use std::io::Write;
+    if std::env::var_os(crate::cell::probe::ENV).is_none() {
+        return;
+    }
+    let when = if wait { "wait" } else { "now" };
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{CLEAR_OUTPUT} {when}");
+    let _ = out.flush();
+}
+
+impl crate::profile::Profile {
+    /// Shows the profile in evcxr: the table and the memory timeline (HTML), and the table with
+    /// a sparkline of memory as text.
+    pub fn evcxr_display(&self) {
+        use std::io::Write;
+        let block = format!(
+            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\n",
+            self.html(),
+            self.text()
+        );
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(block.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// Shows a cell's last value through `Debug` in the cell's first compile. evcxr first compiles
+/// `(value).evcxr_display();` and, when that fails, compiles the cell again to print `{:?}`;
+/// with this trait in the prelude the first compile succeeds for the values cells show most
+/// (`x.shape()`, `a.item()`, `device`), so such a cell costs one compile, not two.
+///
+/// It is implemented for the standard library's value types, tuples of them, and placelab's
+/// own plain values, not for every `Debug` type: a type from another crate keeps its own
+/// `evcxr_display` (an image crate's, say) without a clash, or evcxr's fallback as before.
+pub trait ShowDebug {
+    fn evcxr_display(&self);
+}
+
+fn show_debug(value: &dyn std::fmt::Debug) {
+    use std::io::Write;
+    let alternate = DEBUG_ALTERNATE.load(Ordering::Relaxed);
+    let text = match DEBUG_PRECISION.load(Ordering::Relaxed) {
+        NO_PRECISION if alternate => format!("{value:#?}"),
+        NO_PRECISION => format!("{value:?}"),
+        p if alternate => format!("{value:#.p$?}"),
+        p => format!("{value:.p$?}"),
+    };
+    let block = format!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT\n");
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(block.as_bytes());
+    let _ = out.flush();
+}
+
+macro_rules! show_debug_for {
+    ($( [$($gen:tt)*] $ty:ty ),* $(,)?) => {
+        $(impl<$($gen)*> ShowDebug for $ty {
+            fn evcxr_display(&self) {
+                show_debug(&self)
+            }
+        })*
+    };
+}
+
+show_debug_for!(
+    [] bool, [] char, [] (), [] str, [] String,
+    [] i8, [] i16, [] i32, [] i64, [] i128, [] isize,
+    [] u8, [] u16, [] u32, [] u64, [] u128, [] usize,
+    [] f32, [] f64, [] half::f16, [] half::bf16,
+    [] std::time::Duration,
+    [] crate::device::Device, [] crate::base::dtype::DType, [] crate::base::dtype::Scalar,
+    [] crate::memory::MemoryStats, [] crate::transfer::Transfer,
+    [T: std::fmt::Debug] [T],
+    [T: std::fmt::Debug, const N: usize] [T; N],
+    [T: std::fmt::Debug] Vec<T>,
+    [T: std::fmt::Debug] std::collections::VecDeque<T>,
+    [T: std::fmt::Debug] Option<T>,
+    [T: std::fmt::Debug, E: std::fmt::Debug] std::result::Result<T, E>,
+    [T: std::fmt::Debug + ?Sized] Box<T>,
+    [T: std::fmt::Debug] std::ops::Range<T>,
+    [K: std::fmt::Debug, V: std::fmt::Debug, S] std::collections::HashMap<K, V, S>,
+    [K: std::fmt::Debug, V: std::fmt::Debug] std::collections::BTreeMap<K, V>,
+    [T: std::fmt::Debug, S] std::collections::HashSet<T, S>,
+    [T: std::fmt::Debug] std::collections::BTreeSet<T>,
+    [A: std::fmt::Debug] (A,),
+    [A: std::fmt::Debug, B: std::fmt::Debug] (A, B),
+    [A: std::fmt::Debug, B: std::fmt::Debug, C: std::fmt::Debug] (A, B, C),
+    [A: std::fmt::Debug, B: std::fmt::Debug, C: std::fmt::Debug, D: std::fmt::Debug] (A, B, C, D),
+);
+
+const NO_PRECISION: usize = usize::MAX;
+static DEBUG_ALTERNATE: AtomicBool = AtomicBool::new(false);
+static DEBUG_PRECISION: AtomicUsize = AtomicUsize::new(NO_PRECISION);
+
+/// The `Debug` forms `ShowDebug` can print: `{:?}`, `{:#?}`, and either with a precision
+/// (`{:.3?}`). Returns (alternate, precision), or `None` for any other format string.
+pub fn parse_value_format(format: &str) -> Option<(bool, Option<usize>)> {
+    let spec = format.strip_prefix("{:")?.strip_suffix("?}")?;
+    let (alternate, rest) = match spec.strip_prefix('#') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    match rest {
+        "" => Some((alternate, None)),
+        _ => {
+            let digits = rest.strip_prefix('.')?;
+            let precision = digits.parse::<usize>().ok().filter(|p| *p < 100)?;
+            digits
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then_some((alternate, Some(precision)))
+        }
+    }
+}
+
+/// Sets how `ShowDebug` prints values in this process (the front end's `:fmt`). Returns false,
+/// changing nothing, for a format `parse_value_format` does not accept.
+pub fn set_value_format(format: &str) -> bool {
+    let Some((alternate, precision)) = parse_value_format(format) else {
+        return false;
+    };
+    DEBUG_ALTERNATE.store(alternate, Ordering::Relaxed);
+    DEBUG_PRECISION.store(precision.unwrap_or(NO_PRECISION), Ordering::Relaxed);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn value_formats_are_the_debug_forms() {
+        assert_eq!(parse_value_format("{:?}"), Some((false, None)));
+        assert_eq!(parse_value_format("{:#?}"), Some((true, None)));
+        assert_eq!(parse_value_format("{:.3?}"), Some((false, Some(3))));
+        assert_eq!(parse_value_format("{:#.12?}"), Some((true, Some(12))));
+        for bad in [
+            "{}",
+            "{:?",
+            "{:.?}",
+            "{:.x?}",
+            "{:+.3?}",
+            "{:.-1?}",
+            "{:.1000?}",
+            "",
+        ] {
+            assert_eq!(parse_value_format(bad), None, "{bad}");
+        }
+    }
+}
