@@ -1,8 +1,8 @@
-//! Everything the engine draws, in one place and through one escaping HTML builder (`html.rs`):
-//! a tensor's card and its values (`card.rs`, `preview.rs`), an allocator's summary table
-//! (`memory_summary.rs`), and a profile's tables and memory timeline (`profile_table.rs`,
-//! `timeline.rs`). The layers below keep the data; the front end draws the strip and plots
-//! with the same builder and units.
+//! Everything the engine draws as markup, in one place and through one escaping HTML builder
+//! (`html.rs`): a tensor's card and its values (`card.rs`, `preview.rs`), and a profile's tables
+//! and memory timeline (`profile_table.rs`, `timeline.rs`). The layers below keep the data; two
+//! plain-text tables stay with the APIs users call them through, `memory::memory_summary` and
+//! `nn::summary`. The front end draws the strip and plots with the same builder and units.
 
 mod card;
 pub(crate) mod html;

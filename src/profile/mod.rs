@@ -1,8 +1,8 @@
 //! Where a piece of code's time and memory go: `profile(|| …)` runs it once while its ops (each
 //! tensor op, or a storage op outside one), the blocks the allocators hand out and take back,
 //! and the phase of training (forward, backward, optimizer) are recorded (`record.rs`); the
-//! `Profile` it returns is a table grouped by op (`report.rs`) and a memory timeline with its
-//! peak (`timeline.rs`).
+//! `Profile` it returns holds rows grouped by op (`rows.rs`) and a memory timeline with its peak
+//! (`timeline.rs`). It draws nothing itself: `display/` renders its tables and timeline.
 //!
 //! Recording costs one atomic load per op and per block while no profile runs. An op's host
 //! time runs from its call to its return, as torch.profiler's CPU time does. On a GPU (real or

@@ -16,7 +16,7 @@ use wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
 pub const ENV: &str = "PLACELAB_PROBE";
 
 /// Starts the answering thread if `PLACELAB_PROBE` names a socket path (once per process), and
-/// the pass-through that reports failed cells (`cell_io`).
+/// the pass-through that reports failed cells (`streams.rs`).
 pub fn serve_from_env() {
     static STARTED: OnceLock<()> = OnceLock::new();
     let Ok(path) = std::env::var(ENV) else { return };
