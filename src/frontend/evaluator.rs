@@ -19,6 +19,16 @@ use super::session::{Prepared, Session};
 use super::strip::MemoryChange;
 use crate::display::html::el;
 
+/// Completions: the byte range they replace and the candidates.
+pub type Completion = (usize, usize, Vec<String>);
+
+/// A completion asked for whose answer has not come yet.
+pub struct AskedCompletion {
+    code: String,
+    pos: usize,
+    answer: oneshot::Receiver<Completion>,
+}
+
 /// Work for the evaluator thread.
 pub enum Job {
     Execute {
@@ -31,7 +41,7 @@ pub enum Job {
     Complete {
         code: String,
         pos: usize,
-        done: oneshot::Sender<(usize, usize, Vec<String>)>,
+        done: oneshot::Sender<Completion>,
     },
     Inspect {
         code: String,
@@ -145,30 +155,51 @@ impl Evaluator {
     }
 
     /// Completions, if the session answers within `limit` (a prompt must never hang on them).
-    pub fn complete(&self, code: &str, pos: usize, limit: Duration) -> (usize, usize, Vec<String>) {
+    /// An answer that does not come in time is kept in `asked`: the next call for the same line
+    /// and cursor (a second Tab) waits for it, not for a new one behind it. rust-analyzer may
+    /// take longer than the limit on a busy machine, after a restart or a long cell.
+    pub fn complete(
+        &self,
+        code: &str,
+        pos: usize,
+        limit: Duration,
+        asked: &mut Option<AskedCompletion>,
+    ) -> Completion {
         let nothing = (pos, pos, Vec::new());
         if !self.is_ready() {
             return nothing;
         }
-        let (done, mut answer) = oneshot::channel();
-        let job = Job::Complete {
-            code: code.to_string(),
-            pos,
-            done,
+        let mut waiting = match asked.take() {
+            Some(a) if a.code == code && a.pos == pos => a,
+            // Another line's answer is dropped: if it has not started, it never runs.
+            _ => {
+                let (done, answer) = oneshot::channel();
+                let job = Job::Complete {
+                    code: code.to_string(),
+                    pos,
+                    done,
+                };
+                if !self.submit(job) {
+                    return nothing;
+                }
+                AskedCompletion {
+                    code: code.to_string(),
+                    pos,
+                    answer,
+                }
+            }
         };
-        if !self.submit(job) {
-            return nothing;
-        }
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
-            match answer.try_recv() {
+            match waiting.answer.try_recv() {
                 Ok(found) => return found,
                 Err(oneshot::error::TryRecvError::Empty) => {
                     std::thread::sleep(Duration::from_millis(5))
                 }
-                Err(oneshot::error::TryRecvError::Closed) => break,
+                Err(oneshot::error::TryRecvError::Closed) => return nothing,
             }
         }
+        *asked = Some(waiting);
         nothing
     }
 

@@ -3,8 +3,8 @@
 //! session runs on the shared `Evaluator`, as the kernel's does.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustyline::completion::{Completer, Pair};
@@ -20,7 +20,7 @@ use rustyline::{
 use super::cell::LIVE_AFTER;
 use super::cell_check::{Completeness, check};
 use super::cell_output::Sink;
-use super::evaluator::{Analyzer, Evaluator};
+use super::evaluator::{Analyzer, AskedCompletion, Evaluator};
 use super::render::render;
 use super::session::Prepared;
 
@@ -28,6 +28,9 @@ type LineEditor = Editor<CellHelper, rustyline::history::DefaultHistory>;
 
 struct CellHelper {
     evaluator: Evaluator,
+    /// A Tab's completion that did not answer within its two seconds; the next Tab on the same
+    /// line waits for it.
+    asked: Mutex<Option<AskedCompletion>>,
 }
 
 impl Helper for CellHelper {}
@@ -56,7 +59,10 @@ impl Completer for CellHelper {
     ) -> rustyline::Result<(usize, Vec<Pair>)> {
         // The same candidates as the kernel's (names, not snippets with parameter names); none
         // while the session starts, and none after 2 s: the prompt never hangs on them.
-        let (start, _, names) = self.evaluator.complete(line, pos, Duration::from_secs(2));
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        let (start, _, names) =
+            self.evaluator
+                .complete(line, pos, Duration::from_secs(2), &mut asked);
         let pairs = names
             .into_iter()
             .map(|n| Pair {
@@ -83,6 +89,7 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     };
     editor.set_helper(Some(CellHelper {
         evaluator: evaluator.clone(),
+        asked: Mutex::new(None),
     }));
     let typed_ahead = Arc::new(AtomicBool::new(false));
     editor.bind_sequence(
