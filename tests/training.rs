@@ -630,6 +630,34 @@ fn a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it() {
     assert_eq!(outer.ops().len(), 2, "the outer profile records both fills");
 }
 
+/// Everything a profile places on its timeline (each op, each block made or taken back) lies
+/// within the code's wall time, so the memory line and the sparkline end where the code did and
+/// a peak reached as the code returns is drawn inside them.
+#[test]
+fn a_profile_places_its_ops_and_blocks_within_the_wall_time() {
+    let me = "a_profile_places_its_ops_and_blocks_within_the_wall_time";
+    if !own_process::in_own_process(me, &[]) {
+        return;
+    }
+    // The last op's block is made as the code returns: the closest a point can come to the end.
+    for _ in 0..20 {
+        let p = profile(|| Tensor::zeros([1024], Device::Cpu));
+        let wall = p.wall();
+        let steps = p.steps(&Device::Cpu);
+        assert!(steps.len() >= 3, "the start, the block, the end: {steps:?}");
+        for (at, _) in &steps {
+            assert!(
+                *at <= wall,
+                "a block at {at:?}, after the wall time {wall:?}"
+            );
+        }
+        for op in p.ops() {
+            let end = op.start + op.measured;
+            assert!(end <= wall, "{} ends at {end:?}, after {wall:?}", op.name);
+        }
+    }
+}
+
 /// On a busy machine the code's wall time includes time its thread only waited for a core; the
 /// profile measures that wait and says it, so the time between ops is not blamed on the code.
 #[test]

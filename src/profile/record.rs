@@ -35,9 +35,11 @@ pub(super) struct Recording {
 }
 
 impl Recording {
-    pub(super) fn new() -> Recording {
+    /// A recording whose times count from `start`, the instant the profiled code's wall time
+    /// starts from too.
+    pub(super) fn new(start: Instant) -> Recording {
         Recording {
-            start: Instant::now(),
+            start,
             recorded: Duration::ZERO,
             live: Default::default(),
             phase: Phase::Forward,
@@ -48,19 +50,14 @@ impl Recording {
         }
     }
 
-    /// The profile, once the code returned `wall` after `start`: each GPU it used is waited
+    /// The profile, once the code returned `wall` after the start: each GPU it used is waited
     /// for once, and the CUDA events of its ops are read.
-    pub(super) fn finish(
-        mut self,
-        start: Instant,
-        wall: Duration,
-        failure: Option<String>,
-    ) -> Profile {
+    pub(super) fn finish(mut self, wall: Duration, failure: Option<String>) -> Profile {
         let used_gpu = !self.clocks.is_empty();
         gpu::settle(&mut self.profile.ops, self.pending, &self.clocks);
         Profile {
             wall,
-            gpu_done: used_gpu.then(|| start.elapsed()),
+            gpu_done: used_gpu.then(|| self.start.elapsed()),
             failure,
             blocking: BLOCKING.with(|b| b.get()),
             ..self.profile
@@ -499,12 +496,14 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
             ..Profile::default()
         };
     }
-    *state = Some(Recording::new());
+    // The ops', the blocks' and the wall time count from one instant, so that nothing the
+    // code did is placed after its end (reading `cpu_wait` takes tens of µs).
+    let waited_before = cpu_wait();
+    let start = Instant::now();
+    *state = Some(Recording::new(start));
     PROFILING_THREAD.with(|p| p.set(true));
     RECORDING.store(true, Ordering::SeqCst);
     drop(state);
-    let waited_before = cpu_wait();
-    let start = Instant::now();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     let wall = start.elapsed();
     let waited = cpu_wait()
@@ -529,7 +528,7 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
     drop(outcome);
     Profile {
         cpu_wait: waited,
-        ..rec.finish(start, wall, failure)
+        ..rec.finish(wall, failure)
     }
 }
 
