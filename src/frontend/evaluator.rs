@@ -15,12 +15,9 @@ use super::cell;
 use super::cell_output::{ClearSink, Sink};
 use super::interrupter::{self, Interrupter};
 use super::report::{CellReport, Output};
-use super::session::{Prepared, Session};
+use super::session::{Completion, Prepared, Session};
 use super::strip::MemoryChange;
 use crate::display::html::el;
-
-/// Completions: the byte range they replace and the candidates.
-pub type Completion = (usize, usize, Vec<String>);
 
 /// A completion asked for whose answer has not come yet.
 pub struct AskedCompletion {

@@ -180,6 +180,9 @@ fn engine_load_failure(engine_dir: &std::path::Path, e: &EvcxrError) -> String {
     )
 }
 
+/// Completions: the byte range they replace and the candidates.
+pub type Completion = (usize, usize, Vec<String>);
+
 pub struct Session {
     ctx: CommandContext,
     pub(super) probe: ProbeClient,
@@ -433,7 +436,7 @@ impl Session {
     }
 
     /// Completions for `code` at byte offset `pos`: the replaced range and the candidates.
-    pub fn completions(&mut self, code: &str, pos: usize) -> (usize, usize, Vec<String>) {
+    pub fn completions(&mut self, code: &str, pos: usize) -> Completion {
         match self.ctx.completions(code, pos) {
             Ok(c) => {
                 // `zeros(shape, opts)` is a snippet with its parameters' names; a notebook

@@ -497,7 +497,8 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
         };
     }
     // The ops', the blocks' and the wall time count from one instant, so that nothing the
-    // code did is placed after its end (reading `cpu_wait` takes tens of µs).
+    // code did is placed after its end (`cpu_wait` reads a /proc file: 66-215 µs in the profiles
+    // that were placed late by it).
     let waited_before = cpu_wait();
     let start = Instant::now();
     *state = Some(Recording::new(start));
