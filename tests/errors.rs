@@ -458,7 +458,9 @@ fn every_test_again_on_emulated_devices() {
 /// The front end's interrupt is a SIGINT to the cell's process naming the cell it meant, and a
 /// signal is handled whenever that process next runs: one meant for a cell that has ended must
 /// not stop the next (the soak of interrupts saw a cell stop at its first op, never touched).
-/// A terminal's Ctrl-C names no cell and always stops the one running.
+/// One that names cell 0 stops whatever runs. A SIGINT that was not queued (a terminal's Ctrl-C,
+/// which reaches the cell's process directly) is left to the front end, which decides which cell
+/// it was meant for: a second Ctrl-C for a cell that had stopped stopped the next one.
 #[test]
 fn an_interrupt_meant_for_an_earlier_cell_does_not_stop_the_next() {
     // In a process of its own: the interrupt flag and the SIGINT handler are the process's.
@@ -470,8 +472,8 @@ fn an_interrupt_meant_for_an_earlier_cell_does_not_stop_the_next() {
     // `begin` line.
     placelab::interrupt::install_sigint_handler();
     let begin = |cell: u64| assert_eq!(placelab::probe::answer(&format!("begin {cell}")), "end\n");
-    // SIGINT naming `cell` (as the front end sends it), or none (as a terminal's Ctrl-C), to
-    // this thread: its handler has run when the call returns.
+    // SIGINT naming `cell` (as the front end sends it), or none (as a terminal's Ctrl-C, not
+    // queued), to this thread: its handler has run when the call returns.
     let sigint = |cell: Option<u64>| {
         // SAFETY: a signal to this thread, whose handler only touches atomics.
         let sent = unsafe {
@@ -500,6 +502,12 @@ fn an_interrupt_meant_for_an_earlier_cell_does_not_stop_the_next() {
     begin(6);
     assert_eq!((&x * 2.0).unwrap().to_vec::<f32>().unwrap(), vec![2.0; 3]);
     sigint(None);
+    assert!(
+        !placelab::interrupt::is_requested(),
+        "a terminal's Ctrl-C stopped a cell the front end did not stop"
+    );
+    assert_eq!((&x * 2.0).unwrap().to_vec::<f32>().unwrap(), vec![2.0; 3]);
+    sigint(Some(0));
     assert!(matches!(&x * 2.0, Err(Error::Interrupted)));
     begin(7);
     assert!(!placelab::interrupt::is_requested());

@@ -10,7 +10,8 @@
 mod user_env;
 use user_env::user_command;
 
-const DRIVER: &str = r##"
+/// The REPL in a pseudo-terminal, and the driver's helpers: `wait_for` a text, `send` keys.
+const PRELUDE: &str = r##"
 import os, pty, sys, time, select
 exe, cache = sys.argv[1], sys.argv[2]
 pid, fd = pty.fork()
@@ -52,6 +53,21 @@ def wait_for(text, timeout, or_fail=True):
         return False
     sys.stdout.write(seen.decode(errors="replace"))
     sys.exit("timed out waiting for %r" % text)
+def wait_any(texts, timeout):
+    """Waits for the first of `texts` to come; returns it, or ends the session after `timeout`."""
+    global mark
+    end = time.time() + timeout
+    while time.time() < end:
+        found = [(seen.find(t.encode(), mark), t) for t in texts]
+        found = [(at, t) for at, t in found if at >= 0]
+        if found:
+            at, text = min(found)
+            mark = at + len(text)
+            return text
+        if read_output(0.2) == "closed":
+            break
+    sys.stdout.write(seen.decode(errors="replace"))
+    sys.exit("timed out waiting for any of %r" % (texts,))
 def send(s):
     # What the REPL printed before this input is read first, so that a wait for this input's
     # answer cannot match it (a Tab's redraw also shows the prompt ">> ").
@@ -60,6 +76,10 @@ def send(s):
         pass
     mark = len(seen)
     os.write(fd, s.encode())
+"##;
+
+/// A person's session, from the first prompt to Ctrl-D.
+const DRIVER: &str = r##"
 t0 = time.time()
 # A bound only against a hang: a loaded 2-core machine may take seconds to start the binary.
 wait_for(">> ", 60)
@@ -161,11 +181,16 @@ sys.stdout.write(seen.decode(errors="replace"))
 print("\nEXIT %d" % os.waitstatus_to_exitcode(status))
 "##;
 
-#[test]
-fn a_person_at_the_terminal() {
+/// Runs the REPL under `scenario` in a pseudo-terminal: whether it passed, and all it printed.
+fn drive(scenario: &str) -> (bool, String) {
     let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/target/placelab-session-cache");
     let out = user_command("python3")
-        .args(["-c", DRIVER, env!("CARGO_BIN_EXE_placelab"), cache])
+        .args([
+            "-c",
+            &format!("{PRELUDE}{scenario}"),
+            env!("CARGO_BIN_EXE_placelab"),
+            cache,
+        ])
         .output()
         .expect("python3 runs");
     let text = format!(
@@ -173,7 +198,13 @@ fn a_person_at_the_terminal() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "the terminal session failed:\n{text}");
+    (out.status.success(), text)
+}
+
+#[test]
+fn a_person_at_the_terminal() {
+    let (passed, text) = drive(DRIVER);
+    assert!(passed, "the terminal session failed:\n{text}");
     // The prompt comes while evcxr starts in the background: the driver waited for the REPL's
     // "(waiting for the Rust evaluator…)" after the first line, which is printed only when the
     // evaluator is not ready. That order, not a time bound (a loaded 2-core machine can take
@@ -200,4 +231,62 @@ fn a_person_at_the_terminal() {
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
+}
+
+/// Ctrl-C pressed twice, 0, 10, 50 or 200 ms apart, once a loop of tensor work runs (20 rounds a
+/// gap, every other one beside two busy loops), then once 0-500 ms after a cell finished: each
+/// time the next cell runs. The terminal sends Ctrl-C to every process of its foreground group
+/// at once, the compiler and the cell's process too: a second one, pressed for a cell that had
+/// stopped, ended the next cell's compile or stopped it at its first op.
+const TWICE: &str = r##"
+import subprocess
+wait_for(">> ", 60)
+send("let kept = 7; let t = Tensor::ones([1000], &Device::Cuda(0))?;\r")
+wait_for("this cell +4.00 KiB", 900)
+def next_cell_runs(what, n):
+    # A value no other output holds: 7001, 7002, …
+    send("kept * 1000 + %d\r" % n)
+    if wait_any([str(7000 + n), "interrupted", "error"], 120) != str(7000 + n):
+        wait_for(">> ", 30, or_fail=False)
+        sys.stdout.write(seen.decode(errors="replace"))
+        sys.exit("%s: the next cell did not run" % what)
+    wait_for(">> ", 30)
+n = 0
+for gap_ms in [0, 10, 50, 200]:
+    for round in range(20):
+        n += 1
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (round % 2))]
+        send('println!("spin{}", "ning"); loop { let _y = (&t * 1.0)?; }\r')
+        wait_for("spinning", 300)
+        send("\x03")
+        stopped_from = mark
+        time.sleep(gap_ms / 1000)
+        # A second Ctrl-C that reaches the prompt clears its line, as at any prompt.
+        send("\x03")
+        mark = stopped_from
+        wait_for("interrupted by the user", 60)
+        while read_output(0.3) == "read":
+            pass
+        next_cell_runs("Ctrl-C twice, %d ms apart, round %d" % (gap_ms, round), n)
+        for p in busy:
+            p.kill()
+            p.wait()
+for round in range(10):
+    n += 1
+    send("1 + 1\r")
+    wait_for("2", 60)
+    time.sleep(round * 0.5 / 9)
+    send("\x03")
+    wait_for(">> ", 30)
+    next_cell_runs("Ctrl-C %d ms after a cell finished" % (round * 500 / 9), n)
+print("ROUNDS %d" % n)
+send("\x04")
+os.waitpid(pid, 0)
+"##;
+
+#[test]
+fn a_second_ctrl_c_never_stops_the_next_cell() {
+    let (passed, text) = drive(TWICE);
+    assert!(passed, "the terminal session failed:\n{text}");
+    assert!(text.contains("ROUNDS 90"), "{text}");
 }

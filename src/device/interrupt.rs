@@ -7,7 +7,10 @@
 //! The front end's SIGINT names the cell it meant (`sigqueue`'s value): a signal is handled
 //! whenever the process next runs, and the soak saw one meant for an interrupted cell arrive
 //! after the next cell had begun, which then stopped at its first op. A signal that names an
-//! earlier cell is ignored. A terminal's Ctrl-C names none and always counts.
+//! earlier cell is ignored; one that names cell 0 is for whatever runs. A SIGINT that was not
+//! queued (a terminal's Ctrl-C, which reaches every process of the terminal's foreground group,
+//! or a `kill`) is ignored: the front end receives it too, and only it knows which cell it was
+//! meant for (a second Ctrl-C for a cell that had stopped reached the next one here).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -35,9 +38,9 @@ pub fn begin(cell: u64) {
     clear();
 }
 
-/// Whether a SIGINT that names `cell` (or none) is meant for the cell that runs now.
-fn meant_for_this_cell(cell: Option<u64>) -> bool {
-    cell.is_none_or(|c| c == CELL.load(Ordering::SeqCst))
+/// Whether a SIGINT that names `cell` (0: whatever runs) is meant for the cell that runs now.
+fn meant_for_this_cell(cell: u64) -> bool {
+    cell == 0 || cell == CELL.load(Ordering::SeqCst)
 }
 
 pub fn is_requested() -> bool {
@@ -60,12 +63,13 @@ extern "C" fn on_sigint(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
         (!info.is_null() && (*info).si_code == libc::SI_QUEUE)
             .then(|| (*info).si_value().sival_ptr as usize as u64)
     };
-    if meant_for_this_cell(cell) {
+    if cell.is_some_and(meant_for_this_cell) {
         request();
     }
 }
 
-/// Makes SIGINT raise the flag instead of ending the process (the cell process only).
+/// Makes a queued SIGINT raise the flag instead of ending the process, and any other SIGINT do
+/// nothing (the cell process only, whose front end queues every interrupt it means).
 pub fn install_sigint_handler() {
     // SAFETY: the handler only reads and stores atomics, which is async-signal-safe.
     unsafe {

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::cell;
 use super::cell_output::{ClearSink, Sink};
-use super::interrupter::{self, Interrupter};
+use super::interrupter::{self, Asker, CellRequest, Interrupter, Stopped};
 use super::report::{CellReport, Output};
 use super::session::{Completion, Prepared, Session};
 use super::strip::MemoryChange;
@@ -30,6 +30,8 @@ pub struct AskedCompletion {
 pub enum Job {
     Execute {
         code: String,
+        /// Who asked for the cell, and when: which interrupts may stop it.
+        request: CellRequest,
         /// Called a few times a second with the memory so far, while a cell runs past a second.
         progress: Box<dyn FnMut(MemoryChange) + Send>,
         done: oneshot::Sender<CellReport>,
@@ -140,6 +142,7 @@ impl Evaluator {
         let (done, answer) = oneshot::channel();
         let job = Job::Execute {
             code: code.to_string(),
+            request: CellRequest::now(None),
             progress: Box::new(progress),
             done,
         };
@@ -221,17 +224,18 @@ impl Evaluator {
         }
     }
 
-    /// A kernel's cell is about to be submitted: an interrupt from now on stops it.
-    pub fn cell_sent(&self) {
+    /// A kernel's cell is about to be submitted, as `request`: an interrupt meant for it from
+    /// now on stops it, even before it begins.
+    pub fn cell_asked(&self, request: &CellRequest) {
         with_interrupter(&self.start.0, |i| {
-            i.cell_sent();
-            true
+            i.cell_asked(request.clone());
+            Stopped::NoCell
         });
     }
 
-    /// Stops the running cell, if any; returns whether one was running.
-    pub fn interrupt(&self) -> bool {
-        with_interrupter(&self.start.0, Interrupter::interrupt)
+    /// Stops the user's cell, if the interrupt can be meant for it; says what it stopped.
+    pub fn interrupt(&self, asker: &Asker) -> Stopped {
+        with_interrupter(&self.start.0, |i| i.interrupt(asker))
     }
 }
 
@@ -260,18 +264,22 @@ fn interrupt_on_sigint(start: Arc<(Mutex<Start>, Condvar)>) {
             std::thread::sleep(Duration::from_millis(20));
             let now = interrupter::sigints();
             if now != seen {
+                // Each SIGINT counted: two close together are two interrupts, each for the
+                // cell that was asked for before it.
+                for n in seen + 1..=now {
+                    with_interrupter(&start.0, |i| i.interrupt(&Asker::Signal(n)));
+                }
                 seen = now;
-                with_interrupter(&start.0, |i| i.interrupt_for_sigint(now));
             }
         }
     });
 }
 
-/// `stop` on the session's interrupter, once it has one; false before.
-fn with_interrupter(start: &Mutex<Start>, stop: impl FnOnce(&Interrupter) -> bool) -> bool {
+/// `stop` on the session's interrupter, once it has one; no cell before.
+fn with_interrupter(start: &Mutex<Start>, stop: impl FnOnce(&Interrupter) -> Stopped) -> Stopped {
     match &*start.lock().unwrap_or_else(|e| e.into_inner()) {
         Start::Ready(i) => stop(i),
-        _ => false,
+        _ => Stopped::NoCell,
     }
 }
 
@@ -357,11 +365,12 @@ fn run(session: &mut Result<Session, String>, job: Job) {
     match job {
         Job::Execute {
             code,
+            request,
             progress,
             done,
         } => {
             let interrupter = s.interrupter();
-            let report = if interrupter.job_begins() {
+            let report = if interrupter.job_begins(&request) {
                 CellReport::stopped_before_start()
             } else {
                 cell::execute_watched(s, &code, progress)

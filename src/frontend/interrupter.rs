@@ -25,6 +25,67 @@ pub fn sigints() -> u64 {
 
 use std::time::Duration;
 
+/// Who asked for an interrupt: what tells whether it was meant for the cell there now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asker {
+    /// The SIGINT this process counted as number `n` (`sigints()`): a terminal's Ctrl-C, or a
+    /// client in interrupt_mode "signal". Meant for a cell asked for before it.
+    Signal(u64),
+    /// A client's `interrupt_request`, stamped by its sender.
+    Client(Stamp),
+    /// The kernel itself (shutdown, SIGTERM, its starter gone): whatever runs.
+    Kernel,
+}
+
+/// A client's message: its session and when the client sent it (µs since the epoch, by the
+/// client's clock; none when the message has no date). Two dated stamps of one session are
+/// comparable; stamps of two sessions are not (JupyterLab sends cells from the browser and
+/// interrupts from the server: two clocks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub session: String,
+    pub sent_us: Option<i64>,
+}
+
+impl Stamp {
+    /// Whether this message was sent before `other`, as far as can be told.
+    fn sent_before(&self, other: &Stamp) -> bool {
+        match (self.sent_us, other.sent_us) {
+            (Some(a), Some(b)) => self.session == other.session && a < b,
+            _ => false,
+        }
+    }
+}
+
+/// When a cell was asked for: the SIGINTs counted by then, and the client's request's stamp.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CellRequest {
+    sigints: u64,
+    stamp: Option<Stamp>,
+}
+
+impl CellRequest {
+    /// A cell asked for now, by a client's request stamped `stamp` (none from a terminal).
+    pub fn now(stamp: Option<Stamp>) -> CellRequest {
+        CellRequest {
+            sigints: sigints(),
+            stamp,
+        }
+    }
+
+    /// Whether an interrupt from `asker` can be meant for this cell: not a SIGINT counted before
+    /// the cell was asked for, nor a request its client sent before this cell's. Jupyter keeps
+    /// no order between the control and shell channels, so the kernel may read an interrupt
+    /// sent for a cell that has ended after the next cell's request.
+    fn can_be_stopped_by(&self, asker: &Asker) -> bool {
+        match asker {
+            Asker::Signal(n) => *n > self.sigints,
+            Asker::Client(i) => !self.stamp.as_ref().is_some_and(|c| i.sent_before(c)),
+            Asker::Kernel => true,
+        }
+    }
+}
+
 /// Stops the cell that is running, from any thread. It first *asks*: SIGINT makes the cell's
 /// engine ops return `Error::Interrupted`, so tensor work ends within an op and every variable of
 /// earlier cells survives. A cell still running after the grace period (a loop with no tensor op
@@ -36,9 +97,9 @@ pub struct Interrupter {
 
 #[derive(Debug, Default)]
 pub(super) struct RunningCell {
-    /// The running cell. An interrupt reads it and acts on that cell's process under this lock,
-    /// and a cell begins and ends under it: so nothing an interrupt does reaches the next cell
-    /// (the soak saw the SIGINT for a cell stopped before it began reach the next one).
+    /// The user's cell and its process. An interrupt reads it and acts on that cell under this
+    /// lock, and a cell is asked for, begins, ends and is done under it: so nothing an interrupt
+    /// does reaches another cell than the one it found.
     slot: Mutex<Slot>,
     /// Set when the grace period ran out and the process was killed.
     pub(super) killed: AtomicBool,
@@ -46,54 +107,92 @@ pub(super) struct RunningCell {
     pub(super) compile_stopped: AtomicBool,
     /// Set when the user interrupted the running cell (by any route).
     pub(super) requested: AtomicBool,
-    /// How many SIGINTs had arrived when the running cell started.
-    pub(super) sigints_at_start: AtomicU64,
-    /// A kernel's cells sent to the evaluator and not yet begun.
-    queued: AtomicU64,
-    /// The evaluator runs a job (a cell or a command) the kernel sent.
-    in_job: AtomicBool,
-    /// An interrupt came for a cell sent but not yet running: none of it will run.
-    stop_before_start: AtomicBool,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default)]
 struct Slot {
-    /// The cell process while a cell runs, else 0.
+    target: Target,
+    /// The user's cell, from when it was asked for until its job is done: an interrupt acts on
+    /// it only while it is here.
+    cell: Option<AskedCell>,
+    /// The last client's interrupt that found no cell: a cell its client had sent before it,
+    /// read by the kernel after it, is stopped before it begins.
+    unclaimed: Option<Stamp>,
+}
+
+#[derive(Debug)]
+struct AskedCell {
+    request: CellRequest,
+    /// An interrupt came before the code ran (or between two runs of a magic): none of what is
+    /// left of it runs.
+    stop: bool,
+}
+
+/// What the evaluator runs in the cell's process right now.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Target {
+    /// The cell process while code runs, else 0.
     pid: i32,
-    /// Counts cells: the number of the one running, or of the last.
-    cell: u64,
-    /// The cell process knows `cell` (`begin` reached it), so a SIGINT names it.
+    /// Counts runs: the number of the one running, or of the last.
+    run: u64,
+    /// The cell process knows `run` (`begin` reached it), so a SIGINT names it.
     named: bool,
 }
 
+/// What an interrupt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// The running cell was asked to stop (its compile stopped, its process signalled).
+    Running,
+    /// A cell asked for and not yet running: none of it will run.
+    BeforeItRan,
+    /// A cell is there, but the interrupt was sent before it was asked for: nothing stopped.
+    NotMeantForIt,
+    /// No cell: nothing stopped.
+    NoCell,
+}
+
+impl Slot {
+    /// The cell asked for as `request` is the user's cell now; whether a client's interrupt
+    /// that found no cell was sent after it (and so stops it).
+    fn ask(&mut self, request: CellRequest) -> bool {
+        let stop = match (self.unclaimed.take(), &request.stamp) {
+            (Some(i), Some(c)) => c.sent_before(&i),
+            _ => false,
+        };
+        self.cell = Some(AskedCell { request, stop });
+        stop
+    }
+}
+
 impl RunningCell {
-    /// The number the next cell will have, for the `begin` its process is told first.
-    pub(super) fn next_cell(&self) -> u64 {
-        self.slot().cell + 1
+    /// The number the next run will have, for the `begin` its process is told first.
+    pub(super) fn next_run(&self) -> u64 {
+        self.slot().target.run + 1
     }
 
-    /// Cell `cell` runs in process `pid` (`named`: its process was told the number); false,
-    /// and nothing runs, if an interrupt already stopped it.
-    pub(super) fn begin(&self, pid: i32, cell: u64, named: bool) -> bool {
+    /// Run `run` of the user's cell begins in process `pid` (`named`: its process was told the
+    /// number); false, and nothing runs, if an interrupt already stopped the cell.
+    pub(super) fn begin(&self, pid: i32, run: u64, named: bool) -> bool {
         let mut slot = self.slot();
         self.killed.store(false, Ordering::Release);
         self.compile_stopped.store(false, Ordering::Release);
         self.requested.store(false, Ordering::Release);
-        *slot = Slot { pid, cell, named };
-        if self.stop_before_start.swap(false, Ordering::SeqCst) {
-            slot.pid = 0;
+        slot.target = Target { pid: 0, run, named };
+        if slot.cell.as_ref().is_some_and(|c| c.stop) {
             return false;
         }
+        slot.target.pid = pid;
         true
     }
 
-    /// The cell has ended: no interrupt reaches its process any more.
+    /// The run has ended: no interrupt reaches its process any more.
     pub(super) fn end(&self) {
-        self.slot().pid = 0;
+        self.slot().target.pid = 0;
     }
 
     fn slot(&self) -> MutexGuard<'_, Slot> {
-        // The slot is three plain values, whole after any panic.
+        // The slot is plain values, whole after any panic.
         self.slot.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -109,58 +208,47 @@ pub fn interrupt_grace() -> Duration {
 }
 
 impl Interrupter {
-    /// For the SIGINT counted as number `count` (`sigints()`): interrupts the running cell only
-    /// if it started before that signal. A terminal's Ctrl-C reaches cargo, rustc and the cell's
-    /// process directly too, so the interrupted cell may have ended, and a cell typed ahead
-    /// begun to compile, before the signal is seen here. Returns whether a cell was interrupted.
-    pub fn interrupt_for_sigint(&self, count: u64) -> bool {
-        if self.running.sigints_at_start.load(Ordering::Acquire) >= count {
-            return false;
+    /// A cell is asked for (a kernel's, as its `execute_input` goes out; a terminal's, as it is
+    /// entered): from now on an interrupt meant for it stops it, even before it begins. A
+    /// client's interrupt that came first, though sent after this cell, stops it too.
+    pub fn cell_asked(&self, request: CellRequest) {
+        self.running.slot().ask(request);
+    }
+
+    /// The evaluator takes the job of the cell asked for as `request` (asked for now, if no
+    /// shell said so before); whether an interrupt already stopped it.
+    pub(super) fn job_begins(&self, request: &CellRequest) -> bool {
+        let mut slot = self.running.slot();
+        match &slot.cell {
+            Some(c) if c.request == *request => c.stop,
+            _ => slot.ask(request.clone()),
         }
-        self.interrupt()
     }
 
-    /// A kernel's cell is on its way to the evaluator: an interrupt from now on stops it, even
-    /// before it begins (Jupyter sends an interrupt on another channel than the cell, and the
-    /// soak saw one arrive first: the cell then ran on, unstopped).
-    pub fn cell_sent(&self) {
-        self.running.queued.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// The evaluator takes a job; whether an interrupt already stopped it.
-    pub(super) fn job_begins(&self) -> bool {
-        let r = &self.running;
-        // Only a cell the kernel sent: the REPL's Ctrl-C reaches the cell it meant by its own
-        // route (`interrupt_for_sigint`), never one typed ahead.
-        let sent = r
-            .queued
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| q.checked_sub(1))
-            .is_ok();
-        r.in_job.store(sent, Ordering::SeqCst);
-        r.stop_before_start.swap(false, Ordering::SeqCst)
-    }
-
-    /// The job is done: a late stop request is forgotten.
+    /// The cell's job is done: an interrupt from now on finds no cell.
     pub(super) fn job_ends(&self) {
-        self.running.in_job.store(false, Ordering::SeqCst);
-        self.running
-            .stop_before_start
-            .store(false, Ordering::SeqCst);
+        self.running.slot().cell = None;
     }
 
-    /// Returns whether a cell was running, or sent and about to run.
-    pub fn interrupt(&self) -> bool {
+    /// Stops the user's cell, if there is one and the interrupt can be meant for it.
+    pub fn interrupt(&self, asker: &Asker) -> Stopped {
         let r = &self.running;
         // Held until the cell is signalled: the cell cannot end and the next begin meanwhile.
-        let slot = r.slot();
-        if slot.pid <= 0 {
-            if r.queued.load(Ordering::SeqCst) == 0 && !r.in_job.load(Ordering::SeqCst) {
-                return false;
+        let mut slot = r.slot();
+        let target = slot.target;
+        let Some(cell) = slot.cell.as_mut() else {
+            if let Asker::Client(stamp) = asker {
+                slot.unclaimed = Some(stamp.clone());
             }
-            r.stop_before_start.store(true, Ordering::SeqCst);
-            return true;
+            return Stopped::NoCell;
+        };
+        if !cell.request.can_be_stopped_by(asker) {
+            return Stopped::NotMeantForIt;
         }
-        let target = *slot;
+        if target.pid <= 0 {
+            cell.stop = true;
+            return Stopped::BeforeItRan;
+        }
         r.requested.store(true, Ordering::Release);
         // While the cell compiles none of it runs yet: stop the compiler, and leave the cell's
         // process (and every variable in it) alone.
@@ -171,16 +259,23 @@ impl Interrupter {
         }
         // The cell's process is asked as well: a compile seen ending may still finish, and the
         // cell then stops at its first tensor op (the soak found such cells running on, with
-        // nothing left to stop them). An idle process only raises its flag, which the next cell
+        // nothing left to stop them). An idle process only raises its flag, which the next run
         // lowers.
         signal_cell(target);
         drop(slot);
+        self.kill_after_grace(target);
+        Stopped::Running
+    }
+
+    /// A cell still running its grace period after the interrupt has its compile stopped again
+    /// or, running, its process killed.
+    fn kill_after_grace(&self, target: Target) {
         let running = self.running.clone();
         std::thread::spawn(move || {
             for round in 1.. {
                 std::thread::sleep(interrupt_grace());
                 let slot = running.slot();
-                if *slot != target {
+                if slot.target != target {
                     return;
                 }
                 // Still compiling (evcxr compiles some cells twice, and a compile may start
@@ -194,30 +289,25 @@ impl Interrupter {
                     continue;
                 }
                 running.killed.store(true, Ordering::Release);
-                // SAFETY: signalling the cell's process while the same cell still runs (the
+                // SAFETY: signalling the cell's process while the same run still goes on (the
                 // lock is held).
                 unsafe { libc::kill(target.pid, libc::SIGKILL) };
                 return;
             }
         });
-        true
     }
 }
 
-/// SIGINT to the running cell's process, naming the cell where its process knows the number:
-/// a signal handled late, once the next cell began, is then ignored there (`interrupt.rs`).
-fn signal_cell(target: Slot) {
-    // SAFETY: signalling the cell's process, recorded when the cell began; it still runs.
-    unsafe {
-        if target.named {
-            let value = libc::sigval {
-                sival_ptr: target.cell as usize as *mut libc::c_void,
-            };
-            libc::sigqueue(target.pid, libc::SIGINT, value);
-        } else {
-            libc::kill(target.pid, libc::SIGINT);
-        }
-    }
+/// SIGINT to the running cell's process, always queued with a value: the run's number where its
+/// process knows it (a signal handled late, once the next run began, is then ignored there), else
+/// 0, "whatever runs". The cell's process ignores a SIGINT without one (a terminal's Ctrl-C,
+/// which reaches it directly): which cell that was meant for is the interrupter's to decide.
+fn signal_cell(target: Target) {
+    let value = libc::sigval {
+        sival_ptr: if target.named { target.run } else { 0 } as usize as *mut libc::c_void,
+    };
+    // SAFETY: signalling the cell's process, recorded when the run began; it still runs.
+    unsafe { libc::sigqueue(target.pid, libc::SIGINT, value) };
 }
 
 fn kill_all(compilers: &[i32]) {
@@ -275,113 +365,4 @@ fn compile_processes() -> Vec<i32> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    /// A stand-in for the cell's process: `sleep`, which SIGINT ends.
-    fn cell_process() -> std::process::Child {
-        use std::os::unix::process::CommandExt;
-        let mut sleep = std::process::Command::new("sleep");
-        sleep.arg("60");
-        // A job a shell puts in the background (as CI's lanes are) starts with SIGINT ignored,
-        // and its children inherit that; the real cell process installs its own handler.
-        // SAFETY: only `signal`, which is async-signal-safe, between fork and exec.
-        unsafe {
-            sleep.pre_exec(|| {
-                libc::signal(libc::SIGINT, libc::SIG_DFL);
-                Ok(())
-            })
-        };
-        sleep.spawn().unwrap()
-    }
-
-    /// The tests below start processes this process's interrupts may take for a compiler:
-    /// one at a time.
-    fn one_at_a_time() -> MutexGuard<'static, ()> {
-        static LOCK: Mutex<()> = Mutex::new(());
-        LOCK.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A stand-in for evcxr's cargo: `sleep` under the name `cargo`, a child of this process.
-    fn compiler_process() -> std::process::Child {
-        let sleep = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|dir| dir.join("sleep"))
-            .find(|p| p.is_file())
-            .expect("`sleep` is on PATH");
-        let dir = std::env::temp_dir().join(format!("placelab-interrupter-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cargo = dir.join("cargo");
-        std::fs::copy(sleep, &cargo).unwrap();
-        let child = std::process::Command::new(&cargo)
-            .arg("60")
-            .spawn()
-            .unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
-        child
-    }
-
-    #[test]
-    fn a_compile_that_starts_after_the_interrupt_is_stopped_and_said_to_be() {
-        let _one = one_at_a_time();
-        let interrupter = Interrupter::default();
-        let r = &interrupter.running;
-        let mut process = cell_process();
-        assert!(r.begin(process.id() as i32, r.next_cell(), true));
-        // The interrupt finds no compiler yet (evcxr starts cargo after its own work).
-        assert!(interrupter.interrupt());
-        assert!(!r.compile_stopped.load(Ordering::Acquire));
-        let mut cargo = compiler_process();
-        // The grace period's check stops it, and says so before the cell can end: the session
-        // then reports an interrupted compile, not the warnings rustc had printed.
-        assert_eq!(cargo.wait().unwrap().signal(), Some(libc::SIGKILL));
-        r.end();
-        assert!(r.compile_stopped.load(Ordering::Acquire));
-        process.wait().unwrap();
-    }
-
-    #[test]
-    fn an_interrupt_reaches_the_running_cell_and_never_a_cell_that_ended() {
-        let _one = one_at_a_time();
-        let interrupter = Interrupter::default();
-        let r = &interrupter.running;
-        let mut process = cell_process();
-        let pid = process.id() as i32;
-        assert!(r.begin(pid, r.next_cell(), true));
-        r.end();
-        assert!(!interrupter.interrupt(), "no cell runs, none is sent");
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            process.try_wait().unwrap().is_none(),
-            "the process of a cell that had ended was signalled"
-        );
-        assert_eq!(r.next_cell(), 2);
-        assert!(r.begin(pid, 2, true));
-        assert!(interrupter.interrupt());
-        assert!(r.requested.load(Ordering::Acquire));
-        assert_eq!(process.wait().unwrap().signal(), Some(libc::SIGINT));
-        r.end();
-    }
-
-    #[test]
-    fn an_interrupt_before_a_sent_cell_begins_stops_all_of_it() {
-        let _one = one_at_a_time();
-        let interrupter = Interrupter::default();
-        let r = &interrupter.running;
-        let mut process = cell_process();
-        interrupter.cell_sent();
-        assert!(!interrupter.job_begins());
-        assert!(interrupter.interrupt(), "a sent cell is stopped");
-        assert!(!r.begin(process.id() as i32, r.next_cell(), true));
-        interrupter.job_ends();
-        // The next cell runs, and its process was never signalled.
-        interrupter.cell_sent();
-        assert!(!interrupter.job_begins());
-        assert!(r.begin(process.id() as i32, r.next_cell(), true));
-        assert!(process.try_wait().unwrap().is_none());
-        r.end();
-        interrupter.job_ends();
-        process.kill().unwrap();
-        process.wait().unwrap();
-    }
-}
+mod tests;

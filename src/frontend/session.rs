@@ -286,6 +286,10 @@ impl Session {
         }
         s.keep_engine_build(compiled);
         s.prepared.build_lock = None;
+        // From the first cell on, a Ctrl-C reaches a compile only through the interrupter, which
+        // knows which cell it was meant for (before, the terminal's second Ctrl-C for a stopped
+        // cell ended the next cell's compile).
+        s.ctx.set_compile_in_own_process_group(true);
         Ok(s)
     }
 
@@ -490,27 +494,22 @@ impl Session {
         let mut variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
         variables.sort();
         let running = &self.interrupter.running;
-        let cell = running.next_cell();
-        // A new cell: an interrupt that came while none ran is forgotten, and one still on its
-        // way for an earlier cell will be ignored.
-        let named = self.probe.ask(Request::Begin { cell }).is_some();
+        let run = running.next_run();
+        // A new run: an interrupt that came while none ran is forgotten, and one still on its
+        // way for an earlier run will be ignored.
+        let named = self.probe.ask(Request::Begin { cell: run }).is_some();
         let pid = self
             .ctx
             .process_handle()
             .lock()
             .map(|c| c.id() as i32)
             .unwrap_or(0);
-        let sigints = interrupter::sigints();
-        running.sigints_at_start.store(sigints, Ordering::Release);
-        if !running.begin(pid, cell, named) {
+        if !running.begin(pid, run, named) {
             return CellReport::stopped_before_start();
         }
         let result = self.ctx.execute(code);
         running.end();
-        // A Ctrl-C at a terminal also reaches cargo and rustc directly, and may end them before
-        // the interrupter runs: the signal's count says it came.
-        let requested =
-            running.requested.swap(false, Ordering::AcqRel) || interrupter::sigints() != sigints;
+        let requested = running.requested.swap(false, Ordering::AcqRel);
         report.interrupted = requested;
         let compile_stopped = running.compile_stopped.swap(false, Ordering::AcqRel)
             || (requested

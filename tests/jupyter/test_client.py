@@ -10,11 +10,13 @@ before the tests below it start theirs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -68,6 +70,18 @@ def memory_allocated(kc) -> int:
 
 
 # =============================================================================================
+@contextlib.contextmanager
+def busy_loops(count: int):
+    """`count` processes that spin on a CPU while the block runs (a loaded machine)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+
+
 # One kernel for every test of this class.
 
 
@@ -543,6 +557,50 @@ class TestSharedKernel:
         values = execute_ok(kc, "kept_t.to_vec::<f32>()?")
         assert values.result() == "[1.5, -2.0, 4.25]", values.describe()
         assert execute(kc, "_s1").status == "error", "a variable of the interrupted cell exists"
+        execute_ok(kc, ":del kept_t")
+
+    # Jupyter keeps no order between the control and shell channels: the kernel may read an
+    # interrupt after the request its client sent next. Each such interrupt below is sent
+    # before the next cell (`kept`) and without waiting for its reply, as jupyter_client's
+    # interrupt_kernel does; the next cell must run.
+    LOOP = 'println!("spin{}", "ning");\nloop { let _y = (&kept_t + 1.0)?; }'
+
+    def _next_cell_runs(self, what: str) -> None:
+        after = execute(self.kc, "kept")
+        assert after.status == "ok" and after.result() == "7", f"{what}: the next cell did not run:\n" + after.describe()
+
+    @pytest.mark.limit(900)
+    def test_a_second_interrupt_never_stops_the_next_cell(self):
+        """Stop clicked twice, 0, 10, 50 or 200 ms apart, once a tensor loop runs: the first
+        stops it; the second stops nothing, though it may reach the kernel after the next cell
+        (20 rounds a gap, every other one beside two busy loops)."""
+        kc = self.kc
+        execute_ok(kc, self.KEPT)
+        drain(kc)
+        for gap_ms in [0, 10, 50, 200]:
+            for n in range(20):
+                with busy_loops(2 if n % 2 else 0):
+                    cell = Cell(kc.execute(self.LOOP), self.LOOP)
+                    assert read_until(kc, cell, lambda: "spinning" in cell.text(), 60), cell.describe()
+                    self.km.interrupt_kernel()
+                    time.sleep(gap_ms / 1000)
+                    self.km.interrupt_kernel()
+                    cell.reply = shell_request(kc, cell.msg_id, timeout=60)
+                    collect(kc, [cell], 10)
+                    assert cell.reply["content"]["ename"] == "Interrupted", cell.describe()
+                    self._next_cell_runs(f"two interrupts {gap_ms} ms apart, round {n}")
+        execute_ok(kc, ":del kept_t")
+
+    @pytest.mark.limit(600)
+    def test_an_interrupt_after_a_cell_finished_stops_nothing(self):
+        """Stop clicked 0-500 ms after a cell finished (the reply came): no cell is stopped."""
+        kc = self.kc
+        execute_ok(kc, self.KEPT)
+        for n in range(20):
+            assert execute_ok(kc, "1 + 1").result() == "2"
+            time.sleep(n * 0.5 / 19)
+            self.km.interrupt_kernel()
+            self._next_cell_runs(f"an interrupt {n * 500 / 19:.0f} ms after a finished cell")
         execute_ok(kc, ":del kept_t")
 
     def test_a_cell_that_ends_its_process(self):

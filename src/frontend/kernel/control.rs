@@ -10,8 +10,9 @@ use jupyter_zmq_client::KernelControlConnection;
 use super::iopub::Iopub;
 use super::log::{ignore, log};
 use super::replies;
-use super::wire::{self, Incoming};
+use super::wire::{self, Incoming, stamp};
 use crate::frontend::evaluator::Evaluator;
+use crate::frontend::interrupter::{Asker, Stopped};
 
 /// Serves control until a `shutdown_request`, a SIGTERM or the end of the process that started
 /// the kernel; returns the exit code.
@@ -30,12 +31,12 @@ pub async fn serve(
             read = wire::read(&mut control) => read,
             () = &mut terminated => {
                 log("SIGTERM: stopping the cell's process and removing the compile directory");
-                evaluator.interrupt();
+                evaluator.interrupt(&Asker::Kernel);
                 return 0;
             }
             () = &mut parent_gone => {
                 log("the process that started this kernel has ended: ending the kernel too");
-                evaluator.interrupt();
+                evaluator.interrupt(&Asker::Kernel);
                 return 0;
             }
         };
@@ -65,7 +66,7 @@ pub async fn serve(
                 iopub.send(Status::idle(), &message);
                 continue;
             }
-            JupyterMessageContent::InterruptRequest(_) => interrupt(evaluator),
+            JupyterMessageContent::InterruptRequest(_) => interrupt(evaluator, &message),
             JupyterMessageContent::ShutdownRequest(req) => {
                 shutdown(&mut control, &iopub, evaluator, &message, req.restart).await;
                 return 0;
@@ -79,12 +80,14 @@ pub async fn serve(
     }
 }
 
-fn interrupt(evaluator: &Evaluator) -> InterruptReply {
-    let running = evaluator.interrupt();
-    log(if running {
-        "interrupt: stopping the running cell"
-    } else {
-        "interrupt: no cell is running"
+fn interrupt(evaluator: &Evaluator, message: &JupyterMessage) -> InterruptReply {
+    log(match evaluator.interrupt(&Asker::Client(stamp(message))) {
+        Stopped::Running => "interrupt: stopping the running cell",
+        Stopped::BeforeItRan => "interrupt: stopping the cell before it runs",
+        Stopped::NotMeantForIt => {
+            "interrupt: sent before the cell that runs now was asked for: nothing stopped"
+        }
+        Stopped::NoCell => "interrupt: no cell is running",
     });
     InterruptReply {
         status: ReplyStatus::Ok,
@@ -99,7 +102,7 @@ async fn shutdown(
     message: &JupyterMessage,
     restart: bool,
 ) {
-    evaluator.interrupt();
+    evaluator.interrupt(&Asker::Kernel);
     let reply = ShutdownReply {
         restart,
         status: ReplyStatus::Ok,

@@ -14,9 +14,11 @@ use tokio::sync::oneshot;
 use super::iopub::{Iopub, plain_and_html};
 use super::live_strip::Strip;
 use super::streams::Streams;
+use super::wire::stamp;
 use crate::frontend::engine;
 use crate::frontend::evaluator::{Evaluator, Job};
 use crate::frontend::history::History;
+use crate::frontend::interrupter::CellRequest;
 use crate::frontend::magics::is_exit;
 use crate::frontend::report::{CellReport, ErrorKind, Output};
 use crate::frontend::strip::MemoryChange;
@@ -43,9 +45,11 @@ impl Executor {
         }
         let count = ExecutionCount::new(self.execution_count);
         // From the moment the client can see the cell begin (its `execute_input`), an interrupt
-        // stops it, even one that reaches the evaluator before the cell does.
+        // stops it, even one that reaches the evaluator before the cell does; but not one its
+        // client sent before this request (for a cell that has ended).
+        let request = CellRequest::now(Some(stamp(message)));
         if !is_exit(&req.code) {
-            self.evaluator.cell_sent();
+            self.evaluator.cell_asked(&request);
         }
         if !silent {
             let input = ExecuteInput {
@@ -66,7 +70,7 @@ impl Executor {
         }
         self.streams.begin(message);
         let strip = Strip::new(self.iopub.clone(), message, silent, self.streams.cleared());
-        let report = self.run(&req.code, strip.live()).await;
+        let report = self.run(&req.code, request.clone(), strip.live()).await;
         self.streams.flush().await;
         // One error for the iopub `error` message and the reply.
         let error = report
@@ -89,7 +93,8 @@ impl Executor {
         let mut user_expressions = HashMap::new();
         if error.is_none() {
             for (name, expr) in req.user_expressions.iter().flatten() {
-                user_expressions.insert(name.clone(), self.evaluate(expr).await);
+                let asked = CellRequest::now(Some(stamp(message)));
+                user_expressions.insert(name.clone(), self.evaluate(expr, asked).await);
             }
         }
         self.reply(count, error, user_expressions)
@@ -126,10 +131,16 @@ impl Executor {
         reply
     }
 
-    async fn run(&self, code: &str, progress: Box<dyn FnMut(MemoryChange) + Send>) -> CellReport {
+    async fn run(
+        &self,
+        code: &str,
+        request: CellRequest,
+        progress: Box<dyn FnMut(MemoryChange) + Send>,
+    ) -> CellReport {
         let (done, answer) = oneshot::channel();
         let job = Job::Execute {
             code: code.to_string(),
+            request,
             progress,
             done,
         };
@@ -144,8 +155,8 @@ impl Executor {
     }
 
     /// A `user_expressions` entry: the expression's value as text (and HTML for cards).
-    async fn evaluate(&self, expr: &str) -> ExpressionResult {
-        let report = self.run(expr, Box::new(|_| {})).await;
+    async fn evaluate(&self, expr: &str, request: CellRequest) -> ExpressionResult {
+        let report = self.run(expr, request, Box::new(|_| {})).await;
         for o in report.outputs {
             match o {
                 Output::Value { plain, html, .. } => {

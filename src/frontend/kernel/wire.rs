@@ -7,6 +7,8 @@ use jupyter_protocol::{Header, JupyterMessage, JupyterMessageContent, UnknownMes
 use jupyter_zmq_client::{Connection, RawMessage};
 use zeromq::SocketRecv;
 
+use crate::frontend::interrupter::Stamp;
+
 pub enum Incoming {
     Request(JupyterMessage),
     /// Signed and addressed, but its content is not what its type needs: (message, why).
@@ -87,4 +89,15 @@ pub fn error_reply(request: &JupyterMessage, ename: &str, evalue: &str) -> Jupyt
         },
         Some(request),
     )
+}
+
+/// Who sent `message`, and when by its clock: what tells an interrupt sent before this request
+/// from one sent after. A message without a date (some clients leave it out; the protocol
+/// crate then reads the epoch) compares with nothing.
+pub fn stamp(message: &JupyterMessage) -> Stamp {
+    let date = message.header.date;
+    Stamp {
+        session: message.header.session.clone(),
+        sent_us: (date.timestamp() != 0).then(|| date.timestamp_micros()),
+    }
 }

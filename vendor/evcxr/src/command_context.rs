@@ -218,6 +218,11 @@ Panic detected. Here's some useful information if you're filing a bug report.
         self.eval_context.release_analyzer()
     }
 
+    /// placelab's patch: see [`EvalContext::set_compile_in_own_process_group`].
+    pub fn set_compile_in_own_process_group(&mut self, value: bool) {
+        self.eval_context.set_compile_in_own_process_group(value);
+    }
+
     /// placelab's patch: see [`EvalContext::analyzer_loaded`].
     pub fn analyzer_loaded(&self) -> bool {
         self.eval_context.analyzer_loaded()

@@ -99,6 +99,9 @@ pub(crate) struct Config {
     pub(crate) sccache: Option<PathBuf>,
     /// Whether to attempt to avoid network access.
     pub(crate) offline_mode: bool,
+    /// placelab's patch: whether cargo (and the rustc it starts) runs in a process group of its
+    /// own, out of reach of a terminal's Ctrl-C, which the embedding program routes itself.
+    pub(crate) compile_in_own_process_group: bool,
     pub(crate) toolchain: String,
     cargo_path: PathBuf,
     pub(crate) rustc_path: PathBuf,
@@ -143,6 +146,7 @@ impl Config {
             opt_level: "2".to_owned(),
             error_fmt: &ERROR_FORMATS[0],
             time_passes: false,
+            compile_in_own_process_group: false,
             linker: "system".to_owned(),
             cache_bytes: 0,
             sccache: None,
@@ -197,6 +201,13 @@ impl Config {
         }
         if self.offline_mode {
             command.arg("--offline");
+        }
+        if self.compile_in_own_process_group {
+            use std::os::unix::process::CommandExt;
+            // placelab's patch: a Ctrl-C meant for a cell that has ended must not end the next
+            // cell's compile; the caller stops a compile itself. No terminal input for a
+            // process outside the terminal's foreground group (it would be stopped by SIGTTIN).
+            command.process_group(0).stdin(std::process::Stdio::null());
         }
 
         let mut rustflags = vec!["-Cprefer-dynamic".to_owned()];
@@ -652,6 +663,12 @@ impl EvalContext {
 
     pub fn set_time_passes(&mut self, value: bool) {
         self.committed_state.set_time_passes(value);
+    }
+
+    /// placelab's patch: compiles from now on run in a process group of their own (Unix).
+    pub fn set_compile_in_own_process_group(&mut self, value: bool) {
+        self.committed_state.config.compile_in_own_process_group = value;
+        self.initial_config.compile_in_own_process_group = value;
     }
 
     pub fn set_preserve_vars_on_panic(&mut self, value: bool) {
