@@ -752,3 +752,61 @@ fn index_select_on_a_gpu_checks_its_entries_as_it_runs_and_its_gradient_is_the_c
         }
     }
 }
+
+/// The end of a REPL cell (the probe's `cell_end`, which the session asks as each cell ends)
+/// reads the index checks that cell's kernels made, so a bad entry, positive or negative, is
+/// that cell's error: it names the op, the entry and the device, says the cell queued it, and is
+/// not reported again by the next cell's wait, whose value is right. A device that still runs
+/// the cell's work when the session's wait ends is named, and its check says, at the next wait,
+/// that an earlier cell queued it. A program that asks nothing keeps the next-wait behaviour
+/// (the two tests above).
+#[test]
+fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
+    let name = "the_end_of_a_cell_reads_the_checks_its_kernels_made";
+    if !in_own_process(name, &[]) {
+        return;
+    }
+    let cell_end = |wait_ms: u64| placelab::probe::answer(&format!("cell_end {wait_ms}"));
+    assert_eq!(cell_end(1000), "end\n", "no GPU opened yet");
+    cuda::emulate(1, None).unwrap();
+    let x = Tensor::zeros([3, 2], GPU).unwrap();
+    assert_eq!(cell_end(1000), "end\n", "no check queued");
+    for entry in [9i64, -5] {
+        // One cell: the op is queued, nothing waits for the device.
+        let idx = Tensor::from_vec(vec![0i64, entry], [2], GPU).unwrap();
+        let _y = x.index_select(0, &idx).unwrap();
+        let reply = cell_end(1000);
+        assert!(
+            reply.starts_with(&format!(
+                "found index {entry} out of range in index_select: dimension 0 has size 3"
+            )) && reply.contains("cuda:0 checked this as its kernel ran")
+                && reply.contains("this cell queued that op: it is reported as the cell ended")
+                && reply.contains("run the cell again")
+                && reply.ends_with("\nend\n"),
+            "{reply}"
+        );
+        // The next cell: nothing left to report, and its value is right.
+        let z = Tensor::ones([4], GPU).unwrap();
+        assert_eq!(z.sum_all().unwrap().item::<f32>().unwrap(), 4.0);
+        assert_eq!(cell_end(1000), "end\n");
+    }
+    // A cell that ends while its device still runs its work (a GEMM of tens of milliseconds
+    // queued before the gather, after the index's copy, which waits; and no time to wait): the
+    // device is named, and the check is read at the next wait, saying an earlier cell queued it.
+    let idx = Tensor::from_vec(vec![3i64], [1], GPU).unwrap();
+    let a = Tensor::randn([1024, 1024], GPU).unwrap();
+    let _product = a.matmul(&a).unwrap();
+    let _y = x.index_select(0, &idx).unwrap();
+    assert_eq!(cell_end(0), "still_running cuda:0\nend\n");
+    let e = Tensor::ones([4], GPU).unwrap().cpu().map(drop).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, Error::FoundOnDevice { .. })
+            && text.contains("index 3 out of range in index_select")
+            && text
+                .contains("An earlier cell queued that op and ended while the device still ran it")
+            && text.contains("at the next point the host waited for the device"),
+        "{text}"
+    );
+    assert_eq!(cell_end(1000), "end\n");
+}

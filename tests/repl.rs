@@ -435,6 +435,57 @@ fn emulated_devices_through_the_session() {
     );
 }
 
+/// A bad index on an emulated GPU fails the cell that queued the op, naming the op, the entry,
+/// the device and the variables the cell defined, though nothing in that cell waited for the
+/// device (`index_select` checks its entries as its kernel runs); the next cell, which waits,
+/// runs and answers. A negative entry too, in a cell that binds `i` again.
+#[test]
+fn a_bad_index_on_a_gpu_fails_its_own_cell_not_the_next() {
+    let _one = one_session_at_a_time();
+    let (out, ok) = run_script("device_checks.plrs");
+    assert!(!ok, "two cells fail, so the exit status is 1:\n{out}");
+    // Each cell's output, by the cell's first line.
+    let cell = |first: &str| {
+        let at = out
+            .find(&format!(">> {first}\n"))
+            .unwrap_or_else(|| panic!("no cell {first:?}:\n{out}"));
+        let rest = &out[at + 3..];
+        &rest[..rest.find("\n>> ").unwrap_or(rest.len())]
+    };
+    for (first, entry, defined) in [
+        ("let d = Device::Cuda(0);", 9, "`d`, `i`, `y`"),
+        (
+            "let i = Tensor::from_vec(vec![-5i64, 1], [2], &d)?;",
+            -5,
+            "`i`, `w`",
+        ),
+    ] {
+        expect(
+            cell(first),
+            &[
+                &format!(
+                    "error: index {entry} out of range in index_select: dimension 0 has size 3"
+                ),
+                "cuda:0 checked this as its kernel ran",
+                "this cell queued that op: it is reported as the cell ended",
+                &format!(
+                    "This cell defined {defined}: those made from that op's result hold invalid values."
+                ),
+            ],
+        );
+    }
+    for (first, answer) in [
+        ("let z = Tensor::ones([4], &d)?;", "\n4.0\n"),
+        ("z.sum_all()?.item::<f32>()? + 1.0", "\n5.0\n"),
+    ] {
+        let shown = cell(first);
+        assert!(
+            shown.contains(answer) && !shown.contains("error"),
+            "the next cell runs and answers {answer:?}:\n{shown}\n\nin:\n{out}"
+        );
+    }
+}
+
 /// Cells of a long session in this test (2,000 in a term's session; the growth per cell is what
 /// is bounded, so a CI-sized count shows it).
 const LONG_SESSION_CELLS: usize = 125;

@@ -96,8 +96,12 @@ pub enum Error {
         msg: String,
     },
     /// A check a GPU kernel made as it ran (a class index outside the classes), read by the host
-    /// at its next wait for the device, where the error surfaces.
-    FoundOnDevice { device: Device, cause: Box<Error> },
+    /// at its next wait for the device, or as the REPL cell that queued the op ends (`reported`).
+    FoundOnDevice {
+        device: Device,
+        cause: Box<Error>,
+        reported: Reported,
+    },
     /// The user interrupted the running cell (Ctrl-C, or a notebook's stop button).
     Interrupted,
     /// Reading a tensor's values as a Rust type of another dtype.
@@ -106,6 +110,19 @@ pub enum Error {
         tensor: DType,
         requested: DType,
     },
+}
+
+/// Where a check a GPU kernel made (`Error::FoundOnDevice`) was read, which its message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reported {
+    /// At the host's next wait for the device, wherever that is (a program, as in PyTorch).
+    AtNextWait,
+    /// As the REPL or notebook cell that queued the op ended: the session waits for each device
+    /// with checks to read, so the error is that cell's.
+    AtCellEnd,
+    /// At the next wait, in a later cell: the cell that queued the op ended while its device
+    /// still ran it, past the session's wait, and said so.
+    AfterItsCell,
 }
 
 impl Error {
@@ -180,10 +197,11 @@ impl fmt::Display for Error {
                 f,
                 "CUDA error in {op} on {device}: {msg}. The tensors of this device may be unusable; if this repeats, restart placelab and check the GPU with `nvidia-smi`."
             ),
-            Error::FoundOnDevice { device, cause } => write!(
-                f,
-                "{cause}\n{device} checked this as its kernel ran, without the host reading the indices back, so it is reported here, at the next point the host waited for the device. The values computed from those indices are not valid: fix them and run that code again."
-            ),
+            Error::FoundOnDevice {
+                device,
+                cause,
+                reported,
+            } => found_on_device(f, device, cause, *reported),
             Error::Interrupted => write!(
                 f,
                 "interrupted by the user: the cell stopped at its next tensor operation. \
@@ -288,6 +306,37 @@ fn kernel_compile(f: &mut fmt::Formatter<'_>, kernel: &str, arch: &str, log: &st
         f,
         "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\nThe kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names. Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
         log.trim_end()
+    )
+}
+
+/// `FoundOnDevice`'s message: the op's own error, then where it was found and what it spoiled.
+fn found_on_device(
+    f: &mut fmt::Formatter<'_>,
+    device: &Device,
+    cause: &Error,
+    reported: Reported,
+) -> fmt::Result {
+    let (when, again) = match reported {
+        Reported::AtNextWait => (
+            ", so it is reported here, at the next point the host waited for the device",
+            "that code",
+        ),
+        Reported::AtCellEnd => (
+            ", and this cell queued that op: it is reported as the cell ended, when the session \
+             waited for the device",
+            "the cell",
+        ),
+        Reported::AfterItsCell => (
+            ". An earlier cell queued that op and ended while the device still ran it (that cell \
+             said so), so it is reported here, at the next point the host waited for the device",
+            "that cell",
+        ),
+    };
+    write!(
+        f,
+        "{cause}\n{device} checked this as its kernel ran, without the host reading the indices \
+         back{when}. The values computed from those indices are not valid: fix them and run \
+         {again} again."
     )
 }
 

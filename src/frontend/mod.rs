@@ -4,6 +4,7 @@
 mod build_lock;
 pub mod cell;
 pub mod cell_check;
+mod cell_end;
 pub mod cell_output;
 pub mod compile_error;
 pub mod engine;

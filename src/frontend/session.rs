@@ -15,7 +15,7 @@ use super::probe_client::{DeviceList, ProbeClient, Reply, Request, Snapshot};
 use super::report::{CellReport, ErrorKind, Output};
 use super::setup;
 use super::strip::MemoryChange;
-use super::{compile_error, engine, slots};
+use super::{cell_end, compile_error, engine, slots};
 
 /// Paths and environment a session needs, prepared in `main` before any thread starts
 /// (`std::env::set_var` is not safe once threads run).
@@ -551,6 +551,9 @@ impl Session {
                 report.outputs.push(Output::error(kind, text));
             }
         }
+        // The index checks the cell's GPU kernels made: a bad index fails this cell, not the next.
+        let now: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
+        (report.outputs).extend(cell_end::device_checks(&self.probe, code, &variables, &now));
         let after = self.snapshot();
         self.last_seq = self.last_seq.max(after.last_seq);
         self.history.push(after.devices.clone());

@@ -12,6 +12,12 @@
 //! transfer, and a timed gather 1.6-1.9 times PyTorch's time on an H200. A failure is reported
 //! there, as `Error::FoundOnDevice`. PyTorch checks on the device too, with an assert that ends
 //! the CUDA context for the rest of the process; here the session goes on.
+//!
+//! In a REPL or notebook the next wait may be a later cell's, so the end of each cell reads them
+//! too (`runtime::read_checks_at_cell_end`, asked by the front end through the probe): a device
+//! with checks queued is waited for, briefly, and a failure is the error of the cell that queued
+//! the op. Checks still running past that wait are marked (`outlived_cell`), and their error says
+//! an earlier cell queued them.
 
 use super::call::DriverError;
 use super::driver::Driver;
@@ -27,6 +33,8 @@ struct Pending {
     op: &'static str,
     dim: usize,
     size: usize,
+    /// The cell that queued it ended before its kernel ran (`outlived_cell`).
+    outlived_cell: bool,
 }
 
 /// A device's check slots and the checks queued into them.
@@ -73,14 +81,27 @@ impl Checks {
     /// room (`is_full`).
     pub(crate) fn queue(&mut self, base: u64, op: &'static str, dim: usize, size: usize) -> u64 {
         let slot = self.pending.len();
-        self.pending.push(Pending { op, dim, size });
+        self.pending.push(Pending {
+            op,
+            dim,
+            size,
+            outlived_cell: false,
+        });
         base + (slot * SLOT_BYTES) as u64
+    }
+
+    /// Marks the checks queued so far as left running by a cell that has ended.
+    pub(crate) fn outlived_cell(&mut self) {
+        for p in &mut self.pending {
+            p.outlived_cell = true;
+        }
     }
 
     /// Reads the checks queued before a wait for the device that has just ended (so every kernel
     /// that could write a slot is done), and frees their slots: the first that failed, as the
-    /// error its op would have raised on the host. Nothing queued costs nothing.
-    pub(crate) fn read(&mut self) -> Option<Error> {
+    /// error its op would have raised on the host, and whether its cell had ended before it ran
+    /// (`outlived_cell`). Nothing queued costs nothing.
+    pub(crate) fn read(&mut self) -> Option<(Error, bool)> {
         let (Some(base), n) = (self.slots, self.pending.len()) else {
             return None;
         };
@@ -98,11 +119,12 @@ impl Checks {
             // SAFETY: as above.
             unsafe { std::ptr::write_bytes(slot(i) as *mut u8, 0, SLOT_BYTES) };
         }
-        Some(Error::IndexOutOfRange {
+        let cause = Error::IndexOutOfRange {
             op: p.op,
             index,
             dim: p.dim,
             size: p.size,
-        })
+        };
+        Some((cause, p.outlived_cell))
     }
 }

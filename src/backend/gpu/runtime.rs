@@ -15,7 +15,7 @@ use super::driver::{Driver, Event};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::backend::alloc::caching::RawAllocator;
-use crate::device::error::{Error, Result};
+use crate::device::error::{Error, Reported, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
 
@@ -275,7 +275,34 @@ impl Gpu {
         if lock(&self.checks).queued() != checks_before {
             self.synchronize()?;
         }
-        self.read_checks()
+        self.read_checks(Reported::AtNextWait)
+    }
+
+    /// The end of a REPL cell: if kernels' index checks are still to be read, waits up to
+    /// `limit` for the work queued so far and reads them (`Reported::AtCellEnd`), so that a
+    /// failure is the error of the cell that queued the op. `Ok(false)`: the device still ran
+    /// that work at `limit`, and its checks are marked as outliving their cell, to be read at the
+    /// next wait. Nothing to read: no wait, one lock.
+    fn read_checks_at_cell_end(&self, limit: Duration) -> Result<bool> {
+        const OP: &str = "synchronize";
+        let queued = lock(&self.checks).queued();
+        if queued == 0 {
+            return Ok(true);
+        }
+        let kept = lock(&self.idle_event).take();
+        let done = match kept {
+            Some(e) => e,
+            None => self.driver.new_event().map_err(|e| self.err(OP, e))?,
+        };
+        self.driver.record(&done).map_err(|e| self.err(OP, e))?;
+        // Checks another thread queued meanwhile may belong to kernels after the event.
+        if !done.wait_up_to(limit) || lock(&self.checks).queued() != queued {
+            lock(&self.checks).outlived_cell();
+            return Ok(false);
+        }
+        done.synchronize().map_err(|e| self.err(OP, e))?;
+        lock(&self.idle_event).get_or_insert(done);
+        self.read_checks(Reported::AtCellEnd).map(|()| true)
     }
 
     /// The address of a zeroed slot for a kernel that checks `op`'s indices along `dim` (of
@@ -293,13 +320,19 @@ impl Gpu {
     }
 
     /// Reads the index checks queued before a wait for the device that has just ended: the first
-    /// that failed is the error (`checks.rs`).
-    pub(crate) fn read_checks(&self) -> Result<()> {
+    /// that failed is the error (`checks.rs`), said to be read where `reported` says, or after
+    /// its cell if that cell ended before the kernel ran.
+    fn read_checks(&self, reported: Reported) -> Result<()> {
         match lock(&self.checks).read() {
             None => Ok(()),
-            Some(cause) => Err(Error::FoundOnDevice {
+            Some((cause, outlived_cell)) => Err(Error::FoundOnDevice {
                 device: self.device(),
                 cause: Box::new(cause),
+                reported: if outlived_cell {
+                    Reported::AfterItsCell
+                } else {
+                    reported
+                },
             }),
         }
     }
@@ -310,6 +343,33 @@ impl Gpu {
             .synchronize()
             .map_err(|e| self.err("synchronize", e))
     }
+}
+
+/// What the end of a REPL cell found on the GPUs opened so far (`read_checks_at_cell_end`).
+#[derive(Debug, Default)]
+pub(crate) struct CellEnd {
+    /// A check that failed (`Error::FoundOnDevice`), or work that failed, on each device.
+    pub(crate) errors: Vec<Error>,
+    /// The devices that still ran the cell's checked work when the wait's limit passed.
+    pub(crate) still_running: Vec<Device>,
+}
+
+/// Reads the index checks of every opened GPU at the end of a REPL cell, waiting at most `limit`
+/// in all for the devices that have checks to read (`Gpu::read_checks_at_cell_end`). A program
+/// never calls it: there a check is read at the next wait, as in PyTorch.
+pub(crate) fn read_checks_at_cell_end(limit: Duration) -> CellEnd {
+    let mut open: Vec<Arc<Gpu>> = lock(gpus()).values().map(|g| g.value.clone()).collect();
+    open.sort_by_key(|g| g.index);
+    let deadline = Instant::now() + limit;
+    let mut found = CellEnd::default();
+    for g in open {
+        match g.read_checks_at_cell_end(deadline.saturating_duration_since(Instant::now())) {
+            Ok(true) => {}
+            Ok(false) => found.still_running.push(g.device()),
+            Err(e) => found.errors.push(e),
+        }
+    }
+    found
 }
 
 /// Device memory for the caching allocator, straight from the driver (`cuMemAlloc` on a real

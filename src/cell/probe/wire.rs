@@ -1,12 +1,15 @@
 //! The probe's wire protocol, in one place: the cell process writes it (`probe::answer`) and the
 //! front end reads it (`frontend/probe_client.rs`) with these same types.
 //!
-//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN`, `begin CELL` or
-//! `devices`.
+//! Text, one request per connection: `stats AFTER_SEQ`, `empty_cache`, `sync TOKEN`, `begin CELL`,
+//! `cell_end WAIT_MS` or `devices`.
 //! A reply is lines of `kind key=value …` ending with `end`: for `stats`, one `device` line per
 //! used device, one `transfer` line per transfer with `seq > AFTER_SEQ`, and `seq last=N`; for
 //! `empty_cache`, `released bytes=N`; for `devices`, one `listed TEXT` line per device, then
-//! `versions TEXT`, `missing TEXT` and `no_real_gpu TEXT` where there is one, `real count=N` and `emulated count=N`.
+//! `versions TEXT`, `missing TEXT` and `no_real_gpu TEXT` where there is one, `real count=N` and `emulated count=N`;
+//! for `cell_end`, one `found TEXT` line per check of the cell's that failed and one `failed TEXT`
+//! per other error (their line breaks and backslashes escaped, `\n` and `\\`), and one
+//! `still_running DEVICE` line per device that was.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -30,6 +33,9 @@ pub enum Request {
     Begin { cell: u64 },
     /// The devices the cell process can use (after any `simulate`), for `:devices`.
     Devices,
+    /// The cell has ended: read the checks its kernels made on each GPU, waiting up to
+    /// `wait_ms` in all for the devices that have some to read (`Reply::CellEnd`).
+    CellEnd { wait_ms: u64 },
 }
 
 impl Request {
@@ -41,6 +47,7 @@ impl Request {
             Request::Sync { token } => format!("sync {token}"),
             Request::Begin { cell } => format!("begin {cell}"),
             Request::Devices => "devices".into(),
+            Request::CellEnd { wait_ms } => format!("cell_end {wait_ms}"),
         }
     }
 
@@ -60,6 +67,9 @@ impl Request {
                 cell: number(words.next()),
             }),
             "devices" => Some(Request::Devices),
+            "cell_end" => Some(Request::CellEnd {
+                wait_ms: number(words.next()),
+            }),
             _ => None,
         }
     }
@@ -116,6 +126,14 @@ pub enum Reply {
     /// `begin` and `sync`: nothing but `end`.
     Done,
     Devices(DeviceList),
+    /// What the end of a cell found: the texts of the checks of the cell's own ops that failed
+    /// (`found`), of other errors (an earlier cell's check, work that failed), and the devices
+    /// still running the cell's checked work when the wait for them gave up.
+    CellEnd {
+        found: Vec<String>,
+        failed: Vec<String>,
+        still_running: Vec<String>,
+    },
     Error(String),
 }
 
@@ -177,6 +195,21 @@ impl Reply {
                 let _ = writeln!(out, "real count={}", d.real);
                 let _ = writeln!(out, "emulated count={}", d.emulated);
             }
+            Reply::CellEnd {
+                found,
+                failed,
+                still_running,
+            } => {
+                for e in found {
+                    let _ = writeln!(out, "found {}", escape(e));
+                }
+                for e in failed {
+                    let _ = writeln!(out, "failed {}", escape(e));
+                }
+                for d in still_running {
+                    let _ = writeln!(out, "still_running {d}");
+                }
+            }
             Reply::Error(why) => {
                 let _ = writeln!(out, "error {why}");
             }
@@ -206,7 +239,51 @@ impl Reply {
             }
             Request::Sync { .. } | Request::Begin { .. } => Reply::Done,
             Request::Devices => Reply::Devices(parse_devices(text)),
+            Request::CellEnd { .. } => parse_cell_end(text),
         })
+    }
+}
+
+/// `text` on one line: backslashes and line breaks escaped (`unescape` reads it back).
+fn escape(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+}
+
+fn unescape(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+fn parse_cell_end(reply: &str) -> Reply {
+    let (mut found, mut failed, mut still_running) = (Vec::new(), Vec::new(), Vec::new());
+    for line in reply.lines() {
+        let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match key {
+            "found" => found.push(unescape(rest)),
+            "failed" => failed.push(unescape(rest)),
+            "still_running" => still_running.push(rest.to_string()),
+            _ => {}
+        }
+    }
+    Reply::CellEnd {
+        found,
+        failed,
+        still_running,
     }
 }
 
@@ -385,6 +462,7 @@ mod tests {
             Request::Sync { token: 3 },
             Request::Begin { cell: 12 },
             Request::Devices,
+            Request::CellEnd { wait_ms: 1000 },
         ] {
             assert_eq!(Request::parse(&r.encode()), Some(r));
         }
@@ -429,6 +507,31 @@ mod tests {
             Some("libcuda.so: error loading")
         );
         assert_eq!(Reply::parse(stats, "device name=cpu"), None, "cut short");
+    }
+
+    /// An error found at a cell's end keeps its line breaks and backslashes, on one line of the
+    /// reply; nothing found reads back as nothing.
+    #[test]
+    fn a_cell_ends_reply_reads_back_as_written() {
+        let found = Reply::CellEnd {
+            found: vec!["index 9 out of range\ncuda:0 checked \\n this\r".into()],
+            failed: vec!["error in\nsynchronize".into()],
+            still_running: vec!["cuda:1".into()],
+        };
+        let encoded = found.encode();
+        assert_eq!(encoded.lines().count(), 4, "{encoded}");
+        assert_eq!(
+            Reply::parse(Request::CellEnd { wait_ms: 0 }, &encoded),
+            Some(found)
+        );
+        assert_eq!(
+            Reply::parse(Request::CellEnd { wait_ms: 0 }, "end\n"),
+            Some(Reply::CellEnd {
+                found: vec![],
+                failed: vec![],
+                still_running: vec![]
+            })
+        );
     }
 
     /// Each device kind and each clock reads back as written, a named GPU's too; a kind the
