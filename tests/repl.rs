@@ -486,6 +486,82 @@ fn a_bad_index_on_a_gpu_fails_its_own_cell_not_the_next() {
     }
 }
 
+/// `:profile` takes any code a cell takes: the profile shows, then the code's value below it as
+/// its card (a product, a block's last value), as `:time` shows it; statements define nothing in
+/// the session; code that fails fails its cell below the profile up to the failure (an error, a
+/// panic), and the session goes on.
+#[test]
+fn profile_shows_the_profile_then_the_codes_value() {
+    let _one = one_session_at_a_time();
+    let (out, ok) = run_script("profile.plrs");
+    assert!(
+        !ok,
+        "three cells fail on purpose, so the exit status is 1:\n{out}"
+    );
+    // Each cell's output, by the start of the cell's first line.
+    let cell = |first: &str| {
+        let at = out
+            .find(&format!(">> {first}"))
+            .unwrap_or_else(|| panic!("no cell {first:?}:\n{out}"));
+        let rest = &out[at..];
+        let rest = &rest[rest.find('\n').map_or(rest.len(), |end| end + 1)..];
+        rest[..rest.find("\n>> ").unwrap_or(rest.len())].to_string()
+    };
+    // The profile (its coverage line, under the table), then the value's card below it.
+    let profile_then = |first: &str, row: &str, card: &str| {
+        let shown = cell(first);
+        let (table, value) = match (shown.find(row), shown.find(" ops took "), shown.find(card)) {
+            (Some(row), Some(coverage), Some(card)) if row < coverage && coverage < card => {
+                (&shown[..card], &shown[card..])
+            }
+            _ => panic!("{first}: a profile with {row:?}, then {card:?} below it:\n{shown}"),
+        };
+        assert!(
+            !shown.contains("error") && !table.contains("stops there"),
+            "{first}:\n{shown}"
+        );
+        value.to_string()
+    };
+    profile_then(
+        ":profile x.matmul(&y)?",
+        "matmul",
+        "Tensor f32[2, 2] · cuda:0 (simulated)",
+    );
+    let sum = profile_then(
+        ":profile { let mut w = Tensor::randn([512, 512], &d)?;",
+        "relu",
+        "Tensor f32[] · cuda:0 (simulated)",
+    );
+    assert!(
+        !sum.contains("[512, 512]"),
+        "the block's value is its sum:\n{sum}"
+    );
+    // Statements: the profile alone (their value is `()`), and nothing defined in the session.
+    let statements = cell(":profile let loss = x.matmul(&w)?.sum_all()?; loss.backward()?;");
+    assert!(
+        statements.contains("backward ") && !statements.contains("Tensor f32"),
+        "{statements}"
+    );
+    expect(&cell("loss"), &["cannot find value `loss`"]);
+    expect(&cell("w.grad().is_some()"), &["true"]);
+    // An error: the profile up to it, then the cell's error (Run All and a script stop there).
+    let failed = cell(":profile x.matmul(&x)?");
+    let (profile, error) = failed
+        .split_once("\nerror: ")
+        .unwrap_or_else(|| panic!("the cell fails with the code's error:\n{failed}"));
+    expect(profile, &["the code failed, so this profile stops there: "]);
+    expect(error, &["matmul"]);
+    // A panic too, with its message (code that never returns: its value's type is left to
+    // inference, which the cell's value does not settle), and the session goes on.
+    let panicked = cell(":profile let h = x.relu()?;");
+    let (profile, error) = panicked
+        .split_once("\nerror: panic in the cell")
+        .unwrap_or_else(|| panic!("the cell fails with the code's panic:\n{panicked}"));
+    expect(profile, &["relu", "panicked: boom under the profile"]);
+    expect(error, &["boom under the profile"]);
+    expect(&cell("x.numel()"), &["6"]);
+}
+
 /// Cells of a long session in this test (2,000 in a term's session; the growth per cell is what
 /// is bounded, so a CI-sized count shows it).
 const LONG_SESSION_CELLS: usize = 125;

@@ -630,6 +630,37 @@ fn a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it() {
     assert_eq!(outer.ops().len(), 2, "the outer profile records both fills");
 }
 
+/// `profile_value` keeps what the code gave beside its profile (what `:profile` shows below the
+/// profile): its value, or its error, which the profile gives too; a panic goes on unwinding
+/// once the recording has ended.
+#[test]
+fn a_profile_value_keeps_the_codes_value_or_its_error() {
+    let me = "a_profile_value_keeps_the_codes_value_or_its_error";
+    if !own_process::in_own_process(me, &[]) {
+        return;
+    }
+    let a = Tensor::ones([2, 3], Device::Cpu).unwrap();
+    let b = Tensor::ones([3, 2], Device::Cpu).unwrap();
+    let (p, product) = placelab::profile::profile_value(|| a.matmul(&b));
+    assert_eq!(product.unwrap().to_vec::<f32>().unwrap(), [3.0; 4]);
+    assert_eq!(p.failure(), None);
+    assert_eq!(
+        p.ops().iter().map(|o| o.name).collect::<Vec<_>>(),
+        ["matmul"]
+    );
+    let (p, failed) = placelab::profile::profile_value(|| a.matmul(&a));
+    let error = failed.unwrap_err().to_string();
+    assert!(error.contains("matmul"), "{error}");
+    assert_eq!(p.failure(), Some(error.as_str()));
+    let panicked = std::panic::catch_unwind(|| {
+        placelab::profile::profile_value(|| -> placelab::Result<()> { panic!("boom") })
+    });
+    assert!(panicked.is_err(), "the panic goes on");
+    let after = profile(|| a.relu());
+    assert_eq!(after.failure(), None, "the panic ended the recording");
+    assert_eq!(after.ops().len(), 1);
+}
+
 /// Everything a profile places on its timeline (each op, each block made or taken back) lies
 /// within the code's wall time, so the memory line and the sparkline end where the code did and
 /// a peak reached as the code returns is drawn inside them.

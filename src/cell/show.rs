@@ -1,52 +1,72 @@
 //! How a tensor's card leaves a cell's process: `Tensor::show()` (a card of its own, marked for
 //! the front end when the probe runs) and `evcxr_display` (the value of a cell, as evcxr's
-//! content blocks); `clear_output()` takes back what a cell showed. The cards themselves are
-//! `display`'s. Any other value with a `Debug` form is shown by `ShowDebug`, in the cell's first
-//! compile.
+//! content blocks); `clear_output()` takes back what a cell showed. A profile shows the same two
+//! ways, and `profiled` is what `:profile` runs: the profile shown, then the code's value. The
+//! cards themselves are `display`'s. Any other value with a `Debug` form is shown by
+//! `ShowDebug`, in the cell's first compile.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use crate::device::error::Result;
 use crate::display::{
     CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN, card_html_of, card_text_of, preview,
 };
+use crate::profile::Profile;
 use crate::tensor::Tensor;
+
+/// Writes `block` to stdout in one write, so that it never interleaves with other output.
+fn write_out(block: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(block.as_bytes());
+    let _ = out.flush();
+}
+
+/// Prints a card now. In a session (the probe runs) it goes between the markers the front end
+/// turns into an output of its own: `forms` gives its ANSI-coloured text and its HTML, beside
+/// `plain`. Elsewhere (a plain program) it is `plain` alone.
+fn show_card(plain: &str, forms: impl FnOnce() -> (String, String)) {
+    if std::env::var_os(crate::cell::probe::ENV).is_none() {
+        return write_out(&format!("{plain}\n"));
+    }
+    let (ansi, html) = forms();
+    write_out(&format!(
+        "{CARD_BEGIN}\n{ansi}\n{CARD_PLAIN}\n{plain}\n{CARD_HTML}\n{html}\n{CARD_END}\n"
+    ))
+}
+
+/// evcxr's content blocks for a cell's value, one per MIME type, in one write.
+fn evcxr_content(blocks: &[(&str, &str)]) {
+    let block: String = blocks
+        .iter()
+        .map(|(mime, text)| format!("EVCXR_BEGIN_CONTENT {mime}\n{text}\nEVCXR_END_CONTENT\n"))
+        .collect();
+    write_out(&block)
+}
 
 impl Tensor {
     /// Prints this tensor's card now, in the REPL as a card of its own (several per cell are
     /// fine), elsewhere as text.
     pub fn show(&self) {
-        use std::io::Write;
         // The values are read once for every form of the card.
         let values = preview(self, 0);
-        let block = if std::env::var_os(crate::cell::probe::ENV).is_some() {
-            format!(
-                "{CARD_BEGIN}\n{}\n{CARD_PLAIN}\n{}\n{CARD_HTML}\n{}\n{CARD_END}\n",
+        show_card(&card_text_of(self, false, &values), || {
+            (
                 card_text_of(self, true, &values),
-                card_text_of(self, false, &values),
-                card_html_of(self, &values)
+                card_html_of(self, &values),
             )
-        } else {
-            format!("{}\n", card_text_of(self, false, &values))
-        };
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(block.as_bytes());
-        let _ = out.flush();
+        })
     }
 
     /// Shows the card in evcxr (the REPL and Jupyter): HTML, `text/plain` and an ANSI-coloured
     /// copy for terminals, in one write so the blocks never interleave with other output.
     pub fn evcxr_display(&self) {
-        use std::io::Write;
         let values = preview(self, 0);
-        let block = format!(
-            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/x-ansi\n{}\nEVCXR_END_CONTENT\n",
-            card_html_of(self, &values),
-            card_text_of(self, false, &values),
-            card_text_of(self, true, &values)
-        );
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(block.as_bytes());
-        let _ = out.flush();
+        evcxr_content(&[
+            ("text/html", &card_html_of(self, &values)),
+            ("text/plain", &card_text_of(self, false, &values)),
+            ("text/x-ansi", &card_text_of(self, true, &values)),
+        ])
     }
 }
 
@@ -58,30 +78,37 @@ pub const CLEAR_OUTPUT: &str = "PLACELAB_CLEAR_OUTPUT";
 /// animation that redraws each step without flicker). A terminal cannot take back what it
 /// printed, so the REPL and scripts keep everything. Outside a session it does nothing.
 pub fn clear_output(wait: bool) {
-    use std::io::Write;
     if std::env::var_os(crate::cell::probe::ENV).is_none() {
         return;
     }
     let when = if wait { "wait" } else { "now" };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{CLEAR_OUTPUT} {when}");
-    let _ = out.flush();
+    write_out(&format!("{CLEAR_OUTPUT} {when}\n"))
 }
 
-impl crate::profile::Profile {
+impl Profile {
+    /// Prints the profile now, as `Tensor::show()` prints a card: in a session an output of its
+    /// own (the table and the memory timeline in HTML, the table with a sparkline of memory as
+    /// text), elsewhere its text.
+    pub fn show(&self) {
+        let text = self.text();
+        show_card(&text, || (text.clone(), self.html()))
+    }
+
     /// Shows the profile in evcxr: the table and the memory timeline (HTML), and the table with
     /// a sparkline of memory as text.
     pub fn evcxr_display(&self) {
-        use std::io::Write;
-        let block = format!(
-            "EVCXR_BEGIN_CONTENT text/html\n{}\nEVCXR_END_CONTENT\nEVCXR_BEGIN_CONTENT text/plain\n{}\nEVCXR_END_CONTENT\n",
-            self.html(),
-            self.text()
-        );
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(block.as_bytes());
-        let _ = out.flush();
+        evcxr_content(&[("text/html", &self.html()), ("text/plain", &self.text())])
     }
+}
+
+/// What `:profile CODE` runs: `f` (the code) profiled, its profile shown as an output of its own
+/// (`Profile::show`), then what `f` gave, as the code gives it unprofiled: its value (the cell's
+/// value, shown below the profile), its error (the cell fails with it, under the profile up to
+/// it) or its panic (resumed here, once the profile is shown).
+pub fn profiled<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let (profile, outcome) = crate::profile::profile_outcome(f);
+    profile.show();
+    outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Shows a cell's last value through `Debug` in the cell's first compile. evcxr first compiles
@@ -97,7 +124,6 @@ pub trait ShowDebug {
 }
 
 fn show_debug(value: &dyn std::fmt::Debug) {
-    use std::io::Write;
     let alternate = DEBUG_ALTERNATE.load(Ordering::Relaxed);
     let text = match DEBUG_PRECISION.load(Ordering::Relaxed) {
         NO_PRECISION if alternate => format!("{value:#?}"),
@@ -105,10 +131,7 @@ fn show_debug(value: &dyn std::fmt::Debug) {
         p if alternate => format!("{value:#.p$?}"),
         p => format!("{value:.p$?}"),
     };
-    let block = format!("EVCXR_BEGIN_CONTENT text/plain\n{text}\nEVCXR_END_CONTENT\n");
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(block.as_bytes());
-    let _ = out.flush();
+    evcxr_content(&[("text/plain", &text)])
 }
 
 macro_rules! show_debug_for {

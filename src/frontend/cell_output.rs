@@ -23,6 +23,8 @@ pub type ClearSink = Arc<dyn Fn(bool) + Send + Sync>;
 struct State {
     outputs: Vec<Output>,
     synced: u64,
+    /// A card's first line has been read and its last not yet: `take` waits for it.
+    card_open: bool,
     /// Where `clear_output()` goes; none in the REPL and scripts, which keep everything.
     on_clear: Option<ClearSink>,
 }
@@ -40,9 +42,12 @@ impl CellOutput {
             let mut card: Option<Vec<String>> = None;
             for line in streams.stdout {
                 match (line.as_str(), card.as_mut()) {
-                    (CARD_BEGIN, _) => card = Some(Vec::new()),
+                    (CARD_BEGIN, _) => {
+                        out.card_begins();
+                        card = Some(Vec::new());
+                    }
                     (CARD_END, Some(lines)) => {
-                        out.push(parse_card(&lines.join("\n")));
+                        out.card_ends(parse_card(&lines.join("\n")));
                         card = None;
                     }
                     (_, Some(lines)) => lines.push(line),
@@ -89,6 +94,19 @@ impl CellOutput {
         shared
     }
 
+    fn card_begins(&self) {
+        let (state, _) = &*self.0;
+        state.lock().unwrap_or_else(|e| e.into_inner()).card_open = true;
+    }
+
+    fn card_ends(&self, card: Output) {
+        let (state, ended) = &*self.0;
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        s.outputs.push(card);
+        s.card_open = false;
+        ended.notify_all();
+    }
+
     fn push(&self, o: Output) {
         let (state, _) = &*self.0;
         state
@@ -120,10 +138,33 @@ impl CellOutput {
         }
     }
 
-    /// The cards and failures collected since the last call.
+    /// The cards and failures collected since the last call, failures last. Called once the
+    /// cell has ended, when evcxr has handed this reader every line the cell printed; but the
+    /// last card may still be being read (a long one: a profile's, whose timeline is megabytes
+    /// of SVG), and it is the cell's, so it is waited for (at most `CARD_WAIT`). A failure ends
+    /// the cell's code, so what the cell showed came before it, though the two streams are read
+    /// apart and a card can end after a failure's short text was read (`:profile` of code that
+    /// fails: the profile, then the error).
     pub fn take(&self) -> Vec<Output> {
-        let (state, _) = &*self.0;
-        std::mem::take(&mut state.lock().unwrap_or_else(|e| e.into_inner()).outputs)
+        let (state, ended) = &*self.0;
+        let deadline = Instant::now() + CARD_WAIT;
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        while s.card_open {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // A card never ended (its process died writing it): not waited for again.
+                s.card_open = false;
+                break;
+            }
+            s = ended
+                .wait_timeout(s, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let mut outputs = std::mem::take(&mut s.outputs);
+        // Stable: the cards keep their order, and so do the failures.
+        outputs.sort_by_key(|o| matches!(o, Output::Error { .. }));
+        outputs
     }
 
     /// Waits (at most `limit`) until the sync line `token` has been read from stderr.
@@ -162,6 +203,9 @@ fn parse_card(block: &str) -> Output {
     }
 }
 
+/// How long `take` waits for a card still being read when the cell ended.
+const CARD_WAIT: Duration = Duration::from_secs(2);
+
 const PANIC_LINE: &str = "panic in the cell (variables defined before it are kept)";
 
 /// Shortens what a panicking cell prints: evcxr forces backtraces on, and their frames point
@@ -181,4 +225,46 @@ fn filter_stderr(line: &str, in_backtrace: &mut bool) -> Option<String> {
         return Some(format!("{PANIC_LINE}:"));
     }
     Some(line.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure read before the end of a card the cell printed first (the streams are read
+    /// apart) still comes after it, and cards and failures keep their own order.
+    #[test]
+    fn failures_come_after_what_the_cell_showed() {
+        let out = CellOutput::default();
+        let card = |n: &str| parse_card(&format!("{CARD_PLAIN}\n{n}"));
+        out.push(Output::error(ErrorKind::Error, "the code failed"));
+        out.push(card("first"));
+        out.push(card("second"));
+        let taken = out.take();
+        assert_eq!(
+            taken,
+            [
+                card("first"),
+                card("second"),
+                Output::error(ErrorKind::Error, "the code failed")
+            ]
+        );
+        assert!(out.take().is_empty());
+    }
+
+    /// A card whose end is still being read as the cell ends (a profile's megabytes of timeline)
+    /// is waited for: it is the cell's, not the next one's.
+    #[test]
+    fn a_card_still_being_read_when_the_cell_ends_is_the_cells() {
+        let out = CellOutput::default();
+        let card = parse_card(&format!("{CARD_PLAIN}\nlate"));
+        out.card_begins();
+        let (reader, read) = (out.clone(), card.clone());
+        let reading = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            reader.card_ends(read);
+        });
+        assert_eq!(out.take(), [card]);
+        reading.join().unwrap();
+    }
 }

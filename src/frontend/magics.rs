@@ -77,7 +77,7 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: ":profile",
         usage: ":profile CODE",
-        help: "run CODE once and show where its time and memory went: each op's time (and, on a device standing for a named GPU, its predicted time there) by phase, and the memory timeline with its peak",
+        help: "run CODE once and show where its time and memory went: each op's time (and, on a device standing for a named GPU, its predicted time there) by phase, and the memory timeline with its peak; then CODE's value below it, or its error",
         run: profile,
     },
     Magic {
@@ -534,33 +534,25 @@ fn time(s: &mut Session, code: &str) -> CellReport {
     r
 }
 
-/// `placelab::profile` around `code`, as the cell's value (its card is the table and the
-/// timeline). The code is a closure's body, so `?` works in it and what it defines stays inside.
+/// `code` profiled: its profile shown, then its value as the cell's (`show::profiled`). A
+/// failure fails the cell as it would unprofiled, below the profile up to it: an interrupt stops
+/// Run All and a script there, an error or a panic too.
 fn profile(s: &mut Session, code: &str) -> CellReport {
     if code.is_empty() {
         return CellReport::error(
             "usage: :profile CODE, e.g. `:profile let loss = loss_fn.forward(&model.forward(&x)?, &y)?; loss.backward()?; opt.step()?`",
         );
     }
-    let mut report = s.run_code(&profile_cell(code));
-    // The profiler catches the code's error to show the ops before it; an interrupt must still
-    // fail the cell, or Jupyter's Run All (and a script) would go on past the user's stop.
-    let stopped = crate::device::error::Error::Interrupted.to_string();
-    let profile_stopped = report.outputs.iter().any(|o| {
-        matches!(o, Output::Value { plain, .. } if plain.contains(&format!("stops there: {stopped}")))
-    });
-    if report.interrupted && report.ok() && profile_stopped {
-        report.outputs.push(Output::error(
-            ErrorKind::Interrupted,
-            "interrupted by the user: the profile above ends at the op the interrupt stopped. \
-             Variables defined before this cell are kept.",
-        ));
-    }
-    report
+    s.run_code(&profile_cell(code))
 }
 
+/// The cell `:profile CODE` runs: one expression, so nothing `code` declares becomes a session
+/// variable. `code` is a closure's body, so `?` works in it: statements, an expression or a
+/// block, its value (the block's) the cell's value; a last `let` without its `;` is forgiven,
+/// as in a cell.
 fn profile_cell(code: &str) -> String {
-    format!("placelab::profile::profile(|| -> placelab::Result<()> {{\n{code}\n;\nOk(())\n}})")
+    let code = super::cell_check::forgive(code);
+    format!("placelab::show::profiled(|| -> placelab::Result<_> {{ Ok({{\n{code}\n}}) }})?")
 }
 
 /// evcxr's `:fmt`, kept in step with the prelude's `ShowDebug`, which prints most values in the
@@ -632,6 +624,27 @@ mod tests {
         let down = measured_line(&line("cuda:0", "cpu", false, true));
         assert_ne!(up, down, "each route has its own measurement");
         assert_eq!(measured_line(&line("cpu", "cuda:0", true, false)), "");
+    }
+
+    /// `:profile`'s cell is one expression, the profiled code's value: its statements, last
+    /// expression or block inside a closure, a last `let` without its `;` forgiven.
+    #[test]
+    fn a_profile_cell_is_one_expression_with_the_codes_value() {
+        assert_eq!(
+            profile_cell("x.matmul(&y)?"),
+            "placelab::show::profiled(|| -> placelab::Result<_> { Ok({\nx.matmul(&y)?\n}) })?"
+        );
+        assert!(profile_cell("let y = x.relu()?").contains("{\nlet y = x.relu()?;\n}"));
+        for code in [
+            "{ let w = x.relu()?; w.sum_all()? }",
+            "let l = f()?; l.backward()?;",
+        ] {
+            assert_eq!(
+                crate::frontend::cell_check::check(&profile_cell(code)),
+                crate::frontend::cell_check::Completeness::Complete,
+                "{code}"
+            );
+        }
     }
 
     #[test]

@@ -28,11 +28,11 @@ use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
 
 pub use gpu::{Bound, Finish, GpuBusy, GpuClock, PendingGpuTime};
-pub(crate) use record::unpriced;
 pub use record::{
     ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
-    grad_fn, phase, profile, profile_as, profile_blocking, recording,
+    grad_fn, phase, profile, profile_as, profile_blocking, profile_value, recording,
 };
+pub(crate) use record::{profile_outcome, unpriced};
 pub use rows::Row;
 #[cfg(test)]
 pub(crate) use timeline::tests::example;

@@ -477,24 +477,45 @@ pub fn profile_blocking<T>(f: impl FnOnce() -> Result<T>) -> Profile {
 /// Runs `f` once and records where its time and memory went. A failure (an error or a panic)
 /// ends the recording there and is reported with the ops before it; whatever `f` freed is freed.
 /// The value `f` returns is dropped after the recording ends, so what it holds shows as still
-/// allocated at the end of the timeline.
+/// allocated at the end of the timeline; `profile_value` keeps it.
 ///
 /// On a GPU (real or emulated) no op waits for its work: each op's host time is its call's, the
 /// work only queued, as the step runs unprofiled. CUDA events around each op's work are read
 /// once `f` has returned (or failed), after one wait for each GPU it used, and give the op's
 /// GPU time; `profile_blocking` makes every op wait instead.
 pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
+    profile_outcome(f).0
+}
+
+/// `profile`, keeping what `f` gave beside the profile: its value, or its error (which the
+/// profile also gives, with the ops before it), as `torch.profiler.profile` lets the code's
+/// exception through. A panic in `f` goes on unwinding once the recording has ended.
+pub fn profile_value<T>(f: impl FnOnce() -> Result<T>) -> (Profile, Result<T>) {
+    let (profile, outcome) = profile_outcome(f);
+    match outcome {
+        Ok(value) => (profile, value),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// `profile_value` with `f`'s panic caught rather than resumed, for a caller that shows the
+/// profile first (`show::profiled`, what `:profile` runs).
+pub(crate) fn profile_outcome<T>(
+    f: impl FnOnce() -> Result<T>,
+) -> (Profile, std::thread::Result<Result<T>>) {
     let mut state = lock();
     if state.is_some() {
         drop(state);
-        let failure = match f() {
+        let value = f();
+        let failure = match &value {
             Ok(_) => "profiles do not nest: the outer profile recorded this code's ops".into(),
             Err(e) => e.to_string(),
         };
-        return Profile {
+        let profile = Profile {
             failure: Some(failure),
             ..Profile::default()
         };
+        return (profile, Ok(value));
     }
     // The ops', the blocks' and the wall time count from one instant, so that nothing the
     // code did is placed after its end (`cpu_wait` reads a /proc file: 66-215 µs in the profiles
@@ -514,7 +535,17 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
     PROFILING_THREAD.with(|p| p.set(false));
     OPEN.with(|o| o.borrow_mut().take());
     let rec = lock().take().expect("the recording started above");
-    let failure = match &outcome {
+    let profile = Profile {
+        cpu_wait: waited,
+        ..rec.finish(wall, failure_of(&outcome))
+    };
+    (profile, outcome)
+}
+
+/// What the profile says of the code's end: nothing when it returned a value, else its error or
+/// its panic's message.
+fn failure_of<T>(outcome: &std::thread::Result<Result<T>>) -> Option<String> {
+    match outcome {
         Ok(Ok(_)) => None,
         Ok(Err(e)) => Some(e.to_string()),
         Err(panic) => Some(format!(
@@ -525,11 +556,6 @@ pub fn profile<T>(f: impl FnOnce() -> Result<T>) -> Profile {
                 .or_else(|| panic.downcast_ref::<&str>().copied())
                 .unwrap_or("(no message)")
         )),
-    };
-    drop(outcome);
-    Profile {
-        cpu_wait: waited,
-        ..rec.finish(wall, failure)
     }
 }
 

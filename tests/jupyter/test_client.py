@@ -339,6 +339,40 @@ class TestSharedKernel:
         assert len(svgs) == 1 and "<svg" in svgs[0]["content"]["data"]["image/svg+xml"], plot.describe()
         record("magics round trip", ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in timings.items()))
 
+    def test_profile_shows_the_profile_then_the_value(self):
+        """`:profile` takes any code a cell takes: the profile is an output of its own
+        (display_data), then the code's value is the cell's (execute_result) below it, a product
+        or a block's last value; statements show the profile alone and define nothing; code that
+        fails fails the cell, under the profile up to the failure."""
+        kc = self.kc
+        execute_ok(kc, "let pa = Tensor::ones([2, 3], &Device::Cuda(0))?;\nlet pb = Tensor::ones([3, 2], &Device::Cuda(0))?;")
+
+        def shown(cell: Cell) -> list[str]:
+            """The cell's outputs in order: `profile`, `card` (a tensor's) or the MIME types."""
+            kinds = []
+            for m in cell.of_type("display_data", "execute_result"):
+                html = m["content"]["data"].get("text/html", "")
+                if "placelab-memory" in html:
+                    continue
+                kind = "profile" if "placelab-profile" in html else "card" if "placelab-tensor" in html else ",".join(m["content"]["data"])
+                kinds.append(f"{m['msg_type']}:{kind}")
+            return kinds
+
+        product = execute_ok(kc, ":profile pa.matmul(&pb)?")
+        assert shown(product) == ["display_data:profile", "execute_result:card"], product.describe()
+        assert "matmul" in product.text() and (product.result() or "").startswith("Tensor f32[2, 2] · cuda:0"), product.describe()
+        block = execute_ok(kc, ":profile { let mut w = Tensor::randn([512, 512], &Device::Cuda(0))?; for _ in 0..200 { w = w.relu()?; } w.sum_all()? }")
+        assert shown(block) == ["display_data:profile", "execute_result:card"], block.describe()
+        assert (block.result() or "").startswith("Tensor f32[] · cuda:0"), block.describe()
+        statements = execute_ok(kc, ":profile let ploss = pa.matmul(&pb)?.sum_all()?; let _twice = (&ploss * 2.0)?;")
+        assert shown(statements) == ["display_data:profile"], statements.describe()
+        assert execute(kc, "ploss").status == "error", "a variable of the profiled code exists"
+        failed = execute(kc, ":profile pa.matmul(&pa)?")
+        assert failed.status == "error" and failed.reply["content"]["ename"] == "Error", failed.describe()
+        assert shown(failed) == ["display_data:profile"] and "stops there" in failed.text(), failed.describe()
+        assert "shape mismatch in matmul" in failed.errors(), failed.describe()
+        execute_ok(kc, ":del pa pb")
+
     # ---- queueing ---------------------------------------------------------------------------
 
     @pytest.mark.limit(300)
@@ -512,6 +546,26 @@ class TestSharedKernel:
         values = execute_ok(kc, "kept_t.to_vec::<f32>()?")
         assert values.result() == "[1.5, -2.0, 4.25]", values.describe()
         assert execute_ok(kc, "1 + 1").result() == "2"
+        execute_ok(kc, ":del kept_t")
+
+    @pytest.mark.limit(120)
+    def test_interrupt_a_profiled_loop(self):
+        """An interrupted `:profile` fails its cell as any interrupted cell does (Run All stops
+        there), under the profile up to the op the interrupt stopped. (Its ops are large enough
+        that the profile stays small: building one of millions of ops can take longer than the
+        interrupt's grace.)"""
+        kc = self.kc
+        code = ':profile let big = Tensor::ones([1 << 18], &Device::Cuda(0))?; println!("spinning"); loop { let _y = big.relu()?; }'
+        cell, error, _ = self._interrupt(code, ":profile")
+        assert error["ename"] == "Interrupted" and cell.reply["content"]["ename"] == "Interrupted", cell.describe()
+        shown = [
+            "profile" if m["msg_type"] == "display_data" else m["msg_type"]
+            for m in cell.of_type("display_data", "error")
+            if "placelab-memory" not in m["content"].get("data", {}).get("text/html", "")
+        ]
+        assert shown == ["profile", "error"], cell.describe()
+        assert "relu" in cell.text() and "stops there: interrupted by the user" in cell.text(), cell.describe()
+        assert execute_ok(kc, "kept").result() == "7"
         execute_ok(kc, ":del kept_t")
 
     @pytest.mark.limit(120)

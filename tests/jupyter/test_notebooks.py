@@ -96,8 +96,10 @@ class Run:
         return plots[0]
 
     def profile(self, cell_id: str) -> tuple[str, str]:
-        """The profile a cell shows as its value: its text and its HTML (table and timeline)."""
-        results = [o for o in self.outputs(cell_id, "execute_result") if "placelab-profile" in o.data.get("text/html", "")]
+        """The profile a cell shows, as its value (`profile(|| …)`) or an output of its own
+        (`:profile`, whose code's value comes below it): its text and its HTML (table and
+        timeline)."""
+        results = [o for o in self.outputs(cell_id, "execute_result", "display_data") if "placelab-profile" in o.data.get("text/html", "")]
         assert len(results) == 1, self.describe(cell_id)
         return results[0].data["text/plain"], results[0].data["text/html"]
 
@@ -467,6 +469,11 @@ def test_04_models_on_a_device():
     # PyTorch's linear), three matmuls backward (no input gradient), and no separate bias add.
     text, html = run.profile("profile-cpu")
     check_profile(text, html, "profile-cpu")
+    # `:profile` shows the profile, then the code's value below it: the step's loss.
+    shown = [o.output_type for o in run.outputs("profile-cpu", "execute_result", "display_data") if not is_strip(o)]
+    assert shown == ["display_data", "execute_result"], run.describe("profile-cpu")
+    loss = float(run.outputs("profile-cpu", "execute_result")[0].data["text/plain"])
+    assert 0 < loss < 10, run.describe("profile-cpu")
     assert re.search(r"^forward\s+addmm\s+cpu\s+2\s", text, re.M), text
     assert re.search(r"^backward\s+matmul \(in addmm's backward\)\s+cpu\s+3\s", text, re.M), text
     assert not re.search(r"^forward\s+(matmul|add)\s", text, re.M), text
