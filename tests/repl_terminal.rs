@@ -239,7 +239,15 @@ fn a_person_at_the_terminal() {
 /// at once, the compiler and the cell's process too: a second one, pressed for a cell that had
 /// stopped, ended the next cell's compile or stopped it at its first op.
 const TWICE: &str = r##"
-import subprocess
+import atexit, subprocess
+busy = []
+def stop_busy_loops():
+    for p in busy:
+        p.kill()
+        p.wait()
+    busy.clear()
+# A failed wait exits at once: the loops must end too (and hold no pipe the test reads to EOF).
+atexit.register(stop_busy_loops)
 wait_for(">> ", 60)
 send("let kept = 7; let t = Tensor::ones([1000], &Device::Cuda(0))?;\r")
 wait_for("this cell +4.00 KiB", 900)
@@ -255,7 +263,8 @@ n = 0
 for gap_ms in [0, 10, 50, 200]:
     for round in range(20):
         n += 1
-        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (round % 2))]
+        busy += [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for _ in range(2 * (round % 2))]
         send('println!("spin{}", "ning"); loop { let _y = (&t * 1.0)?; }\r')
         wait_for("spinning", 300)
         send("\x03")
@@ -268,9 +277,7 @@ for gap_ms in [0, 10, 50, 200]:
         while read_output(0.3) == "read":
             pass
         next_cell_runs("Ctrl-C twice, %d ms apart, round %d" % (gap_ms, round), n)
-        for p in busy:
-            p.kill()
-            p.wait()
+        stop_busy_loops()
 for round in range(10):
     n += 1
     send("1 + 1\r")

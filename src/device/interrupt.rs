@@ -8,9 +8,9 @@
 //! whenever the process next runs, and the soak saw one meant for an interrupted cell arrive
 //! after the next cell had begun, which then stopped at its first op. A signal that names an
 //! earlier cell is ignored; one that names cell 0 is for whatever runs. A SIGINT that was not
-//! queued (a terminal's Ctrl-C, which reaches every process of the terminal's foreground group,
-//! or a `kill`) is ignored: the front end receives it too, and only it knows which cell it was
-//! meant for (a second Ctrl-C for a cell that had stopped reached the next one here).
+//! queued (a terminal's Ctrl-C, had the process stayed in the terminal's foreground group, or a
+//! `kill`) is ignored: only the front end knows which cell a Ctrl-C was meant for (a second
+//! Ctrl-C for a cell that had stopped reached the next one here).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

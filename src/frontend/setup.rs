@@ -19,9 +19,20 @@ pub fn hooks() {
 /// each; an idle one ends by itself, at the end of its stdin. `PR_SET_PDEATHSIG` fires when the
 /// thread that started this process ends: the session's own thread (evcxr starts and restarts
 /// the process there), which ends only with the session.
+///
+/// The process also leaves its parent's process group. A terminal's Ctrl-C (or a signal-mode
+/// client's `killpg`) went to it directly too: under load the front end's queued SIGINT, which
+/// names the cell, arrived while the terminal's was still pending, and was merged into it (a
+/// standard signal is pending once), so the handler saw only the terminal's, which it ignores,
+/// and the loop ran on until the grace period killed it. Every SIGINT it gets now is the
+/// front end's.
 fn die_with_the_session() {
-    // SAFETY: sets this process's parent-death signal; no memory is passed.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
+    // SAFETY: sets this process's parent-death signal and its own process group (it leads no
+    // session); no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        libc::setpgid(0, 0);
+    }
 }
 
 /// evcxr runs this binary as its rustc wrapper; re-run ourselves with two arguments added:

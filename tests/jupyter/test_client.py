@@ -73,7 +73,10 @@ def memory_allocated(kc) -> int:
 @contextlib.contextmanager
 def busy_loops(count: int):
     """`count` processes that spin on a CPU while the block runs (a loaded machine)."""
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
     try:
         yield
     finally:
