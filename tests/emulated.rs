@@ -756,10 +756,10 @@ fn index_select_on_a_gpu_checks_its_entries_as_it_runs_and_its_gradient_is_the_c
 /// The end of a REPL cell (the probe's `cell_end`, which the session asks as each cell ends)
 /// reads the index checks that cell's kernels made, so a bad entry, positive or negative, is
 /// that cell's error: it names the op, the entry and the device, says the cell queued it, and is
-/// not reported again by the next cell's wait, whose value is right. A device that still runs
-/// the cell's work when the session's wait ends is named, and its check says, at the next wait,
-/// that an earlier cell queued it. A program that asks nothing keeps the next-wait behaviour
-/// (the two tests above).
+/// not reported again by the next cell's wait, whose value is right. A wait that reaches its
+/// limit names the device still running and leaves the check to the session's next ask; one the
+/// user interrupts names the device, and the check says, at the next wait, that an earlier cell
+/// queued it. A program that asks nothing keeps the next-wait behaviour (the two tests above).
 #[test]
 fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
     let name = "the_end_of_a_cell_reads_the_checks_its_kernels_made";
@@ -791,13 +791,27 @@ fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
         assert_eq!(cell_end(1000), "end\n");
     }
     // A cell that ends while its device still runs its work (a GEMM of tens of milliseconds
-    // queued before the gather, after the index's copy, which waits; and no time to wait): the
-    // device is named, and the check is read at the next wait, saying an earlier cell queued it.
+    // queued before the gather, after the index's copy, which waits): a wait that reaches its
+    // limit names the device and marks nothing, so the session's next ask still reads the
+    // check as this cell's.
     let idx = Tensor::from_vec(vec![3i64], [1], GPU).unwrap();
     let a = Tensor::randn([1024, 1024], GPU).unwrap();
     let _product = a.matmul(&a).unwrap();
     let _y = x.index_select(0, &idx).unwrap();
     assert_eq!(cell_end(0), "still_running cuda:0\nend\n");
+    let reply = cell_end(60_000);
+    assert!(
+        reply.starts_with("found index 3 out of range in index_select")
+            && reply.contains("this cell queued that op"),
+        "{reply}"
+    );
+    // The user interrupts the wait: the device is named, and the check is read at the next
+    // wait, saying an earlier cell queued it.
+    let _product = a.matmul(&a).unwrap();
+    let _y = x.index_select(0, &idx).unwrap();
+    placelab::interrupt::request();
+    assert_eq!(cell_end(60_000), "stopped cuda:0\nend\n");
+    placelab::interrupt::clear();
     let e = Tensor::ones([4], GPU).unwrap().cpu().map(drop).unwrap_err();
     let text = e.to_string();
     assert!(

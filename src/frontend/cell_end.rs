@@ -8,30 +8,37 @@ use std::time::Duration;
 use super::probe_client::{ProbeClient, Reply, Request};
 use super::report::{ErrorKind, Output};
 
-/// How long the end of a cell waits, in all, for GPUs whose kernels' index checks are still to
-/// be read: well inside the 2 s the probe's reply may take (`probe_client.rs`). Work still
-/// running then has its checks read at the next wait, and the cell says so.
-const CELL_END_WAIT: Duration = Duration::from_secs(1);
+/// How long one ask at the end of a cell waits for GPUs still running the cell's checked work:
+/// well inside the 2 s the probe's reply may take (`probe_client.rs`). The session asks again
+/// until that work is done or the user interrupts the wait, so no clock decides which cell a
+/// bad index fails.
+const CELL_END_ASK: Duration = Duration::from_millis(250);
 
 /// What the end of a cell adds to its outputs: an error for each device-side error found, and a
-/// note for each device still running the cell's checked work (its checks are read later).
-/// `before` and `after` are the session's variables around the cell, `code` the cell's code.
+/// note for each device whose wait the user interrupted (its checks are read later). `before`
+/// and `after` are the session's variables around the cell, `code` the cell's code.
 pub(super) fn device_checks(
     probe: &ProbeClient,
     code: &str,
     before: &[String],
     after: &[String],
 ) -> Vec<Output> {
-    let Some(Reply::CellEnd {
-        found,
-        failed,
+    let (mut found, mut failed, mut stopped) = (Vec::new(), Vec::new(), Vec::new());
+    while let Some(Reply::CellEnd {
+        found: found_now,
+        failed: failed_now,
         still_running,
+        stopped: stopped_now,
     }) = probe.ask(Request::CellEnd {
-        wait_ms: CELL_END_WAIT.as_millis() as u64,
-    })
-    else {
-        return Vec::new();
-    };
+        wait_ms: CELL_END_ASK.as_millis() as u64,
+    }) {
+        found.extend(found_now);
+        failed.extend(failed_now);
+        stopped.extend(stopped_now);
+        if still_running.is_empty() {
+            break;
+        }
+    }
     let defined = defined_by(code, before, after);
     let holders = match &defined[..] {
         [] => String::new(),
@@ -40,18 +47,17 @@ pub(super) fn device_checks(
             names.join(", ")
         ),
     };
-    let still = still_running.into_iter().map(|device| {
+    let stopped = stopped.into_iter().map(|device| {
         Output::Info(format!(
-            "{device} still ran this cell's work {:.0} s after the cell ended, so the index checks \
-             its kernels make (index_select, nll_loss) are read at the next wait for the device: \
-             a bad index would be reported then, in a later cell.",
-            CELL_END_WAIT.as_secs_f64()
+            "The wait for {device} to finish this cell's work was interrupted, so the index \
+             checks its kernels make (index_select, nll_loss) are read at the next wait for the \
+             device: a bad index would be reported then, in a later cell."
         ))
     });
     (found.into_iter().map(|text| text + &holders))
         .chain(failed)
         .map(|text| Output::error(ErrorKind::Error, text))
-        .chain(still)
+        .chain(stopped)
         .collect()
 }
 

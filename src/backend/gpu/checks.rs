@@ -15,9 +15,9 @@
 //!
 //! In a REPL or notebook the next wait may be a later cell's, so the end of each cell reads them
 //! too (`runtime::read_checks_at_cell_end`, asked by the front end through the probe): a device
-//! with checks queued is waited for, briefly, and a failure is the error of the cell that queued
-//! the op. Checks still running past that wait are marked (`outlived_cell`), and their error says
-//! an earlier cell queued them.
+//! with checks queued is waited for, and a failure is the error of the cell that queued the op.
+//! If the user interrupts that wait, the checks still running are marked (`outlived_cell`), and
+//! their error says an earlier cell queued them.
 
 use super::call::DriverError;
 use super::driver::Driver;

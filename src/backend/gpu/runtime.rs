@@ -280,14 +280,15 @@ impl Gpu {
 
     /// The end of a REPL cell: if kernels' index checks are still to be read, waits up to
     /// `limit` for the work queued so far and reads them (`Reported::AtCellEnd`), so that a
-    /// failure is the error of the cell that queued the op. `Ok(false)`: the device still ran
-    /// that work at `limit`, and its checks are marked as outliving their cell, to be read at the
-    /// next wait. Nothing to read: no wait, one lock.
-    fn read_checks_at_cell_end(&self, limit: Duration) -> Result<bool> {
+    /// failure is the error of the cell that queued the op. At `limit` the device may still run
+    /// that work: the session asks again. If the user interrupts the wait, its checks are marked
+    /// as outliving their cell, to be read at the next wait. Nothing to read: no wait, one lock.
+    fn read_checks_at_cell_end(&self, limit: Duration) -> Result<CellEndWait> {
         const OP: &str = "synchronize";
+        const SLICE: Duration = Duration::from_millis(2);
         let queued = lock(&self.checks).queued();
         if queued == 0 {
-            return Ok(true);
+            return Ok(CellEndWait::Read);
         }
         let kept = lock(&self.idle_event).take();
         let done = match kept {
@@ -295,14 +296,24 @@ impl Gpu {
             None => self.driver.new_event().map_err(|e| self.err(OP, e))?,
         };
         self.driver.record(&done).map_err(|e| self.err(OP, e))?;
+        let deadline = Instant::now() + limit;
+        while !done.wait_up_to(SLICE.min(deadline.saturating_duration_since(Instant::now()))) {
+            if crate::device::interrupt::is_requested() {
+                lock(&self.checks).outlived_cell();
+                return Ok(CellEndWait::Stopped);
+            }
+            if Instant::now() >= deadline {
+                return Ok(CellEndWait::StillRunning);
+            }
+        }
         // Checks another thread queued meanwhile may belong to kernels after the event.
-        if !done.wait_up_to(limit) || lock(&self.checks).queued() != queued {
-            lock(&self.checks).outlived_cell();
-            return Ok(false);
+        if lock(&self.checks).queued() != queued {
+            return Ok(CellEndWait::StillRunning);
         }
         done.synchronize().map_err(|e| self.err(OP, e))?;
         lock(&self.idle_event).get_or_insert(done);
-        self.read_checks(Reported::AtCellEnd).map(|()| true)
+        self.read_checks(Reported::AtCellEnd)
+            .map(|()| CellEndWait::Read)
     }
 
     /// The address of a zeroed slot for a kernel that checks `op`'s indices along `dim` (of
@@ -345,18 +356,32 @@ impl Gpu {
     }
 }
 
+/// How one GPU's wait at the end of a REPL cell ended (`Gpu::read_checks_at_cell_end`).
+enum CellEndWait {
+    /// Its checks were read (or there were none).
+    Read,
+    /// It still ran the cell's checked work when the wait's limit passed.
+    StillRunning,
+    /// The user interrupted the wait; its checks are read at the next wait.
+    Stopped,
+}
+
 /// What the end of a REPL cell found on the GPUs opened so far (`read_checks_at_cell_end`).
 #[derive(Debug, Default)]
 pub(crate) struct CellEnd {
     /// A check that failed (`Error::FoundOnDevice`), or work that failed, on each device.
     pub(crate) errors: Vec<Error>,
-    /// The devices that still ran the cell's checked work when the wait's limit passed.
+    /// The devices that still ran the cell's checked work when the wait's limit passed: the
+    /// session asks again.
     pub(crate) still_running: Vec<Device>,
+    /// The devices whose wait the user interrupted: their checks are read at the next wait.
+    pub(crate) stopped: Vec<Device>,
 }
 
 /// Reads the index checks of every opened GPU at the end of a REPL cell, waiting at most `limit`
-/// in all for the devices that have checks to read (`Gpu::read_checks_at_cell_end`). A program
-/// never calls it: there a check is read at the next wait, as in PyTorch.
+/// in all for the devices that have checks to read (`Gpu::read_checks_at_cell_end`), and less if
+/// the user interrupts. A program never calls it: there a check is read at the next wait, as in
+/// PyTorch.
 pub(crate) fn read_checks_at_cell_end(limit: Duration) -> CellEnd {
     let mut open: Vec<Arc<Gpu>> = lock(gpus()).values().map(|g| g.value.clone()).collect();
     open.sort_by_key(|g| g.index);
@@ -364,8 +389,9 @@ pub(crate) fn read_checks_at_cell_end(limit: Duration) -> CellEnd {
     let mut found = CellEnd::default();
     for g in open {
         match g.read_checks_at_cell_end(deadline.saturating_duration_since(Instant::now())) {
-            Ok(true) => {}
-            Ok(false) => found.still_running.push(g.device()),
+            Ok(CellEndWait::Read) => {}
+            Ok(CellEndWait::StillRunning) => found.still_running.push(g.device()),
+            Ok(CellEndWait::Stopped) => found.stopped.push(g.device()),
             Err(e) => found.errors.push(e),
         }
     }

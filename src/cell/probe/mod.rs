@@ -75,7 +75,8 @@ pub fn answer(request: &str) -> String {
 }
 
 /// The checks the cell's kernels made on each GPU, read now that the cell has ended (waiting up
-/// to `wait` in all for the devices with checks to read), so that a bad index fails its own cell.
+/// to `wait` in all for the devices with checks to read, or until the user interrupts), so that
+/// a bad index fails its own cell.
 /// Its cost, measured on a 2-core VM with an emulated GPU (optimized test build): 0.3-0.6 µs
 /// when no check is queued (a lock per opened GPU, no driver call), 35-70 µs with one whose
 /// kernel is done (an event recorded and waited for; a real GPU's record and query take a few
@@ -96,6 +97,7 @@ fn cell_end(wait: Duration) -> Reply {
         found: texts(found),
         failed: texts(failed),
         still_running: end.still_running.iter().map(|d| d.to_string()).collect(),
+        stopped: end.stopped.iter().map(|d| d.to_string()).collect(),
     }
 }
 

@@ -9,7 +9,8 @@
 //! `versions TEXT`, `missing TEXT` and `no_real_gpu TEXT` where there is one, `real count=N` and `emulated count=N`;
 //! for `cell_end`, one `found TEXT` line per check of the cell's that failed and one `failed TEXT`
 //! per other error (their line breaks and backslashes escaped, `\n` and `\\`), and one
-//! `still_running DEVICE` line per device that was.
+//! `still_running DEVICE` line per device still running the cell's checked work (ask again) and
+//! one `stopped DEVICE` line per device whose wait the user interrupted.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -34,7 +35,8 @@ pub enum Request {
     /// The devices the cell process can use (after any `simulate`), for `:devices`.
     Devices,
     /// The cell has ended: read the checks its kernels made on each GPU, waiting up to
-    /// `wait_ms` in all for the devices that have some to read (`Reply::CellEnd`).
+    /// `wait_ms` in all for the devices that have some to read, or until the user interrupts
+    /// (`Reply::CellEnd`).
     CellEnd { wait_ms: u64 },
 }
 
@@ -127,12 +129,14 @@ pub enum Reply {
     Done,
     Devices(DeviceList),
     /// What the end of a cell found: the texts of the checks of the cell's own ops that failed
-    /// (`found`), of other errors (an earlier cell's check, work that failed), and the devices
-    /// still running the cell's checked work when the wait for them gave up.
+    /// (`found`), of other errors (an earlier cell's check, work that failed), the devices
+    /// still running the cell's checked work when the wait's limit passed (to be asked again),
+    /// and those whose wait the user interrupted (their checks are read at the next wait).
     CellEnd {
         found: Vec<String>,
         failed: Vec<String>,
         still_running: Vec<String>,
+        stopped: Vec<String>,
     },
     Error(String),
 }
@@ -199,6 +203,7 @@ impl Reply {
                 found,
                 failed,
                 still_running,
+                stopped,
             } => {
                 for e in found {
                     let _ = writeln!(out, "found {}", escape(e));
@@ -208,6 +213,9 @@ impl Reply {
                 }
                 for d in still_running {
                     let _ = writeln!(out, "still_running {d}");
+                }
+                for d in stopped {
+                    let _ = writeln!(out, "stopped {d}");
                 }
             }
             Reply::Error(why) => {
@@ -270,13 +278,15 @@ fn unescape(line: &str) -> String {
 }
 
 fn parse_cell_end(reply: &str) -> Reply {
-    let (mut found, mut failed, mut still_running) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut found, mut failed) = (Vec::new(), Vec::new());
+    let (mut still_running, mut stopped) = (Vec::new(), Vec::new());
     for line in reply.lines() {
         let (key, rest) = line.split_once(' ').unwrap_or((line, ""));
         match key {
             "found" => found.push(unescape(rest)),
             "failed" => failed.push(unescape(rest)),
             "still_running" => still_running.push(rest.to_string()),
+            "stopped" => stopped.push(rest.to_string()),
             _ => {}
         }
     }
@@ -284,6 +294,7 @@ fn parse_cell_end(reply: &str) -> Reply {
         found,
         failed,
         still_running,
+        stopped,
     }
 }
 
@@ -517,9 +528,10 @@ mod tests {
             found: vec!["index 9 out of range\ncuda:0 checked \\n this\r".into()],
             failed: vec!["error in\nsynchronize".into()],
             still_running: vec!["cuda:1".into()],
+            stopped: vec!["cuda:2".into()],
         };
         let encoded = found.encode();
-        assert_eq!(encoded.lines().count(), 4, "{encoded}");
+        assert_eq!(encoded.lines().count(), 5, "{encoded}");
         assert_eq!(
             Reply::parse(Request::CellEnd { wait_ms: 0 }, &encoded),
             Some(found)
@@ -529,7 +541,8 @@ mod tests {
             Some(Reply::CellEnd {
                 found: vec![],
                 failed: vec![],
-                still_running: vec![]
+                still_running: vec![],
+                stopped: vec![]
             })
         );
     }
