@@ -205,6 +205,18 @@ fn pinned_memory_is_recorded_as_pinned() {
             .to_string()
             .contains("only CPU tensors can be pinned")
     );
+    // A download into pinned memory is one pinned transfer, logged and carried, on every
+    // stand-in (a simulated GPU once logged a pageable download, then pinned a copy of it).
+    let since = transfer::last_seq();
+    let back = g.cpu_pinned().unwrap();
+    assert!(back.is_pinned());
+    let t = back.last_transfer().expect("cpu_pinned carries its download");
+    assert_eq!(
+        (t.from, t.to, t.bytes, t.memory),
+        (Device::Cuda(0), Device::Cpu, 4000, HostMemoryKind::Pinned)
+    );
+    assert_eq!(transfer::log_since(since).len(), 1, "one copy, logged once");
+    assert_eq!(back.to_vec::<f32>().unwrap(), vec![1.0; 1000]);
 }
 
 #[test]

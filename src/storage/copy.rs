@@ -85,6 +85,9 @@ impl Storage {
     ) -> Result<(Storage, Option<CopyTime>)> {
         if self.stays_on_host(device) {
             let mut out = Storage::alloc(device, self.dtype, self.numel)?;
+            // A simulated GPU's download into "page-locked" memory: marked, as `pinned_copy`
+            // marks it, so it is logged and priced as the pinned copy a real GPU makes.
+            out.pinned = pinned_dst && device.is_cpu();
             cpu::copy_bytes(self.bytes(), out.bytes_mut());
             return Ok((out, None));
         }

@@ -37,10 +37,6 @@ impl Tensor {
         if self.is_cpu() {
             return self.pin_memory();
         }
-        if self.storage().is_host() {
-            // A simulated GPU: its memory is host memory already.
-            return self.cpu()?.pin_memory();
-        }
         self.transfer_to(&Device::Cpu, true, false)
     }
 
