@@ -210,7 +210,9 @@ fn pinned_memory_is_recorded_as_pinned() {
     let since = transfer::last_seq();
     let back = g.cpu_pinned().unwrap();
     assert!(back.is_pinned());
-    let t = back.last_transfer().expect("cpu_pinned carries its download");
+    let t = back
+        .last_transfer()
+        .expect("cpu_pinned carries its download");
     assert_eq!(
         (t.from, t.to, t.bytes, t.memory),
         (Device::Cuda(0), Device::Cpu, 4000, HostMemoryKind::Pinned)

@@ -19,14 +19,26 @@ pub(crate) enum Completion {
     /// A host thread copying between host-backed storages (simulated GPUs, pinned CPU memory);
     /// it returns how long the copy itself ran.
     Thread(JoinHandle<Duration>),
+    /// A copy between host-backed storages too small for a thread, done before the call
+    /// returned (`INLINE_BELOW`), and how long it ran.
+    Done(Duration),
 }
+
+/// Host-backed copies smaller than this are done by the calling thread even when asked not to
+/// block. Starting and joining a thread cost 47 µs a copy on the 2-core EPYC VM when idle
+/// (138 copies: 6.5 ms), and milliseconds on a loaded one, where the new thread waits to be
+/// scheduled: notebook 08's prefetching loader, 138 copies of at most 16 KiB, measured 257.7 ms
+/// against 33.8 ms for blocking copies. A memcpy of 1 MiB takes about as long as a thread's
+/// start, so below it a thread has nothing to overlap. PyTorch's non-blocking copies between
+/// host memories are synchronous too.
+const INLINE_BELOW: usize = 1 << 20;
 
 impl Completion {
     /// Between two GPUs: whether the copy goes peer to peer.
     pub(crate) fn peer(&self) -> Option<bool> {
         match self {
             Completion::Events(t) => t.peer,
-            Completion::Thread(_) => None,
+            Completion::Thread(_) | Completion::Done(_) => None,
         }
     }
 
@@ -35,6 +47,7 @@ impl Completion {
         match self {
             Completion::Events(t) => t.is_done(),
             Completion::Thread(h) => h.is_finished(),
+            Completion::Done(_) => true,
         }
     }
 
@@ -47,6 +60,7 @@ impl Completion {
                 device: Device::Cpu,
                 msg: "the host thread running the copy panicked".into(),
             }),
+            Completion::Done(took) => Ok(took),
         }
     }
 }
@@ -116,7 +130,7 @@ impl Storage {
 
     /// Queues a copy of the whole storage on `device` and returns before it finishes; both
     /// storages must then be marked with the copy's tracker (`mark_in_flight`). Between
-    /// host-backed storages a host thread does the copy.
+    /// host-backed storages a host thread does the copy, unless it is small (`INLINE_BELOW`).
     pub(crate) fn transfer_non_blocking(
         &self,
         device: Device,
@@ -129,6 +143,11 @@ impl Storage {
         let mut out = Storage::alloc(device, self.dtype, self.numel)?;
         out.pinned = pinned_dst && device.is_cpu();
         let n = self.numel * self.dtype.size_in_bytes();
+        if n < INLINE_BELOW {
+            let start = Instant::now();
+            cpu::copy_bytes(self.bytes(), out.bytes_mut());
+            return Ok((out, Completion::Done(start.elapsed())));
+        }
         // Waits for earlier copies into the source. Once marked with the new copy's tracker,
         // both storages wait for it before any host access or free, so these addresses stay
         // valid and untouched until the thread is done.

@@ -146,40 +146,7 @@ impl Reply {
     pub fn encode(&self) -> String {
         let mut out = String::new();
         match self {
-            Reply::Snapshot(s) => {
-                for d in s.devices.values() {
-                    let _ = writeln!(
-                        out,
-                        "device name={} kind={} allocated={} reserved={} peak={} tensors={} free={} total={}",
-                        d.name,
-                        kind_text(d.kind),
-                        d.allocated,
-                        d.reserved,
-                        d.peak,
-                        d.tensors,
-                        d.free,
-                        d.total
-                    );
-                }
-                for t in &s.transfers {
-                    let _ = writeln!(
-                        out,
-                        "transfer seq={} from={} to={} bytes={} ns={} pinned={} clock={:?}{}",
-                        t.seq,
-                        t.from,
-                        t.to,
-                        t.bytes,
-                        t.nanos,
-                        t.pinned as u8,
-                        t.clock,
-                        match &t.predicted {
-                            Some((gpu, ns)) => format!(" predicted_on={gpu} predicted_ns={ns}"),
-                            None => String::new(),
-                        }
-                    );
-                }
-                let _ = writeln!(out, "seq last={}", s.last_seq);
-            }
+            Reply::Snapshot(s) => encode_snapshot(&mut out, s),
             Reply::Released { bytes } => {
                 let _ = writeln!(out, "released bytes={bytes}");
             }
@@ -205,17 +172,17 @@ impl Reply {
                 still_running,
                 stopped,
             } => {
-                for e in found {
-                    let _ = writeln!(out, "found {}", escape(e));
-                }
-                for e in failed {
-                    let _ = writeln!(out, "failed {}", escape(e));
-                }
-                for d in still_running {
-                    let _ = writeln!(out, "still_running {d}");
-                }
-                for d in stopped {
-                    let _ = writeln!(out, "stopped {d}");
+                let escaped = |texts: &[String]| texts.iter().map(|t| escape(t)).collect();
+                let lines: [(&str, Vec<String>); 4] = [
+                    ("found", escaped(found)),
+                    ("failed", escaped(failed)),
+                    ("still_running", still_running.clone()),
+                    ("stopped", stopped.clone()),
+                ];
+                for (key, texts) in lines {
+                    for t in texts {
+                        let _ = writeln!(out, "{key} {t}");
+                    }
                 }
             }
             Reply::Error(why) => {
@@ -250,6 +217,42 @@ impl Reply {
             Request::CellEnd { .. } => parse_cell_end(text),
         })
     }
+}
+
+/// A `stats` reply's lines: one per used device, one per transfer, then the last seq.
+fn encode_snapshot(out: &mut String, s: &Snapshot) {
+    for d in s.devices.values() {
+        let _ = writeln!(
+            out,
+            "device name={} kind={} allocated={} reserved={} peak={} tensors={} free={} total={}",
+            d.name,
+            kind_text(d.kind),
+            d.allocated,
+            d.reserved,
+            d.peak,
+            d.tensors,
+            d.free,
+            d.total
+        );
+    }
+    for t in &s.transfers {
+        let _ = writeln!(
+            out,
+            "transfer seq={} from={} to={} bytes={} ns={} pinned={} clock={:?}{}",
+            t.seq,
+            t.from,
+            t.to,
+            t.bytes,
+            t.nanos,
+            t.pinned as u8,
+            t.clock,
+            match &t.predicted {
+                Some((gpu, ns)) => format!(" predicted_on={gpu} predicted_ns={ns}"),
+                None => String::new(),
+            }
+        );
+    }
+    let _ = writeln!(out, "seq last={}", s.last_seq);
 }
 
 /// `text` on one line: backslashes and line breaks escaped (`unescape` reads it back).
