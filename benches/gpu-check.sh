@@ -6,7 +6,8 @@
 #                                  # target/gpu-check/ (carry that folder to the GPU machine)
 #   benches/gpu-check.sh run [OUT] # there, from the repository root: run them, compare with
 #                                  # PyTorch, write OUT/gpu-results.md (OUT defaults to $OUT or
-#                                  # target/gpu-check/out)
+#                                  # target/gpu-check/out), and OUT/run.json: the GPU,
+#                                  # driver, host CPU, PyTorch and the commit measured
 #
 # `run` checks every op against the CPU backend and PyTorch's reference cases, the allocator's
 # numbers against PyTorch's for the same allocations, and measures host↔device bandwidth
@@ -37,6 +38,13 @@ for line in sys.stdin:
         cp "$exe" "$BIN/$name"
         strip "$BIN/$name" 2>/dev/null || true
     done
+    # The GPU machine has no git: the commit built travels beside the binaries, for `run.json`.
+    local commit
+    commit=$(git rev-parse --short=7 HEAD)
+    if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+        commit="$commit (with uncommitted changes)"
+    fi
+    echo "$commit" > "$BIN/built-from"
     du -sh "$BIN"/cuda_gpu "$BIN"/cuda_gpu_memory "$BIN"/cuda_gpu_simulation "$BIN"/gpu
     echo "built; carry $BIN and run: benches/gpu-check.sh run"
 }
@@ -52,6 +60,38 @@ print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
 }
 
+# `OUT/run.json`: what was measured on what, so that a run's figures can be cited (GPU, driver,
+# host CPU, PyTorch and CUDA versions, the placelab commit `build` recorded).
+describe_run() {
+    python3 - "$1" "$BIN/built-from" <<'PY'
+import datetime, json, os, subprocess, sys
+out, built_from = sys.argv[1], sys.argv[2]
+def command(*args):
+    try:
+        return subprocess.run(args, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+gpus = [l.split(", ") for l in command("nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader").splitlines() if l.strip()]
+cpu = dict(l.split(":", 1) for l in command("lscpu").splitlines() if ":" in l)
+cpu = {k.strip(): v.strip() for k, v in cpu.items()}
+try:
+    import torch
+    torch_version, cuda_version = torch.__version__, torch.version.cuda
+except ImportError:
+    torch_version = cuda_version = "not installed"
+run = {
+    "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    "gpus": [{"name": g[0], "driver": g[1], "memory": g[2]} for g in gpus if len(g) == 3],
+    "host_cpu": f"{cpu.get('Model name', 'unknown')}, {cpu.get('CPU(s)', '?')} CPUs (family {cpu.get('CPU family', '?')} model {cpu.get('Model', '?')})",
+    "torch": torch_version,
+    "torch_cuda": cuda_version,
+    "placelab_commit": open(built_from).read().strip() if os.path.exists(built_from) else "not recorded (build without git)",
+}
+json.dump(run, open(f"{out}/run.json", "w"), indent=1)
+print(json.dumps(run))
+PY
+}
+
 run() {
     local out=${1:-${OUT:-$BIN/out}}
     mkdir -p "$out"
@@ -59,6 +99,7 @@ run() {
     export PLACELAB_CUDA_LIB_DIRS="${PLACELAB_CUDA_LIB_DIRS:-$(cuda_lib_dirs)}"
     export PLACELAB_CACHE="$out/cache"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    describe_run "$out"
     local status=0
     "$BIN/cuda_gpu" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu.log" || status=1
     "$BIN/cuda_gpu_memory" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu_memory.log" || status=1
@@ -139,7 +180,7 @@ PY
     "$BIN/gpu" model "$out/bench_placelab.jsonl" "$(cut -d, -f1 "$out/gpu.txt")" > "$out/model.md" \
         || echo "(no model report: see above)" > "$out/model.md"
     cat "$out/model.md"
-    cat "$out/gpu.txt" "$out/alloc.md" "$out/bench.md" "$out/model.md" > "$out/gpu-results.md"
+    cat "$out/gpu.txt" "$out/run.json" "$out/alloc.md" "$out/bench.md" "$out/model.md" > "$out/gpu-results.md"
     [ "$status" = 0 ] && echo "gpu-check: all GPU tests passed" || echo "gpu-check: FAILURES (see $out)"
     return "$status"
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Keeps a `gpu-check.sh` run as data the engine ships (`src/cost/measured/`).
 
-    benches/keep-run.py benches/gpu-runs/h200-2026-11-28-f --spec h200 --commit 76e0b11 \
+    benches/keep-run.py benches/gpu-runs/h200-2026-11-28-f --spec h200 \
         > src/cost/measured/h200-2026-11-28-f.jsonl
 
 then add the file to `runs()` in `src/cost/measured.rs`. The first line names the run (the
 folder's name), the GPU (the first line of the run's `all.log`, as nvidia-smi names it), the
-date, the commit measured and PyTorch's version; the rest are placelab's lines from
+date, the commit measured and PyTorch's version (from the run's `run.json`, which
+`gpu-check.sh` writes, unless `--commit` and `--torch` say them); the rest are placelab's lines from
 `bench_placelab.jsonl`, without the model's predictions of the day (the model is refitted on
 them) and with PyTorch's time for the same work in the same run from `bench_torch.jsonl`
 (`torch_event_ms` for a transfer, `torch_ms` for an op, to 10 ns), where
@@ -34,9 +35,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=pathlib.Path, help="a folder of benches/gpu-runs/")
     parser.add_argument("--spec", required=True, help="the GPU's key in src/cost/gpus.rs (h100, h200)")
-    parser.add_argument("--commit", required=True, help="the commit of placelab that was measured")
-    parser.add_argument("--torch", default="2.11.0+cu130", help="PyTorch's version in the run")
+    parser.add_argument("--commit", help="the commit of placelab that was measured (default: the run's run.json)")
+    parser.add_argument("--torch", help="PyTorch's version in the run (default: the run's run.json)")
     args = parser.parse_args()
+    described = args.run / "run.json"
+    run = json.loads(described.read_text()) if described.exists() else {}
+    commit = args.commit or run.get("placelab_commit")
+    torch_version = args.torch or run.get("torch")
+    if not commit or not torch_version:
+        sys.exit(f"error: {described} does not say the commit and PyTorch's version measured: pass --commit and --torch")
 
     name = args.run.resolve().name
     date = re.search(r"\d{4}-\d{2}-\d{2}", name)
@@ -55,8 +62,8 @@ def main() -> int:
         "gpu": gpu,
         "spec": args.spec,
         "date": date.group(0),
-        "commit": args.commit,
-        "torch": args.torch,
+        "commit": commit,
+        "torch": torch_version,
         "source": f"benches/gpu-runs/{name}/bench_placelab.jsonl and bench_torch.jsonl",
     }
     out = [head]
