@@ -570,8 +570,9 @@ def test_05_memory_management():
     check_profile(text, html, "step-memory", queued=not run.simulated)
     peak_line = re.search(r"the profile's peak (\d+) bytes · max_memory_allocated (\d+) bytes", run.text("step-memory"))
     assert peak_line and peak_line.group(1) == peak_line.group(2), run.text("step-memory")
-    # PyTorch's peak for this step, measured with its profiler on the CPU, is 24.17 MiB above
-    # the start: the 16 MiB weight gradient and the 8 MiB gradient flowing into the layer. The
+    # PyTorch's peak for this step, measured with its profiler on a CPU, is 24.17 MiB above the
+    # start (PyTorch 2.15.0, benches/torch_notebook_claims.py): the 16 MiB weight gradient and
+    # the 8 MiB gradient flowing into the layer. The
     # forward's ReLU output was freed by its own backward, as in PyTorch.
     assert "24.17 MiB above the start" in text, text
     assert "(backward, in addmm's backward), reached by the 16.00 MiB output of matmul" in text, text
