@@ -25,12 +25,12 @@ pub(crate) enum Completion {
 }
 
 /// Host-backed copies smaller than this are done by the calling thread even when asked not to
-/// block. Starting and joining a thread cost 47 µs a copy on the 2-core EPYC VM when idle
-/// (138 copies: 6.5 ms), and milliseconds on a loaded one, where the new thread waits to be
-/// scheduled: notebook 08's prefetching loader, 138 copies of at most 16 KiB, measured 257.7 ms
-/// against 33.8 ms for blocking copies. A memcpy of 1 MiB takes about as long as a thread's
-/// start, so below it a thread has nothing to overlap. PyTorch's non-blocking copies between
-/// host memories are synchronous too.
+/// block. Starting and joining a thread cost 47 µs a copy on the 2-core EPYC VM when idle, more
+/// where the new thread waits to be scheduled: notebook 08's prefetching loader (138 copies of
+/// at most 16 KiB) took 36-39 ms against 22-24 ms for blocking copies alone, and 257.7 ms
+/// against 33.8 ms in the notebook tests' run. A memcpy of 1 MiB takes about as long as a
+/// thread's start, so below it a thread has nothing to overlap. PyTorch's non-blocking copies
+/// between host memories are synchronous too.
 const INLINE_BELOW: usize = 1 << 20;
 
 impl Completion {
