@@ -16,26 +16,31 @@ const CELL_END_ASK: Duration = Duration::from_millis(250);
 
 /// What the end of a cell adds to its outputs: an error for each device-side error found, and a
 /// note for each device whose wait the user interrupted (its checks are read later). `before`
-/// and `after` are the session's variables around the cell, `code` the cell's code.
+/// and `after` are the session's variables around the cell, `code` the cell's code. Unless
+/// `may_wait` (an interrupt came since the code ended), only the checks already done are read.
 pub(super) fn device_checks(
     probe: &ProbeClient,
     code: &str,
-    before: &[String],
-    after: &[String],
+    (before, after): (&[String], &[String]),
+    may_wait: bool,
 ) -> Vec<Output> {
     let (mut found, mut failed, mut stopped) = (Vec::new(), Vec::new(), Vec::new());
+    let wait_ms = if may_wait {
+        CELL_END_ASK.as_millis() as u64
+    } else {
+        0
+    };
     while let Some(Reply::CellEnd {
         found: found_now,
         failed: failed_now,
         still_running,
         stopped: stopped_now,
-    }) = probe.ask(Request::CellEnd {
-        wait_ms: CELL_END_ASK.as_millis() as u64,
-    }) {
+    }) = probe.ask(Request::CellEnd { wait_ms })
+    {
         found.extend(found_now);
         failed.extend(failed_now);
         stopped.extend(stopped_now);
-        if still_running.is_empty() {
+        if still_running.is_empty() || !may_wait {
             break;
         }
     }

@@ -488,22 +488,24 @@ impl Session {
     }
 
     /// Rust code (or an evcxr command), with the memory lines of what it did.
+    /// The process that runs cells (0 if it cannot be read).
+    fn cell_process_id(&self) -> i32 {
+        (self.ctx.process_handle().lock())
+            .map(|c| c.id() as i32)
+            .unwrap_or(0)
+    }
+
     pub(super) fn run_code(&mut self, code: &str) -> CellReport {
         let before = self.snapshot();
         let mut report = CellReport::default();
         let mut variables: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
         variables.sort();
-        let running = &self.interrupter.running;
+        let running = self.interrupter.running.clone();
         let run = running.next_run();
         // A new run: an interrupt that came while none ran is forgotten, and one still on its
         // way for an earlier run will be ignored.
         let named = self.probe.ask(Request::Begin { cell: run }).is_some();
-        let pid = self
-            .ctx
-            .process_handle()
-            .lock()
-            .map(|c| c.id() as i32)
-            .unwrap_or(0);
+        let pid = self.cell_process_id();
         if !running.begin(pid, run, named) {
             return CellReport::stopped_before_start();
         }
@@ -552,8 +554,15 @@ impl Session {
             }
         }
         // The index checks the cell's GPU kernels made: a bad index fails this cell, not the next.
+        // Waiting for them is part of the run, so an interrupt reaches the cell's process and
+        // ends the wait; one that came since the code ended leaves the checks to the next wait.
         let now: Vec<String> = self.variables().into_iter().map(|(n, _)| n).collect();
-        (report.outputs).extend(cell_end::device_checks(&self.probe, code, &variables, &now));
+        // (A process restarted since, after the cell ended its own, has no work of the cell's.)
+        let same_process = self.cell_process_id() == pid;
+        let may_wait = same_process && running.begin(pid, run, named);
+        let checks = cell_end::device_checks(&self.probe, code, (&variables, &now), may_wait);
+        running.end();
+        report.outputs.extend(checks);
         let after = self.snapshot();
         self.last_seq = self.last_seq.max(after.last_seq);
         self.history.push(after.devices.clone());

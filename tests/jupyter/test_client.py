@@ -793,6 +793,51 @@ def test_a_killed_kernel_takes_its_running_cell_with_it():
         stop_kernel(km, kc)
 
 
+@pytest.mark.limit(400)
+def test_an_interrupted_wait_at_a_cells_end_leaves_its_checks_to_the_next_wait():
+    """On a GPU (emulated here) the end of a cell waits for the work the cell queued, so that a
+    bad index fails that cell. Stop clicked during that wait ends it: the cell says the device's
+    checks are read at the next wait, and the next cell that waits reports the bad index as an
+    earlier cell's, naming nothing of its own."""
+    saved = {k: os.environ.pop(k, None) for k in ("PLACELAB_SIMULATE_CUDA", "PLACELAB_EMULATE_CUDA")}
+    os.environ["PLACELAB_EMULATE_CUDA"] = "1"
+    try:
+        km, kc = start_kernel()
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+    try:
+        execute_ok(kc, "let d = Device::Cuda(0);", timeout=FIRST_CELL_TIMEOUT)
+        # The gather's check, then seconds of GEMMs queued behind it: the code ends at once,
+        # and the cell's end waits for the device. (Values from the host, uploads that wait for
+        # the device, come first.)
+        code = (
+            "let a = Tensor::randn([1024, 1024], &d)?;\n"
+            "let i = Tensor::from_vec(vec![0i64, 9], [2], &d)?;\n"
+            "let y = Tensor::zeros([3, 2], &d)?.index_select(0, &i)?;\n"
+            "let mut p = a.clone();\n"
+            "for _ in 0..400 { p = p.matmul(&a)?; }\n"
+            'println!("queued");'
+        )
+        cell = Cell(kc.execute(code), code)
+        assert read_until(kc, cell, lambda: "queued" in cell.text(), 120), cell.describe()
+        km.interrupt_kernel()
+        cell.reply = shell_request(kc, cell.msg_id, timeout=60)
+        collect(kc, [cell], 10)
+        assert cell.status == "ok", cell.describe()
+        assert "The wait for cuda:0 to finish this cell's work was interrupted" in cell.text() + cell.errors(), cell.describe()
+        after = execute(kc, "Tensor::ones([4], &d)?.sum_all()?.item::<f32>()?", timeout=300)
+        assert after.status == "error", after.describe()
+        text = after.errors()
+        assert "index 9 out of range in index_select" in text and "An earlier cell queued that op" in text, after.describe()
+        assert "This cell defined" not in text, after.describe()
+        assert execute_ok(kc, "Tensor::ones([4], &d)?.sum_all()?.item::<f32>()?").result() == "4.0"
+    finally:
+        stop_kernel(km, kc)
+
+
 def start_a_looping_cell() -> tuple:
     """A kernel of its own running a tensor loop: (km, kc, its compile directory, its children)."""
     km, kc = start_kernel()
