@@ -487,7 +487,6 @@ impl Session {
         })
     }
 
-    /// Rust code (or an evcxr command), with the memory lines of what it did.
     /// The process that runs cells (0 if it cannot be read).
     fn cell_process_id(&self) -> i32 {
         (self.ctx.process_handle().lock())
@@ -495,6 +494,7 @@ impl Session {
             .unwrap_or(0)
     }
 
+    /// Rust code (or an evcxr command), with the memory lines of what it did.
     pub(super) fn run_code(&mut self, code: &str) -> CellReport {
         let before = self.snapshot();
         let mut report = CellReport::default();
