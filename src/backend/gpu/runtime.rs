@@ -235,37 +235,16 @@ impl Gpu {
     /// Waits for the work queued on the device so far, returning `Error::Interrupted` as soon as
     /// the user interrupts the cell: the work goes on on the device, in order, and the session
     /// keeps its variables. A stream sync cannot be interrupted, so this waits on an event in
-    /// slices, looking for an interrupt between them. For its first 20 ms the wait wakes the
-    /// moment the event is reached (a busy loop on a real GPU, as `torch.cuda.synchronize`'s
-    /// default wait is): sleeping between looks (10 µs doubling to 200 µs) woke it a median
-    /// 23 µs late after a 173 µs op and 126–208 µs late after 1–2.7 ms ones (benches/RESULTS.md),
-    /// the size of the gap between a timed GEMM and PyTorch's on an H100. A longer wait looks
-    /// every 200 µs, so that a long queue does not hold a core for its whole length. Only waits that release no memory use it; those that
-    /// guard memory (a segment's release, an in-flight copy) wait to the end.
+    /// slices (`wait_for`), busy for the first 20 ms: sleeping between looks (10 µs doubling to
+    /// 200 µs) woke it a median 23 µs late after a 173 µs op and 126–208 µs late after 1–2.7 ms
+    /// ones (benches/RESULTS.md), the size of the gap between a timed GEMM and PyTorch's on an
+    /// H100. Only waits that release no memory use it; those that guard memory (a segment's
+    /// release, an in-flight copy) wait to the end.
     pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
-        const BUSY_FOR: Duration = Duration::from_millis(20);
-        const SLICE: Duration = Duration::from_millis(1);
-        const NAP: Duration = Duration::from_micros(200);
         let checks_before = lock(&self.checks).queued();
-        // Two threads waiting at once each get an event: the second makes its own.
-        let kept = lock(&self.idle_event).take();
-        let done = match kept {
-            Some(e) => e,
-            None => self.driver.new_event().map_err(|e| self.err(op, e))?,
-        };
-        self.driver.record(&done).map_err(|e| self.err(op, e))?;
-        let start = Instant::now();
-        loop {
-            let reached = if start.elapsed() < BUSY_FOR {
-                done.wait_up_to(SLICE)
-            } else {
-                std::thread::sleep(NAP);
-                done.is_complete()
-            };
-            if reached {
-                break;
-            }
-            crate::device::interrupt::check()?;
+        let done = self.event_after_queued_work(op)?;
+        if let Waited::Interrupted = wait_for(&done, None) {
+            return Err(Error::Interrupted);
         }
         // Reports a failure of the queued work, if any, then of the checks its kernels made.
         done.synchronize().map_err(|e| self.err(op, e))?;
@@ -278,6 +257,18 @@ impl Gpu {
         self.read_checks(Reported::AtNextWait)
     }
 
+    /// An event recorded after the work queued so far: the one the last wait kept, or a new one
+    /// (two threads waiting at once each get an event).
+    fn event_after_queued_work(&self, op: &'static str) -> Result<Event> {
+        let kept = lock(&self.idle_event).take();
+        let done = match kept {
+            Some(e) => e,
+            None => self.driver.new_event().map_err(|e| self.err(op, e))?,
+        };
+        self.driver.record(&done).map_err(|e| self.err(op, e))?;
+        Ok(done)
+    }
+
     /// The end of a REPL cell: if kernels' index checks are still to be read, waits up to
     /// `limit` for the work queued so far and reads them (`Reported::AtCellEnd`), so that a
     /// failure is the error of the cell that queued the op. At `limit` the device may still run
@@ -285,25 +276,17 @@ impl Gpu {
     /// as outliving their cell, to be read at the next wait. Nothing to read: no wait, one lock.
     fn read_checks_at_cell_end(&self, limit: Duration) -> Result<CellEndWait> {
         const OP: &str = "synchronize";
-        const SLICE: Duration = Duration::from_millis(2);
         let queued = lock(&self.checks).queued();
         if queued == 0 {
             return Ok(CellEndWait::Read);
         }
-        let kept = lock(&self.idle_event).take();
-        let done = match kept {
-            Some(e) => e,
-            None => self.driver.new_event().map_err(|e| self.err(OP, e))?,
-        };
-        self.driver.record(&done).map_err(|e| self.err(OP, e))?;
-        let deadline = Instant::now() + limit;
-        while !done.wait_up_to(SLICE.min(deadline.saturating_duration_since(Instant::now()))) {
-            if crate::device::interrupt::is_requested() {
+        let done = self.event_after_queued_work(OP)?;
+        match wait_for(&done, Some(Instant::now() + limit)) {
+            Waited::Reached => {}
+            Waited::TimedOut => return Ok(CellEndWait::StillRunning),
+            Waited::Interrupted => {
                 lock(&self.checks).outlived_cell();
                 return Ok(CellEndWait::Stopped);
-            }
-            if Instant::now() >= deadline {
-                return Ok(CellEndWait::StillRunning);
             }
         }
         // Checks another thread queued meanwhile may belong to kernels after the event.
@@ -353,6 +336,43 @@ impl Gpu {
         self.driver
             .synchronize()
             .map_err(|e| self.err("synchronize", e))
+    }
+}
+
+/// How a wait for an event ended (`wait_for`).
+enum Waited {
+    Reached,
+    /// The user interrupted the cell (`device::interrupt`).
+    Interrupted,
+    /// The deadline passed first.
+    TimedOut,
+}
+
+/// Waits for `done` until `deadline` (`None`: no limit) or the user's interrupt, looking for an
+/// interrupt between slices. For its first 20 ms it wakes the moment the event is reached (a
+/// busy loop on a real GPU, as `torch.cuda.synchronize`'s default wait is); after that it looks
+/// every 200 µs, so that a long queue does not hold a core for its whole length.
+fn wait_for(done: &Event, deadline: Option<Instant>) -> Waited {
+    const BUSY_FOR: Duration = Duration::from_millis(20);
+    const SLICE: Duration = Duration::from_millis(1);
+    const NAP: Duration = Duration::from_micros(200);
+    let start = Instant::now();
+    loop {
+        let reached = if start.elapsed() < BUSY_FOR {
+            done.wait_up_to(SLICE)
+        } else {
+            std::thread::sleep(NAP);
+            done.is_complete()
+        };
+        if reached {
+            return Waited::Reached;
+        }
+        if crate::device::interrupt::is_requested() {
+            return Waited::Interrupted;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Waited::TimedOut;
+        }
     }
 }
 
