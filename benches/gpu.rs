@@ -170,6 +170,7 @@ fn op_ms(g: &GpuSpec, name: &str) -> Option<f64> {
         calls: 1,
         seconds: 0.0,
         torch_seconds: None,
+        wall_seconds: None,
     };
     let priced = cost::rows::price(&row, &[])?;
     Some(priced.seconds(&cost::model::FITTED, g) * 1e3)
@@ -445,7 +446,6 @@ fn sweeps() -> Result<()> {
 /// Needs no GPU: `gpu-check.sh run` calls it after the benchmark, and it reads any kept run.
 fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
     use placelab::cost::fit::{Class, error, median_abs, points};
-    use placelab::cost::rows::Priced;
     let lines = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
     let gpu = cost::gpus::for_device_name(gpu_name)
         .ok_or_else(|| format!("{gpu_name}: not in placelab's table; nothing to predict"))?;
@@ -462,7 +462,7 @@ fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
         })
         .collect();
     println!(
-        "| rows (cost model fitted on the H200 run, `src/cost`) | rows | median error | largest |"
+        "| rows (cost model fitted on the six H200 runs of 2026-11-28, `src/cost`) | rows | median error | largest |"
     );
     println!("|---|---|---|---|");
     let mut classes: Vec<Class> = errors.iter().map(|e| e.0.class).collect();
@@ -494,13 +494,9 @@ fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
     println!("| whole step (unprofiled) | measured | predicted | host | GPU | bound |");
     println!("|---|---|---|---|---|---|");
     for (p, e) in errors.iter().filter(|e| e.0.class == Class::Step) {
-        let Priced::Step { ops, work } = &p.priced else {
+        let Some(step) = p.priced.step(&c, gpu) else {
             continue;
         };
-        let queued = work
-            .iter()
-            .map(|w| cost::model::queued_with(&c, w.seconds(&c, gpu)));
-        let step = cost::model::step_with(&c, 1, *ops, 0.0, queued.sum());
         println!(
             "| {} | {:.3} ms | {:.3} ms ({:+.0}%) | {:.3} ms | {:.3} ms | {:?} |",
             p.row.name,

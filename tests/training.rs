@@ -556,7 +556,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
                 let step = p.predicted_step().unwrap();
                 let ops = p.ops().iter().filter(|o| o.predicted.is_some()).count();
                 let f = cost::FITTED;
-                let host = f.step_overhead + ops as f64 * f.host_op;
+                let host = ops as f64 * f.step_op;
                 assert!((step.host_seconds - host).abs() < 1e-9, "{step:?}");
                 assert!(step.gpu_seconds < step.host_seconds, "{step:?}");
                 assert_eq!(

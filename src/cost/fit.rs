@@ -40,6 +40,25 @@ pub const GONE: &[&str] = &[
 /// block (PyTorch's too, 2.7× slower still), a kernel-design cost, not the GPU's.
 pub const UNPRICED: &[&str] = &["softmax 1x10M f32"];
 
+/// The runs `model::FITTED` is fitted on: placelab's H200 runs of the code that ships today
+/// (fused ops since 6a65041), pooled. The H200 run of 2026-11-26 measured the code before them.
+pub const FITTED_ON: &[&str] = &[
+    "h200-2026-11-28",
+    "h200-2026-11-28-b",
+    "h200-2026-11-28-c",
+    "h200-2026-11-28-d",
+    "h200-2026-11-28-e",
+    "h200-2026-11-28-f",
+];
+
+/// The priced rows of every run in `names`, pooled.
+pub fn points_of_runs(names: &[&str]) -> Vec<Point> {
+    (names.iter())
+        .filter_map(|name| crate::cost::measured::run(name))
+        .flat_map(points)
+        .collect()
+}
+
 /// The run whose stand-ins apply and whose gone ops are left out.
 const STAND_IN_COMMIT: &str = "a24d9d0";
 
@@ -49,6 +68,8 @@ pub enum Class {
     PinnedCopy,
     PageableUpload,
     PageableDownload,
+    /// Blocking copies timed on the host's clock, from the call to its return.
+    BlockingCopy,
     /// Element-wise ops, reductions, gathers and transposes timed whole or queued.
     Kernel,
     Gemm,
@@ -66,6 +87,7 @@ impl Class {
             Class::PinnedCopy => "pinned copies",
             Class::PageableUpload => "pageable uploads",
             Class::PageableDownload => "pageable downloads",
+            Class::BlockingCopy => "blocking copies, host time",
             Class::Kernel => "kernels timed whole",
             Class::Gemm => "GEMMs timed whole",
             Class::Host => "the host's issue time",
@@ -98,32 +120,46 @@ pub struct Point {
     pub measured: f64,
 }
 
-/// The rows of `run` the model prices, with what each is held to.
+/// The rows of `run` the model prices, with what each is held to: a transfer twice, its time
+/// between CUDA events and (where the run kept it) the host's time for the blocking call.
 pub fn points(run: &Run) -> Vec<Point> {
-    run.rows
-        .iter()
-        .filter_map(|row| {
-            let old = run.commit == STAND_IN_COMMIT;
-            if old && row.bench == "profile" && GONE.iter().any(|g| row.name.ends_with(g)) {
-                return None;
-            }
-            if UNPRICED.contains(&row.name.as_str()) {
-                return None;
-            }
-            let priced = price(row, &run.rows)?;
-            let stand_in = old && STAND_INS.iter().any(|(name, _)| *name == row.name);
-            let measured = match (stand_in, row.torch_seconds) {
-                (true, Some(torch)) => torch,
-                _ => row.seconds,
-            };
-            Some(Point {
-                row: row.clone(),
-                class: Class::of(row),
-                priced,
-                measured,
-            })
+    let mut points: Vec<Point> = run.rows.iter().filter_map(|row| point(run, row)).collect();
+    let walls = run.rows.iter().filter_map(|row| {
+        let wall = row.wall_seconds.filter(|w| *w > 0.0)?;
+        let Some(Priced::Events(work)) = price(row, &run.rows) else {
+            return None;
+        };
+        Some(Point {
+            row: row.clone(),
+            class: Class::BlockingCopy,
+            priced: Priced::Blocking(*work.first()?),
+            measured: wall,
         })
-        .collect()
+    });
+    points.extend(walls.filter(|p| p.row.bench == "transfer"));
+    points
+}
+
+fn point(run: &Run, row: &Row) -> Option<Point> {
+    let old = run.commit == STAND_IN_COMMIT;
+    if old && row.bench == "profile" && GONE.iter().any(|g| row.name.ends_with(g)) {
+        return None;
+    }
+    if UNPRICED.contains(&row.name.as_str()) {
+        return None;
+    }
+    let priced = price(row, &run.rows)?;
+    let stand_in = old && STAND_INS.iter().any(|(name, _)| *name == row.name);
+    let measured = match (stand_in, row.torch_seconds) {
+        (true, Some(torch)) => torch,
+        _ => row.seconds,
+    };
+    Some(Point {
+        row: row.clone(),
+        class: Class::of(row),
+        priced,
+        measured,
+    })
 }
 
 /// The model's relative error on `point`: (predicted − measured) / measured.
@@ -132,7 +168,7 @@ pub fn error(c: &Constants, gpu: &GpuSpec, point: &Point) -> f64 {
 }
 
 /// The constants as an array, for the search, and each one's bounds.
-const COUNT: usize = 14;
+const COUNT: usize = 15;
 
 fn to_array(c: &Constants) -> [f64; COUNT] {
     [
@@ -149,7 +185,8 @@ fn to_array(c: &Constants) -> [f64; COUNT] {
         c.gemm_efficiency,
         c.gemm_min,
         c.host_op,
-        c.step_overhead,
+        c.step_op,
+        c.blocking_copy_host,
     ]
 }
 
@@ -168,13 +205,14 @@ fn from_array(a: [f64; COUNT]) -> Constants {
         gemm_efficiency: a[10],
         gemm_min: a[11],
         host_op: a[12],
-        step_overhead: a[13],
+        step_op: a[13],
+        blocking_copy_host: a[14],
     }
 }
 
 /// The largest value each constant may take: efficiencies at most 1, times and rates wide.
 const UPPER: [f64; COUNT] = [
-    1.0, 1e-3, 1e3, 1e-3, 1e3, 1e-3, 1.0, 1.0, 1.0, 1e-3, 1.0, 1e-3, 1e-3, 1e-2,
+    1.0, 1e-3, 1e3, 1e-3, 1e3, 1e-3, 1.0, 1.0, 1.0, 1e-3, 1.0, 1e-3, 1e-3, 1e-3, 1e-3,
 ];
 
 /// Where a search starts: the model's constants before any fit (the published figures and
@@ -193,22 +231,26 @@ pub const PRIOR: Constants = Constants {
     gemm_efficiency: 0.832,
     gemm_min: 4e-6,
     host_op: 4e-6,
-    step_overhead: 10e-6,
+    step_op: 10e-6,
+    blocking_copy_host: 10e-6,
 };
 
 /// Which constants (by index in `to_array`) each class of rows fixes. The fit takes them in
 /// this order, each group on its own rows with the others held, so a constant is fixed by the
-/// measurements its comment in `model.rs` names (and a step's rows only fix the step's own
-/// overhead, not the kernels inside it).
+/// measurements its comment in `model.rs` names. The host's time per step op comes first from
+/// the whole steps, so that the profiled rows of host-bound steps (whose events are that far
+/// apart) do not push the kernels' constants up; the last stage refines it on both.
 const STAGES: &[(&[usize], &[Class])] = &[
     (&[0, 1], &[Class::PinnedCopy]),
     (&[2, 3], &[Class::PageableUpload]),
     (&[4, 5], &[Class::PageableDownload]),
+    (&[14], &[Class::BlockingCopy]),
+    (&[12], &[Class::Host]),
+    (&[13], &[Class::Step]),
     (&[6, 7, 8, 9], &[Class::Kernel, Class::ProfiledOp]),
     (&[10, 11], &[Class::Gemm, Class::ProfiledOp]),
     (&[6, 7, 8, 9], &[Class::Kernel, Class::ProfiledOp]),
-    (&[12], &[Class::Host]),
-    (&[13], &[Class::Step]),
+    (&[13], &[Class::Step, Class::ProfiledOp]),
 ];
 
 /// The constants that fit `points` on `gpu` best, from `PRIOR`.
@@ -304,10 +346,22 @@ mod tests {
         (per_class, median_abs(errors.iter().map(|e| e.1)))
     }
 
+    fn errors(c: &Constants, run: &Run) -> Vec<(Point, f64)> {
+        let gpu = find(&run.spec).unwrap();
+        (points(run).into_iter())
+            .map(|p| {
+                let e = error(c, gpu, &p);
+                (p, e)
+            })
+            .collect()
+    }
+
     #[test]
-    fn the_shipped_constants_are_the_fit_on_the_h200_run() {
-        let (run, gpu) = h200();
-        let fitted = to_array(&fit(&points(&run), gpu));
+    fn the_shipped_constants_are_the_fit_on_the_current_h200_runs() {
+        let gpu = find("h200").unwrap();
+        let points = points_of_runs(FITTED_ON);
+        assert_eq!(points.len(), 6 * 115, "six runs of 115 priced rows");
+        let fitted = to_array(&fit(&points, gpu));
         for (i, (shipped, fitted)) in to_array(&FITTED).iter().zip(fitted).enumerate() {
             assert!(
                 (shipped / fitted - 1.0).abs() < 0.002,
@@ -317,49 +371,118 @@ mod tests {
         }
     }
 
-    /// Issue 41's targets, on rows the model was not fitted on: each H200 row predicted by
-    /// the model fitted on the others.
+    /// Issue 64's targets, on runs the model was not fitted on: each current H200 run
+    /// predicted by the model fitted on the other five.
     #[test]
-    fn each_h200_row_is_predicted_by_a_fit_without_it() {
-        let (run, gpu) = h200();
-        let points = points(&run);
-        assert!(points.len() >= 80, "{} rows priced", points.len());
-        let errors = leave_one_out(&points, gpu);
-        let (per_class, all) = by_class(&errors);
-        let table: Vec<String> = (per_class.iter())
-            .map(|(c, e)| format!("{}: {:.0}%", c.name(), 100.0 * e))
-            .collect();
-        assert!(all <= 0.20, "median {:.1}% ({table:?})", 100.0 * all);
-        for (class, median) in &per_class {
-            assert!(*median <= 0.50, "{}: {:.0}%", class.name(), 100.0 * median);
-        }
-        for (point, error) in errors.iter().filter(|e| e.0.class == Class::Step) {
+    fn each_h200_run_is_predicted_by_a_fit_on_the_others() {
+        let gpu = find("h200").unwrap();
+        for held_out in FITTED_ON {
+            let others: Vec<&str> = FITTED_ON
+                .iter()
+                .copied()
+                .filter(|r| r != held_out)
+                .collect();
+            let c = fit(&points_of_runs(&others), gpu);
+            let errors = errors(&c, crate::cost::measured::run(held_out).unwrap());
+            let (per_class, all) = by_class(&errors);
+            let table: Vec<String> = (per_class.iter())
+                .map(|(c, e)| format!("{}: {:.0}%", c.name(), 100.0 * e))
+                .collect();
             assert!(
-                error.abs() <= 0.25,
-                "{}: {:+.0}%",
-                point.row.name,
-                100.0 * error
+                all <= 0.15,
+                "{held_out}: median {:.1}% ({table:?})",
+                100.0 * all
             );
+            for (class, median) in &per_class {
+                assert!(
+                    *median <= 0.35,
+                    "{held_out} {}: {:.0}%",
+                    class.name(),
+                    100.0 * median
+                );
+            }
+            // The GPU-bound step within 25%. The host-bound ones within 35%: the same commit's
+            // 784-128-10 step at batch 64 took 138–204 µs in runs d–f, so a fit on the other
+            // runs misses the fastest and the slowest by about a third.
+            for (point, error) in errors.iter().filter(|e| e.0.class == Class::Step) {
+                let gpu_bound = point.row.name.contains("4096");
+                let bound = if gpu_bound { 0.25 } else { 0.35 };
+                assert!(
+                    error.abs() <= bound,
+                    "{held_out} {}: {:+.0}%",
+                    point.row.name,
+                    100.0 * error
+                );
+            }
+            let steps = errors.iter().filter(|e| e.0.class == Class::Step).count();
+            assert_eq!(steps, 3, "the three f32 steps with profiled op lists");
         }
-        let steps = errors.iter().filter(|e| e.0.class == Class::Step).count();
-        assert_eq!(steps, 3, "the three f32 steps with profiled op lists");
     }
 
-    /// The H100 runs were made after the H200's, on later commits and another GPU: a model
-    /// fitted on the H200 alone predicts them (the issue's check on a run kept apart).
+    /// The H100 runs were made on another GPU with older code: the model fitted on the H200
+    /// runs alone predicts their copies and GEMMs, which the code since has not changed.
     #[test]
-    fn fitted_on_the_h200_the_model_predicts_the_later_h100_runs() {
+    fn fitted_on_the_h200_the_model_predicts_the_h100_runs_copies_and_gemms() {
         for run in runs().iter().filter(|r| r.spec == "h100") {
-            let gpu = find(&run.spec).unwrap();
-            let errors: Vec<(Point, f64)> = (points(run).into_iter())
-                .map(|p| {
-                    let e = error(&FITTED, gpu, &p);
-                    (p, e)
+            let errors = errors(&FITTED, run);
+            let copies_and_gemms = (errors.iter())
+                .filter(|e| {
+                    !matches!(
+                        e.0.class,
+                        Class::Kernel | Class::Host | Class::ProfiledOp | Class::Step
+                    )
                 })
-                .collect();
-            assert!(errors.len() >= 85, "{}: {} rows", run.name, errors.len());
+                .map(|e| e.1);
+            let median = median_abs(copies_and_gemms);
+            assert!(
+                median <= 0.20,
+                "{}: median {:.1}%",
+                run.name,
+                100.0 * median
+            );
+        }
+    }
+
+    /// Notebook 03's sentence on the H100 runs: "From 1 MiB up, its pinned copies are within 7%
+    /// of two of those runs and within 20% of the third ... Its pageable copies are off by up
+    /// to 58%".
+    #[test]
+    fn the_h100_runs_copies_are_predicted_as_notebook_03_says() {
+        let worst = |run: &Run, class: Class| -> f64 {
+            (errors(&FITTED, run).into_iter())
+                .filter(|(p, _)| p.class == class && p.row.bytes >= 1 << 20)
+                .map(|(_, e)| e.abs())
+                .fold(0.0, f64::max)
+        };
+        let h100: Vec<&Run> = runs().iter().filter(|r| r.spec == "h100").collect();
+        let pinned: Vec<f64> = h100.iter().map(|r| worst(r, Class::PinnedCopy)).collect();
+        assert!(pinned[0] <= 0.07 && pinned[1] <= 0.07, "{pinned:?}");
+        assert!((0.15..=0.20).contains(&pinned[2]), "{pinned:?}");
+        let pageable = (h100.iter())
+            .flat_map(|r| {
+                [
+                    worst(r, Class::PageableUpload),
+                    worst(r, Class::PageableDownload),
+                ]
+            })
+            .fold(0.0, f64::max);
+        assert!((0.50..=0.585).contains(&pageable), "{pageable}");
+    }
+
+    /// Every kept run under the shipped constants, the newest included: the runs they were
+    /// fitted on within 12%, the older code's and the H100's within 21%.
+    #[test]
+    fn every_kept_run_is_within_its_bound_under_the_shipped_constants() {
+        for run in runs() {
+            let errors = errors(&FITTED, run);
+            assert!(errors.len() >= 110, "{}: {} rows", run.name, errors.len());
             let (per_class, all) = by_class(&errors);
-            assert!(all <= 0.25, "{}: median {:.1}%", run.name, 100.0 * all);
+            let bound = if FITTED_ON.contains(&run.name.as_str()) {
+                0.12
+            } else {
+                0.21
+            };
+            assert!(all <= bound, "{}: median {:.1}%", run.name, 100.0 * all);
             for (class, median) in per_class {
                 assert!(
                     median <= 0.50,

@@ -35,6 +35,8 @@ pub struct Row {
     pub seconds: f64,
     /// PyTorch's time for the same work in the same run, where it was measured.
     pub torch_seconds: Option<f64>,
+    /// A transfer's time on the host's clock, from the call to its return (a blocking copy).
+    pub wall_seconds: Option<f64>,
 }
 
 impl Run {
@@ -54,6 +56,11 @@ pub fn runs() -> &'static [Run] {
             include_str!("measured/h100-2026-11-27-a.jsonl"),
             include_str!("measured/h100-2026-11-27-b.jsonl"),
             include_str!("measured/h100-2026-11-27-c.jsonl"),
+            include_str!("measured/h200-2026-11-28.jsonl"),
+            include_str!("measured/h200-2026-11-28-b.jsonl"),
+            include_str!("measured/h200-2026-11-28-c.jsonl"),
+            include_str!("measured/h200-2026-11-28-d.jsonl"),
+            include_str!("measured/h200-2026-11-28-e.jsonl"),
             include_str!("measured/h200-2026-11-28-f.jsonl"),
         ]
         .into_iter()
@@ -132,6 +139,7 @@ pub fn parse(text: &str) -> Result<Run, String> {
             torch_seconds: number("torch_ms")
                 .or(number("torch_event_ms"))
                 .map(|t| t / 1e3),
+            wall_seconds: number("wall_ms").map(|t| t / 1e3),
         });
     }
     Ok(run)
@@ -218,6 +226,43 @@ mod tests {
             (add.torch_seconds.unwrap() - 0.042e-3).abs() < 1e-12,
             "{add:?}"
         );
+    }
+
+    /// Notebook 06's ranges over the six H200 runs of 2026-11-28: "the product gained
+    /// 14.0–14.7×, the step 2.9–3.1× (PyTorch's 1.5–2.1×)", TF32 "7.0–7.6× in the six runs,
+    /// PyTorch's 6.6–7.7×".
+    #[test]
+    fn notebook_06s_speedups_span_the_six_h200_runs() {
+        let six: Vec<&Run> = (runs().iter())
+            .filter(|r| r.spec == "h200" && r.date == "2026-11-28")
+            .collect();
+        assert_eq!(six.len(), 6);
+        let span = |full: &str, fast: &str, torch: bool| -> (f64, f64) {
+            let ratios = six.iter().map(|r| {
+                let (f, b) = (r.op(full).unwrap(), r.op(fast).unwrap());
+                match torch {
+                    true => f.torch_seconds.unwrap() / b.torch_seconds.unwrap(),
+                    false => f.seconds / b.seconds,
+                }
+            });
+            ratios.fold((f64::MAX, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
+        };
+        let rounded =
+            |(lo, hi): (f64, f64)| ((lo * 10.0).round() / 10.0, (hi * 10.0).round() / 10.0);
+        let (f32, bf16, tf32) = (
+            "matmul 4096^3 f32",
+            "matmul 4096^3 bf16",
+            "matmul 4096^3 f32 tf32",
+        );
+        let (step, autocast) = (
+            "step 1024-4096-4096-10 b1024",
+            "step 1024-4096-4096-10 b1024 bf16 autocast",
+        );
+        assert_eq!(rounded(span(f32, bf16, false)), (14.0, 14.7));
+        assert_eq!(rounded(span(step, autocast, false)), (2.9, 3.1));
+        assert_eq!(rounded(span(step, autocast, true)), (1.5, 2.1));
+        assert_eq!(rounded(span(f32, tf32, false)), (7.0, 7.6));
+        assert_eq!(rounded(span(f32, tf32, true)), (6.6, 7.7));
     }
 
     #[test]

@@ -28,12 +28,24 @@ pub enum Work {
 pub enum Priced {
     /// Time between CUDA events: the work, one piece after another.
     Events(Vec<Work>),
+    /// A blocking copy timed on the host's clock: its events' time and the host's own part.
+    Blocking(Work),
     /// An op timed whole, with a synchronize: the host queues it, then the GPU runs it.
     Whole { host_ops: f64, work: Vec<Work> },
-    /// One op of a long queue: the host and the GPU overlap, the slower sets the pace.
-    Queued(Work),
+    /// One op of a long queue, launching these kernels: the host and the GPU overlap, the
+    /// slower sets the pace. Each launch costs the host its own dispatch time.
+    Queued(Vec<Work>),
     /// A whole training step of `ops` ops: the larger of host and GPU time.
     Step { ops: usize, work: Vec<Work> },
+    /// One row of a profiled step (`calls` calls of an op), timed between CUDA events. When
+    /// the `step` is host-bound, the GPU waits for each op to be queued, so the events are
+    /// at least the host's time per op apart (`step_op`); when it is GPU-bound they time
+    /// the kernels alone.
+    StepOp {
+        calls: u64,
+        work: Vec<Work>,
+        step: Box<Priced>,
+    },
 }
 
 impl Work {
@@ -60,15 +72,35 @@ impl Priced {
         let sum = |work: &[Work]| work.iter().map(|w| w.seconds(c, gpu)).sum::<f64>();
         match self {
             Priced::Events(work) => sum(work),
+            Priced::Blocking(work) => work.seconds(c, gpu) + c.blocking_copy_host,
             Priced::Whole { host_ops, work } => host_ops * c.host_op + sum(work),
-            Priced::Queued(work) => c.host_op.max(model::queued_with(c, work.seconds(c, gpu))),
-            Priced::Step { ops, work } => {
-                let queued = work
+            Priced::Queued(work) => {
+                let host = work.len() as f64 * c.host_op;
+                let gpu_time = work
                     .iter()
                     .map(|w| model::queued_with(c, w.seconds(c, gpu)));
-                model::step_with(c, 1, *ops, 0.0, queued.sum()).seconds
+                host.max(gpu_time.sum())
+            }
+            Priced::Step { .. } => self.step(c, gpu).map_or(0.0, |s| s.seconds),
+            Priced::StepOp { calls, work, step } => {
+                let host_bound = step.step(c, gpu).map(|s| s.bound) == Some(model::Bound::Host);
+                match host_bound {
+                    true => sum(work).max(*calls as f64 * c.step_op),
+                    false => sum(work),
+                }
             }
         }
+    }
+
+    /// A whole step's prediction: the host's time and the GPU's, and which binds.
+    pub fn step(&self, c: &Constants, gpu: &GpuSpec) -> Option<model::StepPrediction> {
+        let Priced::Step { ops, work } = self else {
+            return None;
+        };
+        let queued = work
+            .iter()
+            .map(|w| model::queued_with(c, w.seconds(c, gpu)));
+        Some(model::step_with(c, *ops, 0.0, queued.sum()))
     }
 }
 
@@ -97,6 +129,16 @@ fn reduction(bytes: u64) -> Work {
     Work::Kernel(Access::Reduction, bytes)
 }
 
+/// A sum of all of `bytes` of f32: one launch up to 4096 values, else two, as
+/// `backend::gpu::reduce::sum_rows` launches them (the chunks' partial sums, then a block
+/// adding up at most 2048 partials).
+fn whole_sum(bytes: u64) -> Vec<Work> {
+    match bytes / F32 <= 4096 {
+        true => vec![reduction(bytes)],
+        false => vec![reduction(bytes), reduction(2048 * 8)],
+    }
+}
+
 /// How the model prices `row` of `rows` (the run it belongs to: a whole step is priced from
 /// that run's profiled rows of the same step), if it knows the row.
 pub fn price(row: &Row, rows: &[Row]) -> Option<Priced> {
@@ -111,10 +153,14 @@ pub fn price(row: &Row, rows: &[Row]) -> Option<Priced> {
             Some(Priced::Events(vec![Work::Copy(route, row.bytes)]))
         }
         "profile" => {
-            let (step, op) = row.name.split_once(", ")?;
+            let (label, op) = row.name.split_once(", ")?;
             let (phase, op) = op.split_once(": ")?;
-            let mlp = Mlp::named(step)?;
-            Some(Priced::Events(profiled_row(&mlp, phase, op, row.calls)?))
+            let mlp = Mlp::named(label)?;
+            Some(Priced::StepOp {
+                calls: row.calls,
+                work: profiled_row(&mlp, phase, op, row.calls)?,
+                step: Box::new(profiled_step(label, rows)?),
+            })
         }
         "op" => whole_op(&row.name, rows),
         _ => None,
@@ -143,10 +189,10 @@ fn whole_op(name: &str, rows: &[Row]) -> Option<Priced> {
     };
     if let Some(bytes) = name.strip_prefix("add 2^").and_then(sweep) {
         // `a + a`: the one input is read once per element.
-        return Some(Priced::Queued(streaming(2 * bytes)));
+        return Some(Priced::Queued(vec![streaming(2 * bytes)]));
     }
     if let Some(bytes) = name.strip_prefix("sum 2^").and_then(sweep) {
-        return Some(Priced::Queued(reduction(bytes)));
+        return Some(Priced::Queued(whole_sum(bytes)));
     }
     match name {
         "add 10M f32" => whole(vec![streaming(3 * TEN_M)]),
@@ -166,7 +212,7 @@ fn whole_op(name: &str, rows: &[Row]) -> Option<Priced> {
         "transpose contiguous 4096x4096 f32" => {
             whole(vec![Work::Kernel(Access::Strided, 2 * 64 * MIB)])
         }
-        "dispatch add [1]" | "queued add [1]" => Some(Priced::Queued(tiny)),
+        "dispatch add [1]" | "queued add [1]" => Some(Priced::Queued(vec![tiny])),
         // Two ops queued, then the value read back (a pageable download of 4 bytes).
         "add+sum+item [1] round trip" | "add [1] + sum + item" => Some(Priced::Whole {
             host_ops: 2.0,
@@ -204,6 +250,11 @@ fn training_step(step: &str, rows: &[Row]) -> Option<Priced> {
         "1024-4096-4096-10 b1024" => "1024-4096-4096-10 batch 1024",
         _ => return None,
     };
+    profiled_step(label, rows)
+}
+
+/// The step profiled under `label` ("batch 64") in `rows`: its ops and their work.
+fn profiled_step(label: &str, rows: &[Row]) -> Option<Priced> {
     let mlp = Mlp::named(label)?;
     let (mut ops, mut work) = (0, Vec::new());
     for r in rows.iter().filter(|r| r.bench == "profile") {

@@ -34,6 +34,10 @@ pub use record::{
 };
 pub(crate) use record::{profile_outcome, unpriced};
 pub use rows::Row;
+
+/// A non-blocking copy's name in a profile, beside a blocking copy's `to`: the host only
+/// queues it.
+pub const NON_BLOCKING_TO: &str = "to (non-blocking)";
 #[cfg(test)]
 pub(crate) use timeline::tests::example;
 
@@ -276,21 +280,26 @@ impl Profile {
     /// What the code would take on the named GPU its devices stand for: the host queues the
     /// priced ops while the GPU runs their kernels, so it takes the larger of the host's time
     /// and the GPU's, and the prediction says which binds (`None` when no op ran on such a
-    /// device). Each optimizer phase ends a training step, which adds the step's own host work.
+    /// device). The host's time is priced per op queued (`model::Constants::step_op`).
     pub fn predicted_step(&self) -> Option<model::StepPrediction> {
         self.predicted_total()?;
         let priced: Vec<(&OpRecord, f64)> = (self.ops.iter())
             .filter_map(|o| Some((o, o.predicted?.as_secs_f64())))
             .collect();
-        // A blocking `.to()` keeps the host waiting for its copy; the kernels queue.
-        let waits = priced.iter().filter(|(o, _)| o.name == "to").map(|p| p.1);
-        let kernels = priced.iter().filter(|(o, _)| o.name != "to");
-        let gpu = kernels.map(|p| model::queued(p.1)).sum();
-        let optimizer = |i: usize| self.ops[i].phase == Phase::Optimizer;
-        let steps = (0..self.ops.len())
-            .filter(|&i| optimizer(i) && (i + 1 == self.ops.len() || !optimizer(i + 1)))
-            .count();
-        Some(model::step(steps.max(1), priced.len(), waits.sum(), gpu))
+        // A blocking `.to()` keeps the host waiting for its copy, and for the driver call and
+        // the wake-up around it; a non-blocking one costs the host its queueing, as a lone op's
+        // dispatch. Each kernel costs the host its share of the step, and queues on the GPU.
+        let c = model::FITTED;
+        let host_waits = priced.iter().filter_map(|(o, p)| match o.name {
+            "to" => Some(p + c.blocking_copy_host),
+            NON_BLOCKING_TO => Some(c.host_op),
+            _ => None,
+        });
+        let blocking = |o: &OpRecord| o.name == "to";
+        let kernels = priced.iter().filter(|(o, _)| !blocking(o));
+        let gpu = kernels.clone().map(|p| model::queued(p.1)).sum();
+        let ops = kernels.filter(|(o, _)| o.name != NON_BLOCKING_TO).count();
+        Some(model::step(ops, host_waits.sum(), gpu))
     }
 
     /// The peak of `device`'s allocated bytes during the profile, if it allocated anything.

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 use super::Tensor;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
+use crate::profile::NON_BLOCKING_TO;
 use crate::storage;
 use crate::transfer::inflight::{self, InFlight};
-use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, record};
+use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, prediction, record};
 
 impl Tensor {
     /// A copy of this tensor on `device`; this tensor stays where it is. Moving to the device it
@@ -80,6 +81,11 @@ impl Tensor {
         };
         inflight::poll();
         let out = if t.mode == CopyMode::NonBlocking {
+            // Profiled as an op of its own: the host only queues it (`NON_BLOCKING_TO`).
+            let mut op = storage::profiled(t.to, NON_BLOCKING_TO, crate::profile::Work::Unpriced);
+            if let Some(op) = op.as_mut() {
+                op.add_predicted(prediction(&t).map(|p| p.duration));
+            }
             let start = Instant::now();
             let (storage, completion) = src.storage().transfer_non_blocking(*device, pinned_dst)?;
             t.wall = start.elapsed();

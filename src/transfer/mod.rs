@@ -231,13 +231,20 @@ fn log_store() -> &'static Mutex<(u64, VecDeque<Transfer>)> {
     LOG.get_or_init(Default::default)
 }
 
+/// What `t` would take on the named GPU its simulated device stands for, if it stands for one
+/// (only a simulated device's host copy does).
+pub(crate) fn prediction(t: &Transfer) -> Option<PredictedCopy> {
+    let pinned = t.memory == HostMemoryKind::Pinned;
+    let waits = t.mode != CopyMode::NonBlocking;
+    (t.clock == Clock::SimulatedHostCopy)
+        .then(|| predicted::of(t.from, t.to, t.bytes, pinned, waits))
+        .flatten()
+}
+
 pub(crate) fn record(mut t: Transfer) -> Transfer {
     // Outside the log's lock: the first prediction measures the host's memcpy. Only a simulated
     // device's host copy stands for a named GPU's.
-    let pinned = t.memory == HostMemoryKind::Pinned;
-    t.predicted = (t.clock == Clock::SimulatedHostCopy)
-        .then(|| predicted::of(t.from, t.to, t.bytes, pinned))
-        .flatten();
+    t.predicted = prediction(&t);
     let mut log = log_store().lock().unwrap_or_else(|e| e.into_inner());
     log.0 += 1;
     t.seq = log.0;

@@ -15,6 +15,12 @@ pub struct PredictedCopy {
     /// The GPU the device stands for.
     pub gpu: &'static GpuSpec,
     pub duration: Duration,
+    /// What the copy would hold the host there. A blocking copy (and a non-blocking one from
+    /// pageable memory, which the driver stages before it returns): its time between events
+    /// plus the call into the driver, the wait and waking up (`Constants::blocking_copy_host`,
+    /// about 15 µs: a 4 KiB upload holds an H200's host about 19 µs, its events 4 µs apart). A
+    /// non-blocking copy from pinned memory: its queueing alone, as a lone op's (`host_op`).
+    pub host_wait: Duration,
     /// The link the model priced: "PCIe 5 ×16, pinned", "NVLink, 450 GB/s each way".
     pub link: String,
     /// What placelab measured on that GPU for the nearest case, where it has a run there
@@ -36,8 +42,15 @@ pub struct MeasuredCopy {
 }
 
 /// The prediction for a copy of `bytes` from `from` to `to` (`pinned`: from or to page-locked
-/// host memory) that was timed on a simulated device, if one of them stands for a named GPU.
-pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option<PredictedCopy> {
+/// host memory; `waits`: the call returned once the copy was done) that was timed on a
+/// simulated device, if one of them stands for a named GPU.
+pub(crate) fn of(
+    from: Device,
+    to: Device,
+    bytes: usize,
+    pinned: bool,
+    waits: bool,
+) -> Option<PredictedCopy> {
     let stands_for = |d: Device| d.kind().ok().and_then(DeviceKind::stands_for);
     let gpu = stands_for(to).or_else(|| stands_for(from))?;
     let route = if from.is_cuda() && to.is_cuda() {
@@ -46,9 +59,14 @@ pub(crate) fn of(from: Device, to: Device, bytes: usize, pinned: bool) -> Option
         CopyRoute::host(pinned, to.is_cuda())
     };
     let p = model::copy(gpu, route, bytes as u64);
+    let host_wait = match waits {
+        true => p.seconds + model::FITTED.blocking_copy_host,
+        false => model::FITTED.host_op,
+    };
     Some(PredictedCopy {
         gpu,
         duration: Duration::from_secs_f64(p.seconds),
+        host_wait: Duration::from_secs_f64(host_wait),
         link: p.link,
         measured: measured_near(gpu, route, to.is_cuda(), bytes as u64).map(Box::new),
     })

@@ -395,7 +395,7 @@ def test_03_transfer_cost():
         for s in large:
             assert pred_pinned[s] > pred_pageable[s], f"predicted pinned should beat pageable at {s}: {rows}"
         assert 50 < pred_pinned["256.00 MiB"] < 56, rows
-        assert pred_pinned["4.00 KiB"] < 1, rows
+        assert pred_pinned["4.00 KiB"] < 1.5, rows
         # Beside them, placelab's own copies on a real H100 at the sizes its benchmark copies:
         # pinned several times pageable at 256 MiB, and the model within half of each.
         assert "real: placelab's own copies on an H100 SXM, 2026-11-27" in table, table
@@ -403,8 +403,15 @@ def test_03_transfer_cost():
         assert real["16.00 KiB"] == ("-", "-") and real["4.00 KiB"] != ("-", "-"), rows
         real_pageable, real_pinned = (float(v) for v in real["256.00 MiB"])
         assert real_pinned > 4 * real_pageable, rows
-        assert abs(pred_pinned["256.00 MiB"] / real_pinned - 1) < 0.5, rows
-        assert abs(pred_pageable["256.00 MiB"] / real_pageable - 1) < 0.5, rows
+        # "From 1 MiB up, its pinned copies are ... within 20% of the third, the newest, whose
+        # copies the table's last columns ... show: there a 16 MiB upload ran at 44 GB/s ...
+        # and the model is 19% fast. Its pageable copies are off by up to 58%."
+        measured_sizes = [s for s in ("1.00 MiB", "16.00 MiB", "256.00 MiB")]
+        model_error = lambda predicted_gbps, real_gbps: real_gbps / predicted_gbps - 1
+        pinned_errors = [model_error(pred_pinned[s], float(real[s][1])) for s in measured_sizes]
+        pageable_errors = [model_error(pred_pageable[s], float(real[s][0])) for s in measured_sizes]
+        assert max(map(abs, pinned_errors)) <= 0.20 and -0.21 <= pinned_errors[1] <= -0.17, (pinned_errors, rows)
+        assert 43 <= float(real["16.00 MiB"][1]) <= 45 and max(map(abs, pageable_errors)) <= 0.58, (pageable_errors, rows)
         assert "H100 SXM predicted, pinned" in run.svg("bandwidth-plot")
     # "About twice as fast" is wrong both ways on a real H100 (h100-2026-11-27-c, CUDA events).
     checked(run, "table", "a 256 MiB copy on an H100, times faster from pinned memory", "7", "2")
@@ -500,21 +507,31 @@ def test_04_models_on_a_device():
         assert line, run.text("profile-gpu")
         host, gpu, step = (seconds(line.group(i)) for i in (3, 4, 5))
         assert line.group(6) == "host" and step == host and gpu < host, line.group(0)
-        measured = re.search(r"measured on NVIDIA H100 80GB HBM3 \(2026-11-27, commit \w+\): (\S+ \S+) a step", run.text("profile-gpu"))
+        # Beside it, the current code's step on a real H200 (the six runs the model is fitted
+        # on): "The prediction falls inside the range the real H200 measured, near its median"
+        # and "the fastest run's step took about 60% of the slowest's".
+        measured = re.search(r"measured on NVIDIA H200 \(2026-11-28, 6 runs, the newest of commit 76e0b11\): (\S+ \S+) to (\S+ \S+) a step, median (\S+ \S+)", run.text("profile-gpu"))
         assert measured, run.text("profile-gpu")
-        # 16 times the batch, far from 16 times the time on a real H100, in both engines.
-        larger = re.search(r"at batch 1024, 16 times the data: \S+ \S+ a step \(([\d.]+)×\); PyTorch in the same run: .* \(([\d.]+)×\)", run.text("profile-gpu"))
-        assert larger and float(larger.group(1)) < 3 and float(larger.group(2)) < 1.5, run.text("profile-gpu")
-        # The prediction within 25% of the real H100's step (282 µs at that commit).
-        assert abs(step / seconds(measured.group(1)) - 1) <= 0.25, (line.group(0), measured.group(0))
+        fastest, slowest, median = (seconds(g) for g in measured.groups())
+        assert fastest <= step <= slowest and abs(step / median - 1) <= 0.15, (line.group(0), measured.group(0))
+        assert 0.5 <= fastest / slowest <= 0.7, measured.group(0)
+        # "16 times the batch costs far less than 16 times the time, in placelab and in PyTorch"
+        # and "PyTorch's step takes about 7.5 times placelab's at both batches".
+        larger = re.search(r"in the newest, at batch 1024, 16 times the data: (\S+ \S+) a step against (\S+ \S+) \(([\d.]+)×\); PyTorch in the same run: (\S+ \S+) at batch 64, (\S+ \S+) at batch 1024 \(([\d.]+)×\)", run.text("profile-gpu"))
+        assert larger and float(larger.group(3)) < 3 and float(larger.group(6)) < 1.5, run.text("profile-gpu")
+        large, small, torch_small, torch_large = (seconds(larger.group(i)) for i in (1, 2, 4, 5))
+        assert 6.5 <= torch_small / small <= 8.5 and 6.5 <= torch_large / large <= 8.5, larger.group(0)
         assert "on an H100 SXM (predicted: the host queues the ops in " in text and "host-bound" in text, text
-    # Why the model misses: on the real H200, the same tiny ops take about the model's least
-    # time in the host-bound step (the GPU waits for each launch between the events) and well
-    # under it in the GPU-bound one (the events bracket the kernel alone).
+    # Why a tiny op takes longer in a small step: on the real H200, the same tiny ops take about
+    # the model's host time per op in the host-bound step (the GPU waits for each launch between
+    # the events), "about 60% as long" in the GPU-bound one, about a kernel's least time.
     misses = run.text("model-misses")
-    small, large, model = (float(re.search(rf"{what}: ([\d.]+) µs", misses).group(1)) for what in ("host-bound\\)", "GPU-bound\\)", "this small"))
-    assert "NVIDIA H200, 2026-11-28" in misses and abs(small / model - 1) <= 0.3 and large <= 0.7 * model, misses
-    checked(run, "model-misses", "the step whose tiny ops ran well under the model's time", '"large"', '"large"')
+    small, large = (float(re.search(rf"{what}: ([\d.]+) µs", misses).group(1)) for what in ("host-bound\\)", "GPU-bound\\)"))
+    model = re.search(r"the model: ([\d.]+) µs in a host-bound step \(the host's time per op\), ([\d.]+) µs in a GPU-bound one", misses)
+    host_model, kernel_model = float(model.group(1)), float(model.group(2))
+    assert "NVIDIA H200, 2026-11-28" in misses and abs(small / host_model - 1) <= 0.2 and abs(large / kernel_model - 1) <= 0.2, misses
+    assert 0.5 <= large / small <= 0.7, misses
+    checked(run, "model-misses", "the step whose tiny ops ran faster", '"large"', '"large"')
     # Adam: two moments per parameter, as large as the parameters together, on their device.
     assert "8 state tensors, 795.08 KiB on cuda:0" in run.text("optimizer-state"), run.text("optimizer-state")
     checked(run, "optimizer-state", "Adam's state tensors", "8", "4")
@@ -590,7 +607,7 @@ def test_06_mixed_precision():
     run = execute("06-mixed-precision.ipynb", {
         "guess-range": ["(true, false, true)", "(false, true, true)"],
         "guess-savings": ["256"],
-        "guess-speedup": ["11"],
+        "guess-speedup": ["15"],
     })
     assert "f32 4194304 bytes · f16 2097152 bytes · bf16 2097152 bytes" in run.text("start")
     assert run.card("half-card").startswith("Tensor f16[1024, 1024] · cuda:0"), run.card("half-card")
@@ -609,15 +626,18 @@ def test_06_mixed_precision():
     assert set(small) == set(rounded), run.text("underflow")
     for x, (y, pct) in rounded.items():
         assert abs(small[x][0] - y) <= 1e-6 * y and small[x][1] == pct, run.text("underflow")
-    # Measured on an H100 (the run placelab ships): 16-bit products about 11x faster, a whole
-    # step about 2x on both engines (Amdahl's law), as the markdown says.
-    speedups = re.findall(r"^(matrix product 4096³|training step) .* (\d+\.\d)× faster \(PyTorch .*, (\d+\.\d)×\)$", run.text("speedup"), re.M)
-    ratios = {what: (float(mine), float(torch)) for what, mine, torch in speedups}
-    assert set(ratios) == {"matrix product 4096³", "training step"}, run.text("speedup")
-    assert 10 <= ratios["matrix product 4096³"][0] <= 12 and 12 <= ratios["matrix product 4096³"][1] <= 15, ratios
-    assert all(1.5 <= r <= 2.5 for r in ratios["training step"]), ratios
-    assert "NVIDIA H100 80GB HBM3, 2026-11-27" in run.text("speedup"), run.text("speedup")
-    checked(run, "speedup", "the whole step's speedup, rounded", str(round(ratios["training step"][0])), "11")
+    # Measured on an H200 (placelab's newest run): "The product alone is about 15× faster in
+    # bf16 (PyTorch's about 14×), the whole step only about 3× (PyTorch's about 2×)", and TF32
+    # "about 7× faster here".
+    speedups = re.findall(r"^(matrix product 4096³|training step) +f32 \S+ ms · (TF32|bf16) +\S+ ms · (\d+\.\d)× faster \(PyTorch .*, (\d+\.\d)×\)$", run.text("speedup"), re.M)
+    ratios = {(what, arithmetic): (float(mine), float(torch)) for what, arithmetic, mine, torch in speedups}
+    assert set(ratios) == {("matrix product 4096³", "TF32"), ("matrix product 4096³", "bf16"), ("training step", "bf16")}, run.text("speedup")
+    product, step, tf32 = ratios[("matrix product 4096³", "bf16")], ratios[("training step", "bf16")], ratios[("matrix product 4096³", "TF32")]
+    assert 14 <= product[0] <= 15.5 and 13 <= product[1] <= 14.5, ratios
+    assert 2.5 <= step[0] <= 3.5 and 1.5 <= step[1] <= 2.5, ratios
+    assert 6.5 <= tf32[0] <= 7.5, ratios
+    assert "NVIDIA H200, 2026-11-28 (placelab at commit 76e0b11" in run.text("speedup"), run.text("speedup")
+    checked(run, "speedup", "the whole step's speedup, rounded", str(round(step[0])), "15")
     lost = re.fullmatch(r"1e-8 in f16: 0 · scaled by 65536, stored in f16, unscaled in f32: (\S+)", run.text("solution-run").strip())
     assert lost and abs(float(lost.group(1)) - 1e-8) < 1e-10, run.text("solution-run")
     # What the graph keeps, as PyTorch's (gen_saved_tensors.py's rule, checked with
@@ -690,7 +710,7 @@ def test_08_capstone():
     found = re.search(r"test accuracy ([\d.]+)% untrained → ([\d.]+)% after 20 epochs", run.text("train"))
     assert found and float(found.group(1)) < 30 and float(found.group(2)) >= 95.0, run.text("train")
     checked(run, "train", "above 90% of the test digits right", "true", "false")
-    predicted = r" · predicted on an H100: (\S+ \S+) in all \((host|GPU)-bound\), of which copies (\S+ \S+)$" if run.simulated else r" · of which copies (\S+ \S+)$"
+    predicted = r" · predicted on an H100: (\S+ \S+) in all \((host|GPU)-bound\), of which copies hold the host (\S+ \S+)$" if run.simulated else r" · of which copies (\S+ \S+)$"
     rows = {m.group(1): m for m in re.finditer(
         r"^(copied per batch|pinned, prefetched|all on the GPU)\s+(\d+) copies\s+(\S+ \S+) · measured here\s+(\S+ \S+)" + predicted,
         run.text("placements"), re.M)}
@@ -711,22 +731,29 @@ def test_08_capstone():
         # The copies' own time, measured: none once the data is on the GPU.
         assert seconds(rows["all on the GPU"].group(5)) == 0 < seconds(rows["copied per batch"].group(5)), run.text("placements")
     else:
-        # Copies are a small share of the predicted time, and the epochs are host-bound: the
-        # host queues the tiny network's ops more slowly than an H100 would run them.
-        for name in ("copied per batch", "pinned, prefetched"):
-            copies, total = seconds(rows[name].group(7)), seconds(rows[name].group(5))
-            assert 0 < copies < 0.1 * total, rows[name].group(0)
+        # "copying per batch costs the host about 2.9 ms of about 16 ms. Each blocking copy
+        # holds the host about 21 µs"; prefetched, "the host only queues each copy (about 6 µs)".
+        per_copy = {name: seconds(rows[name].group(7)) / 138 for name in ("copied per batch", "pinned, prefetched")}
+        total = {name: seconds(r.group(5)) for name, r in rows.items()}
+        assert 15e-6 <= per_copy["copied per batch"] <= 30e-6 and 4e-6 <= per_copy["pinned, prefetched"] <= 9e-6, run.text("placements")
+        share = seconds(rows["copied per batch"].group(7)) / total["copied per batch"]
+        assert 0.12 <= share <= 0.25, run.text("placements")
+        # "that run is predicted about 12% faster, as fast as keeping the data on the GPU".
+        assert 0.83 <= total["pinned, prefetched"] / total["copied per batch"] <= 0.92, run.text("placements")
+        assert abs(total["pinned, prefetched"] / total["all on the GPU"] - 1) <= 0.06, run.text("placements")
         assert all(r.group(6) == "host" for r in rows.values()), run.text("placements")
         assert seconds(rows["all on the GPU"].group(7)) == 0
-        # "The three predictions are within 10% of each other": a tiny network is host-bound.
-        predicted = [seconds(r.group(5)) for r in rows.values()]
-        assert max(predicted) <= 1.1 * min(predicted), run.text("placements")
     text, html = run.profile("profile")
     # A whole epoch: besides the ops, the loader's host work and Adam's bookkeeping run between
     # them (about 15% here), so the 90% bound of a single step's profile is not asked of it.
     count, ops, running = coverage(text)
-    # About 25 ops a step (576 in the epoch at this commit), 23 steps.
+    # About 22 ops a step (507 priced in the epoch, and the autograd engine's 23 rows), 23 steps.
     assert count > 23 * 15 and ops >= 0.7 * running, text
+    if run.simulated:
+        # "about 10 µs each ..., while an H100 would run the kernels in less than half that time".
+        step = re.search(r"the host queues the ops in (\S+ \S+), the GPU runs them in (\S+ \S+); host-bound", text)
+        host, gpu = seconds(step.group(1)), seconds(step.group(2))
+        assert 8e-6 <= host / (count - 23) <= 12e-6 and gpu < 0.5 * host, step.group(0)
     assert "<svg" in html and "<polyline" in html and "peak" in html, html[:2000]
     assert "index_select" in text and "(in addmm's backward)" in text, text
     found = re.search(r"test accuracy ([\d.]+)% · parameters 37.54 KiB", run.text("solution-run"))
