@@ -7,6 +7,10 @@
   memory held before it (`Linear(1024, 4096)`, ReLU, `Linear(4096, 10)`, a batch of 512, cross
   entropy, SGD), read from PyTorch's profiler (`profile_memory=True`): its allocations and frees
   in the order they happened, summed.
+- 03 (downloads): why PyTorch's pageable `.cpu()` of 256 MiB runs at a tenth of placelab's on
+  the GPU runs: its output is fresh memory at every call, whose pages the OS maps and zeroes as
+  the copy first touches them. On the CPU, a copy of 256 MiB into a tensor made for it (as
+  `.cpu()` makes its output) against one into a tensor made once.
 - 08 (the capstone): the test accuracy of the notebook's 64-64-10 network trained with Adam
   (lr 1e-2) for 20 epochs in shuffled batches of 64, on the same digits and split sizes (1,437 to
   train, 360 to test), over ten seeds of PyTorch's own initialization, shuffling and split.
@@ -17,6 +21,7 @@ Prints one JSON line per figure.
 import json
 import pathlib
 import statistics
+import time
 
 import torch
 from torch import nn
@@ -86,9 +91,37 @@ def digits_accuracy(seed: int, images: torch.Tensor, labels: torch.Tensor) -> fl
     return (predicted == labels[test]).float().mean().item()
 
 
+def fresh_and_reused_copies(mib: int = 256, repeats: int = 7) -> dict:
+    """03: the median GB/s of a copy of `mib` MiB into a tensor made for it (as `.cpu()` makes
+    its output) and into one made once."""
+    n = mib * MIB // 4
+    source = torch.ones(n)
+    reused = torch.empty(n)
+    reused.copy_(source)
+
+    def median_gbps(copy) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            copy()
+            times.append(time.perf_counter() - started)
+        return round(mib * MIB / statistics.median(times) / 1e9, 2)
+
+    return {
+        "fresh_gbps": median_gbps(lambda: torch.empty(n).copy_(source)),
+        "reused_gbps": median_gbps(lambda: reused.copy_(source)),
+    }
+
+
 def main() -> None:
     torch.set_num_threads(2)
     common = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+    print(json.dumps({
+        "notebook": "03",
+        "figure": "GB/s of a 256 MiB copy into fresh and into reused host memory",
+        **fresh_and_reused_copies(),
+        **common,
+    }))
     peak = step_peak_above_start()
     print(json.dumps({"notebook": "05", "figure": "step peak above the start (MiB)", "value": round(peak, 2), **common}))
     images, labels = digits()

@@ -5,15 +5,17 @@
 #
 #   notebooks/refresh-executed.sh
 #
-# Run it after changing a notebook: the notebook tests fail while an executed copy's cells differ
-# from its notebook's. The copies are what ran on this machine: simulated GPUs where it has none
-# (each notebook's first cell decides which), its real GPU where it has one. Execution times and
-# this checkout's path are left out, so a refresh changes only what the cells showed.
+# Run it after changing a notebook or what it shows: the notebook tests fail while an executed
+# copy's cells differ from its notebook's, or its outputs from what the notebook shows now
+# (numbers, times and paths masked). The copies are what ran on this machine: simulated GPUs
+# where it has none (each notebook's first cell decides which), its real GPU where it has one.
+# Execution times and this checkout's path are left out, so a refresh changes only what the
+# cells showed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rm -rf target/notebooks
-cargo test --test jupyter tutorial_notebooks_run_and_teach_their_facts -- --exact
+PLACELAB_REFRESHING_EXECUTED=1 cargo test --test jupyter tutorial_notebooks_run_and_teach_their_facts -- --exact
 
 python3 - "$PWD" <<'EOF'
 import json, sys
