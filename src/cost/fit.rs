@@ -5,7 +5,7 @@
 
 use super::measured::{Row, Run};
 use super::model::Constants;
-use super::rows::{Priced, price};
+use super::rows::{Priced, Work, price};
 use crate::cost::GpuSpec;
 
 /// Rows of the H200 run (commit a24d9d0) whose kernel placelab has since replaced: the fit and
@@ -124,19 +124,24 @@ pub struct Point {
 /// between CUDA events and (where the run kept it) the host's time for the blocking call.
 pub fn points(run: &Run) -> Vec<Point> {
     let mut points: Vec<Point> = run.rows.iter().filter_map(|row| point(run, row)).collect();
-    let walls = run.rows.iter().filter_map(|row| {
-        let wall = row.wall_seconds.filter(|w| *w > 0.0)?;
-        let Some(Priced::Events(work)) = price(row, &run.rows) else {
-            return None;
-        };
-        Some(Point {
-            row: row.clone(),
-            class: Class::BlockingCopy,
-            priced: Priced::Blocking(*work.first()?),
-            measured: wall,
+    let walls: Vec<Point> = (points.iter())
+        .filter_map(|p| {
+            let wall = p.row.wall_seconds.filter(|w| *w > 0.0)?;
+            let Priced::Events(work) = &p.priced else {
+                return None;
+            };
+            let copy @ Work::Copy(..) = *work.first()? else {
+                return None;
+            };
+            Some(Point {
+                row: p.row.clone(),
+                class: Class::BlockingCopy,
+                priced: Priced::Blocking(copy),
+                measured: wall,
+            })
         })
-    });
-    points.extend(walls.filter(|p| p.row.bench == "transfer"));
+        .collect();
+    points.extend(walls);
     points
 }
 

@@ -233,8 +233,8 @@ mod tests {
     /// PyTorch's 6.6–7.7×".
     #[test]
     fn notebook_06s_speedups_span_the_six_h200_runs() {
-        let six: Vec<&Run> = (runs().iter())
-            .filter(|r| r.spec == "h200" && r.date == "2026-11-28")
+        let six: Vec<&Run> = (crate::cost::fit::FITTED_ON.iter())
+            .filter_map(|name| run(name))
             .collect();
         assert_eq!(six.len(), 6);
         let span = |full: &str, fast: &str, torch: bool| -> (f64, f64) {
