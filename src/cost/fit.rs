@@ -523,6 +523,44 @@ mod tests {
         assert_eq!(add.measured, add.row.seconds);
     }
 
+    /// Notebook 06's ranges over the six H200 runs of 2026-11-28: "the product gained
+    /// 14.0–14.7×, the step 2.9–3.1× (PyTorch's 1.5–2.1×)", TF32 "7.0–7.6× in the six runs,
+    /// PyTorch's 6.6–7.7×".
+    #[test]
+    fn notebook_06s_speedups_span_the_six_h200_runs() {
+        let six: Vec<&Run> = FITTED_ON
+            .iter()
+            .filter_map(|name| crate::cost::measured::run(name))
+            .collect();
+        assert_eq!(six.len(), 6);
+        let span = |full: &str, fast: &str, torch: bool| -> (f64, f64) {
+            let ratios = six.iter().map(|r| {
+                let (f, b) = (r.op(full).unwrap(), r.op(fast).unwrap());
+                match torch {
+                    true => f.torch_seconds.unwrap() / b.torch_seconds.unwrap(),
+                    false => f.seconds / b.seconds,
+                }
+            });
+            ratios.fold((f64::MAX, 0.0), |(lo, hi), x| (lo.min(x), hi.max(x)))
+        };
+        let rounded =
+            |(lo, hi): (f64, f64)| ((lo * 10.0).round() / 10.0, (hi * 10.0).round() / 10.0);
+        let (f32, bf16, tf32) = (
+            "matmul 4096^3 f32",
+            "matmul 4096^3 bf16",
+            "matmul 4096^3 f32 tf32",
+        );
+        let (step, autocast) = (
+            "step 1024-4096-4096-10 b1024",
+            "step 1024-4096-4096-10 b1024 bf16 autocast",
+        );
+        assert_eq!(rounded(span(f32, bf16, false)), (14.0, 14.7));
+        assert_eq!(rounded(span(step, autocast, false)), (2.9, 3.1));
+        assert_eq!(rounded(span(step, autocast, true)), (1.5, 2.1));
+        assert_eq!(rounded(span(f32, tf32, false)), (7.0, 7.6));
+        assert_eq!(rounded(span(f32, tf32, true)), (6.6, 7.7));
+    }
+
     fn points_of(run: &Run, name: &str) -> Point {
         points(run)
             .into_iter()
