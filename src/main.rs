@@ -1,12 +1,12 @@
 //! The `placelab` command: the REPL (default), the Jupyter kernel and its installer,
-//! `run-script FILE`, `devices`.
+//! `run-script FILE`, `run-notebook NB`, `devices`.
 
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use placelab::frontend::cell_output::Sink;
 use placelab::frontend::evaluator::{Analyzer, Evaluator};
-use placelab::frontend::kernel::{self, install::Place};
+use placelab::frontend::kernel::{self, install::Place, run_notebook};
 use placelab::frontend::{devices_banner, prebuild, progress, repl, script, session, setup};
 
 #[derive(Parser)]
@@ -28,6 +28,22 @@ enum Command {
     RunScript {
         /// The script to run (required): Rust cells, each starting after a `// %%` line
         file: PathBuf,
+    },
+    /// Run a notebook's code cells in order and write it with their outputs, as
+    /// `jupyter nbconvert --execute --to notebook` would (no Jupyter needed)
+    ///
+    /// A failed cell stops the run, unless it is tagged raises-exception (its error is its
+    /// lesson) or --allow-errors is given; what ran is written either way. Ctrl-C interrupts
+    /// the running cell and stops. The cells run in the notebook's folder, as in Jupyter.
+    RunNotebook {
+        /// The notebook to run (required; .ipynb, nbformat 4)
+        notebook: PathBuf,
+        /// Where to write it, with its outputs (default NAME.nbconvert.ipynb beside it)
+        #[arg(long, value_name = "OUT.ipynb")]
+        out: Option<PathBuf>,
+        /// Run every cell, whatever fails before it
+        #[arg(long)]
+        allow_errors: bool,
     },
     /// List the devices and exit
     Devices,
@@ -172,6 +188,11 @@ fn main() {
             Err(e) => fail(&e),
         },
         Command::RunScript { file } => run_script(&file),
+        Command::RunNotebook {
+            notebook,
+            out,
+            allow_errors,
+        } => run_notebook(notebook, out, allow_errors),
         Command::Devices => {
             println!("{}", devices_banner(true));
             0
@@ -260,6 +281,28 @@ fn run_script(file: &std::path::Path) -> i32 {
     };
     evaluator.finish(std::time::Duration::from_secs(5));
     code
+}
+
+/// Reads the notebook before anything starts (a wrong file fails at once), then runs it in its
+/// own folder, as Jupyter does.
+fn run_notebook(notebook: PathBuf, out: Option<PathBuf>, allow_errors: bool) -> i32 {
+    let read = match kernel::notebook_file::Notebook::read(&notebook) {
+        Ok(nb) => nb,
+        Err(e) => return fail(&e),
+    };
+    let out = out.unwrap_or_else(|| run_notebook::default_out(&notebook));
+    let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let (notebook, out) = (absolute(&notebook), absolute(&out));
+    let options = run_notebook::Options { out, allow_errors };
+    if let Some(folder) = notebook.parent()
+        && let Err(e) = std::env::set_current_dir(folder)
+    {
+        return fail(&format!("cannot run in {}: {e}", folder.display()));
+    }
+    match session::prepare(&format!("notebook {}", notebook.display())) {
+        Ok(prepared) => run_notebook::run(read, &options, prepared),
+        Err(e) => fail(&e),
+    }
 }
 
 fn fail(msg: &str) -> i32 {

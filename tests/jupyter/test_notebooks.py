@@ -19,6 +19,7 @@ import difflib
 import json
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -828,3 +829,85 @@ def test_08_capstone():
     assert "index_select" in text and "(in addmm's backward)" in text, text
     found = re.search(r"test accuracy ([\d.]+)% · parameters 37.54 KiB", run.text("solution-run"))
     assert found and float(found.group(1)) >= 95.0, run.text("solution-run")
+
+
+# ---------------------------------------------------------------------------------------------
+# `placelab run-notebook`: the tutorials with no Jupyter
+
+
+def run_notebook(path: Path, out: Path, *flags: str) -> tuple[int, str]:
+    """`placelab run-notebook PATH --out OUT FLAGS`, with the kernel's environment; returns the
+    exit code and what it said on stderr."""
+    done = subprocess.run(
+        [os.environ["PLACELAB_BIN"], "run-notebook", str(path), "--out", str(out), *flags],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True,
+    )
+    return done.returncode, done.stderr
+
+
+def kinds(cell: Any) -> list[str]:
+    """A cell's kinds of output, a stream's consecutive messages as one, in sorted order: the
+    memory strip comes before the value when it was shown live (the cell ran long enough), after
+    it otherwise."""
+    merged: list[str] = []
+    for o in cell.get("outputs", []):
+        kind = o["output_type"] + (f" {o['name']}" if o["output_type"] == "stream" else "")
+        if not (merged and kind.startswith("stream") and merged[-1] == kind):
+            merged.append(kind)
+    return sorted(merged)
+
+
+@pytest.mark.limit(400)
+def test_run_notebook_writes_what_nbclient_writes():
+    """Deliver 5 of issue 64: `placelab run-notebook` runs a notebook through the kernel's own
+    session with no Jupyter, and writes what nbclient writes. The executed copy is nbclient's run
+    of the notebook (test_00 holds it to a fresh one), so each cell's text and kinds of output
+    are held to it, run-to-run values masked."""
+    if EMULATED:
+        pytest.skip("the executed copies are the simulated run's: an emulated one has none to match")
+    name = "00-rust-for-pytorch-users.ipynb"
+    out = OUT / name.replace(".ipynb", ".run-notebook.ipynb")
+    OUT.mkdir(parents=True, exist_ok=True)
+    code, said = run_notebook(NOTEBOOKS / name, out)
+    assert code == 0, said
+    source = nbformat.read(NOTEBOOKS / name, as_version=4)
+    cells = [c for c in source.cells if c.cell_type == "code"]
+    assert f"ran {len(cells)} code cells in " in said and f"[{len(cells)}/{len(cells)}] cell your-turn: ok" in said, said
+    assert "cell error: failed, as its tag raises-exception says it may" in said, said
+    nb = nbformat.read(out, as_version=4)
+    nbformat.validate(nb)
+    copy = nbformat.read(NOTEBOOKS / "executed" / name, as_version=4)
+    assert nb.metadata.language_info == copy.metadata.language_info
+    assert [c.source for c in nb.cells] == [c.source for c in source.cells]
+    kept = {c.id: c for c in copy.cells if c.cell_type == "code"}
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        assert cell.execution_count == n + 1, cell.id
+        assert masked_lines(cell) == masked_lines(kept[cell.id]), f"{cell.id}:\n{cell.outputs}\n{kept[cell.id].outputs}"
+        assert kinds(cell) == kinds(kept[cell.id]), f"{cell.id}:\n{cell.outputs}\n{kept[cell.id].outputs}"
+
+
+@pytest.mark.limit(400)
+def test_run_notebook_stops_at_a_failed_cell_and_keeps_what_ran(tmp_path: Path):
+    """A cell that fails without the tag raises-exception stops the run, as nbconvert's does:
+    the cells before it keep their outputs, the message names the cell and says how to go on,
+    and --allow-errors runs every cell."""
+    cells = [("set", "let x = 2;"), ("value", "x * 21"), ("typo", "y + 1"), ("after", "x")]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s, id=i) for i, s in cells])
+    nb.metadata.kernelspec = {"name": KERNEL_NAME, "display_name": "Rust (placelab)", "language": "rust"}
+    path = tmp_path / "typo.ipynb"
+    nbformat.write(nb, path)
+    code, said = run_notebook(path, tmp_path / "out.ipynb")
+    assert code == 1, said
+    assert "cell typo failed, so the run stopped there (3 of 4 code cells ran" in said, said
+    assert "cannot find value `y`" in said and "--allow-errors" in said, said
+    ran = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    nbformat.validate(ran)
+    by_id = {c.id: c for c in ran.cells}
+    assert by_id["value"].outputs[0].data["text/plain"] == "42", by_id["value"].outputs
+    error = [o for o in by_id["typo"].outputs if o.output_type == "error"]
+    assert len(error) == 1 and error[0].ename == "CompileError", by_id["typo"].outputs
+    assert by_id["after"].outputs == [] and by_id["after"].execution_count is None
+    code, said = run_notebook(path, tmp_path / "all.ipynb", "--allow-errors")
+    assert code == 0 and "ran 4 code cells" in said, said
+    after = {c.id: c for c in nbformat.read(tmp_path / "all.ipynb", as_version=4).cells}["after"]
+    assert after.execution_count == 4 and after.outputs[0].data["text/plain"] == "2", after.outputs

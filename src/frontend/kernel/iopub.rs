@@ -38,6 +38,12 @@ impl Iopub {
         Iopub(tx)
     }
 
+    /// An iopub whose messages are kept in a channel instead of sent (`run-notebook`).
+    pub fn recording() -> (Iopub, mpsc::UnboundedReceiver<JupyterMessage>) {
+        let (tx, rx) = mpsc::unbounded_channel::<JupyterMessage>();
+        (Iopub(tx), rx)
+    }
+
     pub fn send(&self, content: impl Into<JupyterMessageContent>, parent: &JupyterMessage) {
         let mut message = JupyterMessage::new(content, Some(parent));
         // iopub messages are broadcast: no ROUTER identities in the topic frame.

@@ -10,7 +10,9 @@ pub mod install;
 mod iopub;
 mod live_strip;
 mod log;
+pub mod notebook_file;
 mod replies;
+pub mod run_notebook;
 mod shell;
 mod streams;
 mod wire;
@@ -58,14 +60,10 @@ pub fn read_connection_file(path: &Path) -> Result<ConnectionInfo, String> {
 
 /// Runs the kernel until a `shutdown_request` or SIGTERM; returns the process's exit code.
 pub fn run(info: ConnectionInfo, prepared: Prepared) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(r) => r,
         Err(e) => {
-            log(format!("cannot start the async runtime: {e}"));
+            log(e);
             return 1;
         }
     };
@@ -77,6 +75,23 @@ pub fn run(info: ConnectionInfo, prepared: Prepared) -> i32 {
         evaluator.finish(interrupt_grace() + Duration::from_secs(3));
     }
     code
+}
+
+/// The runtime the channels' tasks run on (two threads: a cell never stops the control channel).
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+/// The kernel's history of cells, also of notebooks run by `run-notebook`.
+fn history() -> History {
+    History::open(match std::env::var_os("PLACELAB_HISTORY") {
+        Some(path) => path.into(),
+        None => super::setup::cache_dir().join("kernel-history.jsonl"),
+    })
 }
 
 /// The five sockets, bound before the evaluator starts, so a busy port fails fast and clearly.
@@ -164,10 +179,7 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> (i32, Option<Evaluat
         Some(streams.clear_sink()),
         Analyzer::OnDemand,
     );
-    let history = History::open(match std::env::var_os("PLACELAB_HISTORY") {
-        Some(path) => path.into(),
-        None => super::setup::cache_dir().join("kernel-history.jsonl"),
-    });
+    let history = history();
     let (reply, shell_recv) = shell.split();
     let banner = replies::banner();
     let mut shell = Shell {
