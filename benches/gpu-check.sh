@@ -8,6 +8,8 @@
 #                                  # PyTorch, write OUT/gpu-results.md (OUT defaults to $OUT or
 #                                  # target/gpu-check/out), and OUT/run.json: the GPU,
 #                                  # driver, host CPU, PyTorch and the commit measured
+#   benches/gpu-check.sh notebooks # on a GPU machine with Rust: the nine tutorials, checked,
+#                                  # their executed copies in notebooks/executed-GPU/ (below)
 #
 # `run` checks every op against the CPU backend and PyTorch's reference cases, the allocator's
 # numbers against PyTorch's for the same allocations, and measures host↔device bandwidth
@@ -185,8 +187,54 @@ PY
     return "$status"
 }
 
+# `notebooks [--emulated]`: the nine tutorials run by `placelab run-notebook` on this machine's
+# GPU, each held to every assertion of tests/jupyter/test_notebooks.py that holds on a real GPU;
+# their executed copies go to notebooks/executed-GPU/ (`h200` for an NVIDIA H200). With
+# --emulated, the dry run: emulated devices, the copies left in target/gpu-check/. Unlike `run`
+# it needs what a user's machine has: a Rust toolchain (the cells are Rust) and Python 3 with
+# venv (the checks: a venv from tests/jupyter/requirements.txt is made in target/ if none is).
+notebooks() {
+    local emulated=""
+    [ "${1:-}" = --emulated ] && emulated=1
+    if ! command -v cargo > /dev/null; then
+        echo "gpu-check notebooks: the cells are Rust: install a toolchain (https://rustup.rs)" >&2
+        return 2
+    fi
+    cargo build --release --quiet
+    local python=target/jupyter-venv/bin/python
+    if [ ! -x "$python" ]; then
+        python=target/notebook-venv/bin/python
+        [ -x "$python" ] || python3 -m venv target/notebook-venv
+        "$python" -m pip install --quiet -r tests/jupyter/requirements.txt
+    fi
+    local gpu out
+    unset PLACELAB_SIMULATE_CUDA PLACELAB_EMULATE_CUDA
+    if [ -n "$emulated" ]; then
+        gpu=emulated
+        export PLACELAB_EMULATE_CUDA=2,16GiB
+    else
+        gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 \
+            | tr 'A-Z' 'a-z' | sed -e 's/^nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/-$//')
+        export PLACELAB_CUDA_LIB_DIRS="${PLACELAB_CUDA_LIB_DIRS:-$(cuda_lib_dirs)}"
+    fi
+    out=target/gpu-check/notebooks-$gpu
+    rm -rf "$out"
+    mkdir -p "$out"
+    local started=$SECONDS status=0
+    PLACELAB_NOTEBOOK_RUNNER=run-notebook PLACELAB_BIN=target/release/placelab \
+        PLACELAB_NOTEBOOK_OUT="$out" PLACELAB_HISTORY="$out/history.jsonl" \
+        "$python" -m pytest -q -p no:cacheprovider --durations=0 tests/jupyter/test_notebooks.py \
+        -k "test_0" 2>&1 | tee "$out/pytest.log" || status=1
+    if [ -z "$emulated" ]; then
+        python3 notebooks/keep-executed.py "$out" "notebooks/executed-$gpu" || status=1
+    fi
+    echo "gpu-check notebooks on $gpu: $([ "$status" = 0 ] && echo passed || echo FAILED) in $((SECONDS - started)) s (executed copies: $([ -n "$emulated" ] && echo "$out" || echo "notebooks/executed-$gpu"))"
+    return "$status"
+}
+
 case "${1:-}" in
     build) build ;;
     run) shift; run "$@" ;;
-    *) echo "usage: benches/gpu-check.sh build | run [OUT]" >&2; exit 2 ;;
+    notebooks) shift; notebooks "$@" ;;
+    *) echo "usage: benches/gpu-check.sh build | run [OUT] | notebooks [--emulated]" >&2; exit 2 ;;
 esac

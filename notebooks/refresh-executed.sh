@@ -17,23 +17,4 @@ cd "$(dirname "$0")/.."
 rm -rf target/notebooks
 PLACELAB_REFRESHING_EXECUTED=1 cargo test --test jupyter tutorial_notebooks_run_and_teach_their_facts -- --exact
 
-python3 - "$PWD" <<'EOF'
-import json, sys
-from pathlib import Path
-
-root = sys.argv[1]
-out = Path("notebooks/executed")
-out.mkdir(exist_ok=True)
-for old in out.glob("*.ipynb"):
-    old.unlink()
-for ran in sorted(Path("target/notebooks").glob("*.ipynb")):
-    nb = json.loads(ran.read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        # nbclient's timestamps: they would change every cell on every refresh.
-        cell.get("metadata", {}).pop("execution", None)
-    text = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
-    # A plot's text says where it was written: inside this checkout, said relative to it.
-    text = text.replace(root + "/", "")
-    (out / ran.name).write_text(text, encoding="utf-8")
-    print(f"notebooks/executed/{ran.name}")
-EOF
+python3 notebooks/keep-executed.py target/notebooks notebooks/executed

@@ -44,6 +44,9 @@ enum Command {
         /// Run every cell, whatever fails before it
         #[arg(long)]
         allow_errors: bool,
+        /// The folder the cells run in (default: the notebook's, as in Jupyter)
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
     },
     /// List the devices and exit
     Devices,
@@ -192,7 +195,8 @@ fn main() {
             notebook,
             out,
             allow_errors,
-        } => run_notebook(notebook, out, allow_errors),
+            cwd,
+        } => run_notebook(notebook, out, allow_errors, cwd),
         Command::Devices => {
             println!("{}", devices_banner(true));
             0
@@ -284,8 +288,13 @@ fn run_script(file: &std::path::Path) -> i32 {
 }
 
 /// Reads the notebook before anything starts (a wrong file fails at once), then runs it in its
-/// own folder, as Jupyter does.
-fn run_notebook(notebook: PathBuf, out: Option<PathBuf>, allow_errors: bool) -> i32 {
+/// own folder, as Jupyter does, or in `cwd`.
+fn run_notebook(
+    notebook: PathBuf,
+    out: Option<PathBuf>,
+    allow_errors: bool,
+    cwd: Option<PathBuf>,
+) -> i32 {
     let read = match kernel::notebook_file::Notebook::read(&notebook) {
         Ok(nb) => nb,
         Err(e) => return fail(&e),
@@ -294,7 +303,7 @@ fn run_notebook(notebook: PathBuf, out: Option<PathBuf>, allow_errors: bool) -> 
     let absolute = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let (notebook, out) = (absolute(&notebook), absolute(&out));
     let options = run_notebook::Options { out, allow_errors };
-    if let Some(folder) = notebook.parent()
+    if let Some(folder) = cwd.as_deref().or(notebook.parent())
         && let Err(e) = std::env::set_current_dir(folder)
     {
         return fail(&format!("cannot run in {}: {e}", folder.display()));

@@ -26,8 +26,6 @@ from typing import Any
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-from nbconvert import HTMLExporter
 
 from kernel_helpers import FIRST_CELL_TIMEOUT, KERNEL_NAME, record
 
@@ -36,6 +34,11 @@ OUT = Path(os.environ.get("PLACELAB_NOTEBOOK_OUT", "target/notebooks"))
 # On emulated devices the guess cells are filled in, as a learner would (the simulated run is
 # Run All as committed, the executed copies): each notebook runs once per path.
 EMULATED = bool(os.environ.get("PLACELAB_EMULATE_CUDA"))
+# What runs each notebook: nbclient through the installed kernel, or `placelab run-notebook`
+# (benches/gpu-check.sh notebooks: a GPU machine need not have Jupyter), which runs it as
+# committed, guesses unwritten, and writes what ran to OUT on every kind of device.
+RUNNER = os.environ.get("PLACELAB_NOTEBOOK_RUNNER", "nbclient")
+assert RUNNER in ("nbclient", "run-notebook"), f"PLACELAB_NOTEBOOK_RUNNER={RUNNER}: nbclient or run-notebook"
 MiB = 1 << 20
 
 # ---------------------------------------------------------------------------------------------
@@ -183,7 +186,7 @@ def execute(name: str, guesses: dict[str, list[str]] | None = None) -> Run:
     nb = nbformat.read(path, as_version=4)
     committed_clean(name, nb)
     nb.cells.append(nbformat.v4.new_code_cell(solution(nb), id="solution-run"))
-    guesses = guesses if EMULATED else None
+    guesses = guesses if EMULATED and RUNNER == "nbclient" else None
     for cell_id, values in (guesses or {}).items():
         cells = [c for c in nb.cells if c.id == cell_id]
         assert len(cells) == 1 and cells[0].source.lstrip().startswith("// Your prediction"), f"{name}: {cell_id} is no guess cell"
@@ -191,24 +194,32 @@ def execute(name: str, guesses: dict[str, list[str]] | None = None) -> Run:
         cells[0].source = re.sub(r"= None;", lambda _: f"= Some({next(written)});", cells[0].source)
         assert next(written, None) is None and "= None;" not in cells[0].source, f"{name}: {cell_id} takes {len(values)} guesses"
     started = time.monotonic()
-    client = NotebookClient(
-        nb,
-        timeout=int(FIRST_CELL_TIMEOUT),
-        startup_timeout=60,
-        kernel_name=KERNEL_NAME,
-        record_timing=True,
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
-    )
-    # Cells tagged `raises-exception` may fail; any other failure raises CellExecutionError.
-    client.execute()
+    if RUNNER == "run-notebook":
+        nb = run_through_placelab(name, nb)
+    else:
+        from nbclient import NotebookClient
+
+        client = NotebookClient(
+            nb,
+            timeout=int(FIRST_CELL_TIMEOUT),
+            startup_timeout=60,
+            kernel_name=KERNEL_NAME,
+            record_timing=True,
+            resources={"metadata": {"path": str(NOTEBOOKS)}},
+        )
+        # Cells tagged `raises-exception` may fail; any other failure raises CellExecutionError.
+        client.execute()
     solved = nb.cells.pop()
     record(f"{name}, {len(nb.cells)} cells incl. kernel start", f"{time.monotonic() - started:.1f} s")
     nbformat.validate(nb)
     if not guesses:
         OUT.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, OUT / name)
-        html, _ = HTMLExporter().from_notebook_node(nb)
-        (OUT / name).with_suffix(".html").write_text(html, encoding="utf-8")
+        if RUNNER == "nbclient":
+            from nbconvert import HTMLExporter
+
+            html, _ = HTMLExporter().from_notebook_node(nb)
+            (OUT / name).with_suffix(".html").write_text(html, encoding="utf-8")
     run = Run(nb)
     # refresh-executed.sh runs these tests to write new copies: nothing to hold them to then.
     if not guesses and run.simulated and not os.environ.get("PLACELAB_REFRESHING_EXECUTED"):
@@ -231,6 +242,22 @@ def execute(name: str, guesses: dict[str, list[str]] | None = None) -> Run:
         if expected and not (cell.id == "gpu-mismatch" and run.real_gpu):
             assert failed, f"{name}: the cell's error is the lesson, but it succeeded\n{run.describe(cell.id)}"
     return run
+
+
+def run_through_placelab(name: str, nb: Any) -> Any:
+    """`placelab run-notebook` of `nb` (the solution cell appended, guesses as given); returns
+    the notebook it wrote. It runs in notebooks/, as nbclient's run does (08 reads its data
+    there), though the copy it runs is in OUT."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    running = OUT / f"{Path(name).stem}.running.ipynb"
+    nbformat.write(nb, running)
+    ran = running.with_suffix(".ran.ipynb")
+    code, said = run_notebook(running, ran, "--cwd", str(NOTEBOOKS))
+    assert code == 0, f"{name}: run-notebook failed:\n{said}"
+    written = nbformat.read(ran, as_version=4)
+    running.unlink()
+    ran.unlink()
+    return written
 
 
 # What changes from run to run in a cell's text, masked before an executed copy is compared:
