@@ -217,7 +217,8 @@ notebooks() {
             | tr 'A-Z' 'a-z' | sed -e 's/^nvidia //' -e 's/[^a-z0-9]\+/-/g' -e 's/-$//')
         export PLACELAB_CUDA_LIB_DIRS="${PLACELAB_CUDA_LIB_DIRS:-$(cuda_lib_dirs)}"
     fi
-    out=target/gpu-check/notebooks-$gpu
+    # Absolute: the cells run in notebooks/ (08 reads its data there).
+    out=$PWD/target/gpu-check/notebooks-$gpu
     rm -rf "$out"
     mkdir -p "$out"
     local started=$SECONDS status=0
