@@ -49,6 +49,7 @@ RESULTS = ROOT / "benches" / "RESULTS.md"
 MARKERS = {
     "PLACELAB_CARD_BEGIN", "PLACELAB_CARD_PLAIN", "PLACELAB_CARD_HTML", "PLACELAB_CARD_END",
     "PLACELAB_CELL_FAILED", "PLACELAB_CELL_FAILED_END", "PLACELAB_CLEAR_OUTPUT", "PLACELAB_SYNC",
+    "PLACELAB_FOLD_OUTPUT",
 }
 # Variables placelab sets for its own child processes: in README's prose, not in `--help`.
 # (What the tests set for theirs, PLACELAB_OWN_PROCESS among them, has a row in a table.)

@@ -35,19 +35,7 @@ enum Command {
     /// A failed cell stops the run, unless it is tagged raises-exception (its error is its
     /// lesson) or --allow-errors is given; what ran is written either way. Ctrl-C interrupts
     /// the running cell and stops. The cells run in the notebook's folder, as in Jupyter.
-    RunNotebook {
-        /// The notebook to run (required; .ipynb, nbformat 4)
-        notebook: PathBuf,
-        /// Where to write it, with its outputs (default NAME.nbconvert.ipynb beside it)
-        #[arg(long, value_name = "OUT.ipynb")]
-        out: Option<PathBuf>,
-        /// Run every cell, whatever fails before it
-        #[arg(long)]
-        allow_errors: bool,
-        /// The folder the cells run in (default: the notebook's, as in Jupyter)
-        #[arg(long, value_name = "DIR")]
-        cwd: Option<PathBuf>,
-    },
+    RunNotebook(RunNotebookArgs),
     /// List the devices and exit
     Devices,
     /// Run as a Jupyter kernel (Jupyter starts this; see install-kernel)
@@ -89,6 +77,21 @@ enum Command {
         #[arg(long, default_value = "placelab")]
         name: String,
     },
+}
+
+#[derive(Args)]
+struct RunNotebookArgs {
+    /// The notebook to run (required; .ipynb, nbformat 4)
+    notebook: PathBuf,
+    /// Where to write it, with its outputs (default NAME.nbconvert.ipynb beside it)
+    #[arg(long, value_name = "OUT.ipynb")]
+    out: Option<PathBuf>,
+    /// Run every cell, whatever fails before it
+    #[arg(long)]
+    allow_errors: bool,
+    /// The folder the cells run in (default: the notebook's, as in Jupyter)
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -191,12 +194,7 @@ fn main() {
             Err(e) => fail(&e),
         },
         Command::RunScript { file } => run_script(&file),
-        Command::RunNotebook {
-            notebook,
-            out,
-            allow_errors,
-            cwd,
-        } => run_notebook(notebook, out, allow_errors, cwd),
+        Command::RunNotebook(args) => run_notebook(args),
         Command::Devices => {
             println!("{}", devices_banner(true));
             0
@@ -289,12 +287,13 @@ fn run_script(file: &std::path::Path) -> i32 {
 
 /// Reads the notebook before anything starts (a wrong file fails at once), then runs it in its
 /// own folder, as Jupyter does, or in `cwd`.
-fn run_notebook(
-    notebook: PathBuf,
-    out: Option<PathBuf>,
-    allow_errors: bool,
-    cwd: Option<PathBuf>,
-) -> i32 {
+fn run_notebook(args: RunNotebookArgs) -> i32 {
+    let RunNotebookArgs {
+        notebook,
+        out,
+        allow_errors,
+        cwd,
+    } = args;
     let read = match kernel::notebook_file::Notebook::read(&notebook) {
         Ok(nb) => nb,
         Err(e) => return fail(&e),

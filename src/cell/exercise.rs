@@ -25,6 +25,10 @@ pub enum Verdict {
 /// ```
 pub fn check<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> Verdict {
     let (verdict, line) = judge(what, guess, actual);
+    if verdict == Verdict::NotWritten {
+        // Read top to bottom under Run All, the answer would come before any guess.
+        crate::cell::show::fold_output();
+    }
     println!("{line}");
     verdict
 }

@@ -70,6 +70,18 @@ impl Tensor {
     }
 }
 
+/// The line `exercise::check` prints for the front end when no prediction was written: a
+/// notebook then folds what the cell showed (the answer) until the learner opens it.
+pub const FOLD_OUTPUT: &str = "PLACELAB_FOLD_OUTPUT";
+
+/// Asks a notebook to fold the running cell's output behind a "show what ran" element; the REPL
+/// and scripts show it as ever. Outside a session it does nothing.
+pub(crate) fn fold_output() {
+    if std::env::var_os(crate::cell::probe::ENV).is_some() {
+        write_out(&format!("{FOLD_OUTPUT}\n"))
+    }
+}
+
 /// The line `clear_output` prints for the front end: this marker, then `wait` or `now`.
 pub const CLEAR_OUTPUT: &str = "PLACELAB_CLEAR_OUTPUT";
 

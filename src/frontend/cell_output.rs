@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use evcxr::EvalContextOutputs;
 
 use super::report::{ErrorKind, Output};
-use crate::cell::show::CLEAR_OUTPUT;
+use crate::cell::show::{CLEAR_OUTPUT, FOLD_OUTPUT};
 use crate::cell::streams::{FAILED_BEGIN, FAILED_END, Failure, SYNC};
 use crate::display::{CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN};
 
@@ -27,6 +27,8 @@ struct State {
     card_open: bool,
     /// Where `clear_output()` goes; none in the REPL and scripts, which keep everything.
     on_clear: Option<ClearSink>,
+    /// A check in the cell had no prediction written (`exercise::check`): fold what it showed.
+    fold: bool,
 }
 
 #[derive(Clone, Default)]
@@ -52,6 +54,7 @@ impl CellOutput {
                     }
                     (_, Some(lines)) => lines.push(line),
                     (l, None) if l.starts_with(CLEAR_OUTPUT) => out.clear(l.ends_with("wait")),
+                    (FOLD_OUTPUT, None) => out.ask_fold(),
                     _ => sink_out(false, &line),
                 }
             }
@@ -114,6 +117,17 @@ impl CellOutput {
             .unwrap_or_else(|e| e.into_inner())
             .outputs
             .push(o);
+    }
+
+    fn ask_fold(&self) {
+        let (state, _) = &*self.0;
+        state.lock().unwrap_or_else(|e| e.into_inner()).fold = true;
+    }
+
+    /// Whether the cell asked its output folded (read once the cell has ended; then lowered).
+    pub fn take_fold(&self) -> bool {
+        let (state, _) = &*self.0;
+        std::mem::take(&mut state.lock().unwrap_or_else(|e| e.into_inner()).fold)
     }
 
     pub fn on_clear(&self, clear: ClearSink) {

@@ -71,6 +71,9 @@ pub struct CellReport {
     /// The user interrupted the cell (however it then ended: stopped, panicked on the
     /// interrupt's error, or its process killed after the grace).
     pub interrupted: bool,
+    /// A check in the cell had no prediction written: a notebook folds what the cell showed
+    /// behind a "show what ran" element; the REPL shows it as ever.
+    pub folded: bool,
 }
 
 impl CellReport {

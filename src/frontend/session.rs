@@ -531,6 +531,7 @@ impl Session {
                 .wait_for_sync(self.sync_token, Duration::from_secs(2));
         }
         report.outputs.append(&mut self.cell_output.take());
+        report.folded = self.cell_output.take_fold();
         match result {
             Ok(out) => {
                 let get = |k: &str| out.content_by_mime_type.get(k).cloned();

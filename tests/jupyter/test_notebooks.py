@@ -83,8 +83,14 @@ class Run:
         return "\n".join(strips)
 
     def card(self, cell_id: str) -> str:
-        """The cell's value, checked to be a rendered tensor card (HTML beside the text)."""
+        """The cell's value, checked to be a rendered tensor card (HTML beside the text). In a
+        check's fold (no prediction written) the card is the fold's text from its first line."""
         results = self.outputs(cell_id, "execute_result")
+        folds = [o for o in self.outputs(cell_id, "display_data") if is_folded(o)]
+        if not results and folds:
+            assert "placelab-tensor" in folds[0].data["text/html"], self.describe(cell_id)
+            text = folds[0].data["text/plain"]
+            return text[text.index("\nTensor ") + 1:]
         assert len(results) == 1, self.describe(cell_id)
         data = results[0].data
         assert "placelab-tensor" in data.get("text/html", ""), self.describe(cell_id)
@@ -164,6 +170,28 @@ def is_strip(output: Any) -> bool:
     return "placelab-memory" in output.get("data", {}).get("text/html", "")
 
 
+def is_folded(output: Any) -> bool:
+    """A check's fold: what its cell showed, behind "show what ran" (no prediction written)."""
+    return output.get("data", {}).get("text/html", "").startswith('<details class="placelab-folded">')
+
+
+def check_folds(name: str, nb: Any, guessed: bool) -> None:
+    """Under Run All no guess is written, so a check's answer must not be read before a guess:
+    each check cell shows what ran folded (one fold, its stdout inside, none beside it), its text
+    unchanged. With the guesses written, nothing is folded."""
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "exercise::check(" not in cell.source:
+            continue
+        folds = [o for o in cell.outputs if is_folded(o)]
+        printed = [o for o in cell.outputs if o.output_type == "stream" and o.name == "stdout"]
+        if guessed:
+            assert not folds, f"{name}: {cell.id} is folded though its guesses were written"
+            continue
+        assert len(folds) == 1 and not printed, f"{name}: {cell.id} should show what ran folded: {cell.outputs}"
+        assert "You wrote no prediction" in folds[0].data["text/plain"], folds[0].data["text/plain"]
+        assert "<summary" in folds[0].data["text/html"] and "Show what ran" in folds[0].data["text/html"]
+
+
 def solution(nb: Any) -> str:
     """The code of the task's solution, folded in the markdown cell `solution`."""
     folded = [c for c in nb.cells if c.id == "solution"]
@@ -225,6 +253,7 @@ def execute(name: str, guesses: dict[str, list[str]] | None = None) -> Run:
     if not guesses and run.simulated and not os.environ.get("PLACELAB_REFRESHING_EXECUTED"):
         outputs_match_the_executed_copy(name, nb)
     run.guessed = bool(guesses)
+    check_folds(name, nb, run.guessed)
     run.cells[solved.id] = solved
     assert not any(o.output_type == "error" for o in solved.outputs), run.describe(solved.id)
     # The scaffold ran as committed, under Run All: it says what is left, and fails nothing.
@@ -892,6 +921,8 @@ def test_run_notebook_writes_what_nbclient_writes():
     are held to it, run-to-run values masked."""
     if EMULATED:
         pytest.skip("the executed copies are the simulated run's: an emulated one has none to match")
+    if os.environ.get("PLACELAB_REFRESHING_EXECUTED"):
+        pytest.skip("refresh-executed.sh is writing new executed copies: none to match yet")
     name = "00-rust-for-pytorch-users.ipynb"
     out = OUT / name.replace(".ipynb", ".run-notebook.ipynb")
     OUT.mkdir(parents=True, exist_ok=True)

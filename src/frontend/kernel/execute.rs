@@ -11,6 +11,7 @@ use jupyter_protocol::{
 };
 use tokio::sync::oneshot;
 
+use super::folded::folded;
 use super::iopub::{Iopub, plain_and_html};
 use super::live_strip::Strip;
 use super::streams::Streams;
@@ -76,8 +77,19 @@ impl Executor {
         let error = report
             .error_text()
             .map(|(kind, text)| reply_error(kind, &text));
-        if !silent {
+        // A check with no prediction written: what the cell showed goes behind a fold.
+        let printed = (report.folded && !silent)
+            .then(|| self.streams.printed())
+            .flatten();
+        if let Some(printed) = &printed {
+            self.streams.clear(true).await;
+            self.iopub
+                .send(DisplayData::new(folded(printed, &report.outputs)), message);
+            publish_error(&self.iopub, message, error.as_ref());
+        } else if !silent {
             publish(&self.iopub, message, count, &report, error.as_ref());
+        }
+        if !silent {
             // Under every cell that ran, what each device in use holds; under a failed cell only
             // if it changed something (its error is its output).
             let strip_change = report
@@ -233,6 +245,10 @@ fn publish(
             Output::Error { .. } => {}
         }
     }
+    publish_error(iopub, parent, error);
+}
+
+fn publish_error(iopub: &Iopub, parent: &JupyterMessage, error: Option<&ReplyError>) {
     if let Some(e) = error {
         let error = ErrorOutput {
             ename: e.ename.clone(),

@@ -6,6 +6,7 @@
 
 mod control;
 mod execute;
+mod folded;
 pub mod install;
 mod iopub;
 mod live_strip;
