@@ -34,6 +34,25 @@ pub struct Executor {
 }
 
 impl Executor {
+    /// The cells' side of a kernel on `iopub`: its streams, the evaluator starting the session
+    /// (on its own thread), the kernel's history.
+    pub fn start(iopub: Iopub, prepared: crate::frontend::session::Prepared) -> Executor {
+        let streams = Streams::start(iopub.clone());
+        let evaluator = Evaluator::spawn(
+            prepared,
+            streams.sink(),
+            Some(streams.clear_sink()),
+            crate::frontend::evaluator::Analyzer::OnDemand,
+        );
+        Executor {
+            iopub,
+            evaluator,
+            streams,
+            history: history(),
+            execution_count: 0,
+        }
+    }
+
     /// Runs one execute request and returns its reply.
     pub async fn execute(
         &mut self,
@@ -193,6 +212,14 @@ impl Executor {
             metadata: Default::default(),
         }
     }
+}
+
+/// The kernel's history of cells, also of notebooks run by `run-notebook`.
+fn history() -> History {
+    History::open(match std::env::var_os("PLACELAB_HISTORY") {
+        Some(path) => path.into(),
+        None => crate::frontend::setup::cache_dir().join("kernel-history.jsonl"),
+    })
 }
 
 /// Said before a cell that waits for the session to start.

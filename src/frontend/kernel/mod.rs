@@ -30,15 +30,13 @@ use jupyter_zmq_client::{
 };
 use tokio::sync::mpsc;
 
-use super::evaluator::{Analyzer, Evaluator};
-use super::history::History;
+use super::evaluator::Evaluator;
 use super::interrupter::interrupt_grace;
 use super::session::Prepared;
 use execute::Executor;
 use iopub::Iopub;
 use log::log;
 use shell::Shell;
-use streams::Streams;
 use wire::Incoming;
 
 /// Reads and checks the connection file a client wrote; every problem says what to do.
@@ -85,14 +83,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))
-}
-
-/// The kernel's history of cells, also of notebooks run by `run-notebook`.
-fn history() -> History {
-    History::open(match std::env::var_os("PLACELAB_HISTORY") {
-        Some(path) => path.into(),
-        None => super::setup::cache_dir().join("kernel-history.jsonl"),
-    })
 }
 
 /// The five sockets, bound before the evaluator starts, so a busy port fails fast and clearly.
@@ -173,26 +163,14 @@ async fn serve(info: ConnectionInfo, prepared: Prepared) -> (i32, Option<Evaluat
     } = sockets;
     let iopub = Iopub::start(iopub);
     tokio::spawn(async move { while heartbeat.single_heartbeat().await.is_ok() {} });
-    let streams = Streams::start(iopub.clone());
-    let evaluator = Evaluator::spawn(
-        prepared,
-        streams.sink(),
-        Some(streams.clear_sink()),
-        Analyzer::OnDemand,
-    );
-    let history = history();
+    let cells = Executor::start(iopub.clone(), prepared);
+    let evaluator = cells.evaluator.clone();
     let (reply, shell_recv) = shell.split();
     let banner = replies::banner();
     let mut shell = Shell {
         reply,
         requests: read_requests(shell_recv),
-        cells: Executor {
-            iopub: iopub.clone(),
-            evaluator: evaluator.clone(),
-            streams,
-            history,
-            execution_count: 0,
-        },
+        cells,
         banner: banner.clone(),
     };
     tokio::spawn(async move { shell.serve().await });

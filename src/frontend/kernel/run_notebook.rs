@@ -12,8 +12,7 @@ use serde_json::{Value, json};
 use super::execute::Executor;
 use super::iopub::Iopub;
 use super::notebook_file::{CellOutputs, Notebook, language_info};
-use super::streams::Streams;
-use crate::frontend::evaluator::{Analyzer, Evaluator};
+use crate::frontend::evaluator::Evaluator;
 use crate::frontend::interrupter::{self, interrupt_grace};
 use crate::frontend::session::Prepared;
 
@@ -86,20 +85,8 @@ async fn run_cells(
     prepared: Prepared,
 ) -> (usize, Option<Stop>, Evaluator) {
     let (iopub, mut messages) = Iopub::recording();
-    let streams = Streams::start(iopub.clone());
-    let evaluator = Evaluator::spawn(
-        prepared,
-        streams.sink(),
-        Some(streams.clear_sink()),
-        Analyzer::OnDemand,
-    );
-    let mut executor = Executor {
-        iopub,
-        evaluator: evaluator.clone(),
-        streams,
-        history: super::history(),
-        execution_count: 0,
-    };
+    let mut executor = Executor::start(iopub, prepared);
+    let evaluator = executor.evaluator.clone();
     let sigints = interrupter::sigints();
     let total = notebook.code_cells.len();
     let mut ran = 0;
