@@ -551,7 +551,9 @@ def test_03_transfer_cost():
     pin = re.search(r"cache warm: ([\d.]+) ms \(PyTorch ([\d.]+) ms\)\nthen sent from pinned memory: ([\d.]+) ms · from pageable memory instead: ([\d.]+) to ([\d.]+) ms", run.text("pin-measured"))
     assert pin, run.text("pin-measured")
     mine, torch, pinned, fast, slow = (float(g) for g in pin.groups())
-    assert max(mine, torch) + pinned < fast < slow and abs(mine + pinned - 2.2) < 0.1 and abs(torch + pinned - 1.9) < 0.1, pin.group(0)
+    # "about 2.1 ms (PyTorch's pin about as long), against 5.4 to 7.8 ms" (H200 run f).
+    assert max(mine, torch) + pinned < fast < slow and abs(mine + pinned - 2.1) < 0.05 and abs(torch + pinned - 2.1) < 0.05, pin.group(0)
+    assert abs(fast - 5.4) < 0.05 and abs(slow - 7.8) < 0.05, pin.group(0)
     # The 64 MiB pinned batch, copied once more: on a stand-in for an H100, predicted at PCIe 5's
     # pinned rate (about 1.2 ms).
     if run.simulated:
