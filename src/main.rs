@@ -29,10 +29,10 @@ enum Command {
         /// The script to run (required): Rust cells, each starting after a `// %%` line
         file: PathBuf,
     },
-    /// Run a notebook's code cells in order and write it with their outputs, as
-    /// `jupyter nbconvert --execute --to notebook` would (no Jupyter needed)
+    /// Run a notebook and write its outputs, as nbconvert --execute would (no Jupyter)
     ///
-    /// A failed cell stops the run, unless it is tagged raises-exception (its error is its
+    /// The same as `jupyter nbconvert --execute --to notebook`, with no Python or Jupyter on the
+    /// machine: the cells run through the session the kernel uses. A failed cell stops the run, unless it is tagged raises-exception (its error is its
     /// lesson) or --allow-errors is given; what ran is written either way. Ctrl-C interrupts
     /// the running cell and stops. The cells run in the notebook's folder, as in Jupyter.
     RunNotebook(RunNotebookArgs),
