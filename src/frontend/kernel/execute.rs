@@ -12,7 +12,7 @@ use jupyter_protocol::{
 use tokio::sync::oneshot;
 
 use super::folded::folded;
-use super::iopub::{Iopub, plain_and_html};
+use super::iopub::{Iopub, media_of, plain_and_html};
 use super::live_strip::Strip;
 use super::streams::Streams;
 use super::wire::stamp;
@@ -249,27 +249,23 @@ fn publish(
     report: &CellReport,
     error: Option<&ReplyError>,
 ) {
-    let send = |media: Media| iopub.send(DisplayData::new(media), parent);
     for o in &report.outputs {
-        match o {
-            Output::Value { plain, html, .. } => {
+        match (o, media_of(o)) {
+            (Output::Value { .. }, Some(data)) => {
                 let result = ExecuteResult {
                     execution_count: count,
-                    data: plain_and_html(plain, html.as_deref()),
+                    data,
                     metadata: Default::default(),
                     // Never null: the schema wants an object.
                     transient: Some(Transient::default()),
                 };
                 iopub.send(result, parent);
             }
-            Output::Card { plain, html, .. } => send(plain_and_html(plain, html.as_deref())),
-            Output::Table { plain, html } => send(plain_and_html(plain, Some(html))),
-            Output::Plot { svg, path } => send(Media::new(vec![
-                MediaType::Plain(format!("plot (also written to {})", path.display())),
-                MediaType::Svg(svg.clone()),
-            ])),
-            Output::Info(text) => iopub.send(StreamContent::stdout(&format!("{text}\n")), parent),
-            Output::Error { .. } => {}
+            (_, Some(media)) => iopub.send(DisplayData::new(media), parent),
+            (Output::Info(text), None) => {
+                iopub.send(StreamContent::stdout(&format!("{text}\n")), parent)
+            }
+            (_, None) => {}
         }
     }
     publish_error(iopub, parent, error);

@@ -5,11 +5,12 @@
 
 use jupyter_protocol::{Media, MediaType};
 
+use super::iopub::media_of;
 use crate::display::html::{Html, el};
 use crate::frontend::report::Output;
 
 /// What the summary says, closed.
-pub const SUMMARY: &str =
+const SUMMARY: &str =
     "Show what ran: you wrote no prediction. Write yours in the cell above first, then open this.";
 
 /// One `display_data` for the cell's stdout (`printed`) and its outputs other than errors
@@ -24,21 +25,10 @@ pub fn folded(printed: &str, outputs: &[Output]) -> Media {
         html = html.child(el("pre").text(printed.trim_end()));
     }
     for output in outputs {
-        let (text, markup): (String, Html) = match output {
-            Output::Value { plain, html, .. } | Output::Card { plain, html, .. } => {
-                let markup = match html {
-                    Some(h) => Html::raw(h.clone()),
-                    None => el("pre").text(plain).into(),
-                };
-                (plain.clone(), markup)
-            }
-            Output::Table { plain, html } => (plain.clone(), Html::raw(html.clone())),
-            Output::Info(text) => (text.clone(), el("pre").text(text).into()),
-            Output::Plot { svg, path } => (
-                format!("plot (also written to {})", path.display()),
-                Html::raw(svg.clone()),
-            ),
-            Output::Error { .. } => continue,
+        let (text, markup) = match (output, media_of(output)) {
+            (_, Some(media)) => shown(&media),
+            (Output::Info(text), None) => (text.clone(), el("pre").text(text).into()),
+            (_, None) => continue,
         };
         plain.push(text);
         html = html.child(markup);
@@ -48,6 +38,21 @@ pub fn folded(printed: &str, outputs: &[Output]) -> Media {
         MediaType::Plain(plain.join("\n")),
         MediaType::Html(html.into_string()),
     ])
+}
+
+/// An output's text, and the markup it shows in a page: its HTML or SVG, else its text.
+fn shown(media: &Media) -> (String, Html) {
+    let mut text = String::new();
+    let mut markup = None;
+    for m in &media.content {
+        match m {
+            MediaType::Plain(p) => text = p.clone(),
+            MediaType::Html(h) | MediaType::Svg(h) => markup = Some(Html::raw(h.clone())),
+            _ => {}
+        }
+    }
+    let markup = markup.unwrap_or_else(|| el("pre").text(&text).into());
+    (text, markup)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use jupyter_zmq_client::{KernelIoPubXPubConnection, SubscriptionEvent};
 use tokio::sync::mpsc;
 
 use super::log::log;
+use crate::frontend::report::Output;
 
 /// Sends iopub messages from any task or thread.
 #[derive(Clone)]
@@ -49,6 +50,22 @@ impl Iopub {
         // iopub messages are broadcast: no ROUTER identities in the topic frame.
         message.zmq_identities.clear();
         let _ = self.0.send(message);
+    }
+}
+
+/// How a value, a card, a table or a plot is shown: its text, beside its HTML (a plot's SVG);
+/// `None` for a session's message (sent as stdout) and an error (sent as `error`).
+pub fn media_of(output: &Output) -> Option<Media> {
+    match output {
+        Output::Value { plain, html, .. } | Output::Card { plain, html, .. } => {
+            Some(plain_and_html(plain, html.as_deref()))
+        }
+        Output::Table { plain, html } => Some(plain_and_html(plain, Some(html))),
+        Output::Plot { svg, path } => Some(Media::new(vec![
+            MediaType::Plain(format!("plot (also written to {})", path.display())),
+            MediaType::Svg(svg.clone()),
+        ])),
+        Output::Info(_) | Output::Error { .. } => None,
     }
 }
 
