@@ -156,6 +156,7 @@ fn out_of_memory_is_an_error_with_the_numbers() {
         other => panic!("expected OutOfMemory, got {other}"),
     }
     assert!(e.to_string().contains("out of memory on cuda:1"), "{e}");
+    assert!(!e.to_string().contains("fragmentation"), "{e}");
     assert_eq!(cuda::memory_stats(1).unwrap().num_ooms, 1);
     // Nothing was lost: the device still works and holds what it held.
     assert_eq!(
@@ -163,6 +164,54 @@ fn out_of_memory_is_an_error_with_the_numbers() {
         (1024 * 1024) as f32
     );
     drop(keep);
+}
+
+#[test]
+fn fragmentation_is_what_empty_cache_cannot_release_and_the_error_says_so() {
+    let _g = serial();
+    stand_in::gpus(1, Some(64 << 20)).unwrap();
+    let mib = |n: usize| Tensor::zeros([n << 18], Device::Cuda(0)).unwrap();
+    // Eight 5 MiB tensors fill two 20 MiB segments; dropping every other one leaves four holes,
+    // each between two live tensors.
+    let eight: Vec<Tensor> = (0..8).map(|_| mib(5)).collect();
+    let kept: Vec<Tensor> = eight.into_iter().step_by(2).collect();
+    let stats = cuda::memory_stats(0).unwrap();
+    assert_eq!(
+        (stats.allocated_bytes, stats.reserved_bytes),
+        (20 << 20, 40 << 20)
+    );
+    assert_eq!(stats.inactive_split_bytes, 20 << 20, "the holes");
+    assert_eq!(cuda::empty_cache(), 0, "each segment holds a live tensor");
+    // 9 MiB fits no 5 MiB hole: a third segment, and 11 MiB more in pieces.
+    let nine = mib(9);
+    let stats = cuda::memory_stats(0).unwrap();
+    assert_eq!(
+        (stats.reserved_bytes, stats.inactive_split_bytes),
+        (60 << 20, 31 << 20)
+    );
+    assert!(
+        cuda::memory_summary(0)
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with("| Non-releasable memory") && l.contains("31744 KiB")),
+        "{}",
+        cuda::memory_summary(0).unwrap()
+    );
+    // 12 MiB needs a segment of its own: 4 MiB of the device is left, and 31 MiB of the cache
+    // is free in pieces. The error says which.
+    let e = Tensor::zeros([3usize << 20], Device::Cuda(0)).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("tried to allocate 12.00 MiB but only 4.00 MiB of 64.00 MiB is free")
+            && msg.contains("The cache holds 31.00 MiB free, enough in all, but in pieces")
+            && msg.contains("fragmentation"),
+        "{msg}"
+    );
+    // Dropping the tensors that share the segments makes them whole, and releasable.
+    drop((kept, nine));
+    assert_eq!(cuda::empty_cache(), 60 << 20);
+    assert!(Tensor::zeros([3usize << 20], Device::Cuda(0)).is_ok());
+    stand_in::gpus(2, None).unwrap();
 }
 
 #[test]

@@ -174,6 +174,47 @@ fn constructors_from_host_values_log_their_copy() {
 }
 
 #[test]
+fn reading_a_gpu_tensor_is_logged_as_a_download_and_the_engines_reads_are_not() {
+    stand_in::gpus(1, None).unwrap();
+    let gpu = Device::Cuda(0);
+    // Shapes no other test reads, since the log is the whole process's.
+    let x = Tensor::ones([3, 7], gpu).unwrap();
+    let seq = transfer::last_seq();
+    let one = x.sum_all().unwrap().reshape([1, 1, 1]).unwrap();
+    assert_eq!(one.item::<f32>().unwrap(), 21.0);
+    assert_eq!(x.to_vec2::<f32>().unwrap(), vec![vec![1.0; 7]; 3]);
+    let reads: Vec<_> = transfer::log_since(seq)
+        .into_iter()
+        .filter(|t| t.from == gpu && (t.shape == [1, 1, 1] || t.shape == [3, 7]))
+        .map(|t| (t.to, t.bytes, t.shape, t.memory))
+        .collect();
+    assert_eq!(
+        reads,
+        vec![
+            (Device::Cpu, 4, vec![1, 1, 1], HostMemoryKind::Pageable),
+            (Device::Cpu, 84, vec![3, 7], HostMemoryKind::Pageable)
+        ],
+        "`item` and `to_vec2` each copy the values to the host, as `.cpu()` does"
+    );
+
+    // A loss reads its targets' classes, and `index_select` its indices: neither is the user's.
+    let targets = Tensor::from_vec(vec![0i64, 2, 1, 0, 2], [5], gpu).unwrap();
+    let rows = Tensor::from_vec(vec![2i64, 0, 1, 1, 0, 2], [6], gpu).unwrap();
+    let seq = transfer::last_seq();
+    let scores = Tensor::zeros([5, 3], gpu).unwrap();
+    let loss = placelab::nn::CrossEntropyLoss::new()
+        .forward(&scores, &targets)
+        .unwrap();
+    let picked = x.index_select(0, &rows).unwrap();
+    assert_eq!((loss.device(), picked.shape()), (gpu, &[6, 7][..]));
+    let engine_reads: Vec<_> = transfer::log_since(seq)
+        .into_iter()
+        .filter(|t| t.from == gpu && (t.shape == [5] || t.shape == [6]))
+        .collect();
+    assert!(engine_reads.is_empty(), "{engine_reads:?}");
+}
+
+#[test]
 fn non_contiguous_views_transfer_their_elements() {
     stand_in::gpus(2, None).unwrap();
     let x = Tensor::arange(0, 12, Device::Cpu)

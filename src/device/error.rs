@@ -269,13 +269,28 @@ fn out_of_memory(
     write!(
         f,
         "out of memory on {device}: tried to allocate {} but only {} of {} is free \
-         ({} allocated by tensors, {} reserved by the cache; the cache was already released). \
-         Free tensors you no longer need (`drop(x)` / `:del x`), use a smaller size or a lower-precision dtype, or move work to another device.",
+         ({} allocated by tensors, {} reserved by the cache; the cache was already released). ",
         human_bytes(*requested),
         human_bytes(*free),
         human_bytes(*total),
         human_bytes(*allocated),
         human_bytes(*reserved)
+    )?;
+    // After the release, what the cache still holds beyond the tensors lies in segments that
+    // hold a tensor too: free pieces, none large enough for this request.
+    let stranded = reserved.saturating_sub(*allocated);
+    if stranded >= *requested {
+        write!(
+            f,
+            "The cache holds {} free, enough in all, but in pieces between live tensors, none \
+             large enough (fragmentation; `memory_summary` shows it as non-releasable memory): \
+             freeing the tensors that share those segments gives them back whole. ",
+            human_bytes(stranded)
+        )?;
+    }
+    write!(
+        f,
+        "Free tensors you no longer need (`drop(x)` / `:del x`), use a smaller size or a lower-precision dtype, or move work to another device."
     )
 }
 

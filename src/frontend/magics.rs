@@ -47,7 +47,7 @@ pub const MAGICS: &[Magic] = &[
     Magic {
         name: ":transfers",
         usage: ":transfers",
-        help: "every .to() of the session: route, bytes, time, bandwidth",
+        help: "every copy between devices (each .to(), each value read back): route, bytes, time",
         run: transfers,
     },
     Magic {

@@ -211,11 +211,12 @@ impl Storage {
         }
     }
 
-    /// A host copy of the view `l` of a GPU storage, contiguous, for reading values: not a
-    /// user's transfer, so not logged as one. A profile records it as the op `to_vec` (`item`
-    /// and `to_vec` read through it), whose host time holds the wait for the GPU's queued work,
-    /// as PyTorch's profiler shows `aten::item`'s.
-    pub(crate) fn read_back(&self, l: &Layout) -> Result<Storage> {
+    /// A host copy of the view `l` of a GPU storage, contiguous, for reading values (the user's
+    /// reads, `item` and `to_vec`, log it as a transfer; the engine's own do not). A profile
+    /// records it as the op `to_vec`, whose host time holds the wait for the GPU's queued work,
+    /// as PyTorch's profiler shows `aten::item`'s. Returns it with the copy's own time, on the
+    /// host's clock, after that wait.
+    pub(crate) fn read_back(&self, l: &Layout) -> Result<(Storage, Duration)> {
         let _op = self.profiled("to_vec", crate::profile::Work::Unpriced);
         let whole = l.is_contiguous() && l.offset == 0 && l.numel() == self.numel;
         let contiguous;
@@ -228,8 +229,9 @@ impl Storage {
         src.wait_for_gpus_of_copy(Device::Cpu)?;
         let mut out = Storage::alloc(Device::Cpu, src.dtype, src.numel)?;
         let from = gpu_index(src.device());
+        let started = Instant::now();
         copy::device_to_host_untimed(from, src.device_ptr(), out.bytes_mut())?;
-        Ok(out)
+        Ok((out, started.elapsed()))
     }
 
     /// A copy of the view `l` of a CPU storage in page-locked memory: from the driver when a

@@ -278,7 +278,7 @@ impl Tensor {
         // The exponent as the result dtype holds it: -3 next to a u8 base is 253, as PyTorch.
         if op == BinaryOp::Pow
             && !dtype.is_float()
-            && b.to_dtype(dtype)?.to_f64_vec()?.iter().any(|&e| e < 0.0)
+            && b.to_dtype(dtype)?.values_f64()?.iter().any(|&e| e < 0.0)
         {
             return Err(Error::invalid(
                 "pow",

@@ -318,26 +318,26 @@ impl Tensor {
     }
 
     /// This tensor, readable on the host: host-backed storages (the CPU, simulated GPUs) as they
-    /// are; reading values never counts as a user's transfer.
+    /// are. Not logged: the user's reads log their copy in `read_logged`.
     pub(crate) fn host_readable(&self) -> Result<Tensor> {
-        if self.storage().is_host() {
-            return Ok(self.clone());
-        }
-        let s = self.storage().read_back(self.layout())?;
-        Ok(Tensor::from_storage(s, self.shape().to_vec()))
+        Ok(self.host_copy()?.0)
     }
 
-    /// The elements in row-major order as `T`, which must be this tensor's element type.
-    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        if T::DTYPE != self.dtype() {
-            return Err(Error::ElementType {
-                op: "to_vec",
-                tensor: self.dtype(),
-                requested: T::DTYPE,
-            });
+    /// `host_readable`, and how long a GPU's copy to the host took once its queued work was
+    /// done (`None` for host-backed storages, which need no copy).
+    pub(crate) fn host_copy(&self) -> Result<(Tensor, Option<std::time::Duration>)> {
+        if self.storage().is_host() {
+            return Ok((self.clone(), None));
         }
-        let host = self.host_readable()?;
-        host.storage().read_vec::<T>(host.layout())
+        let (s, took) = self.storage().read_back(self.layout())?;
+        Ok((Tensor::from_storage(s, self.shape().to_vec()), Some(took)))
+    }
+
+    /// The elements in row-major order as `T`, which must be this tensor's element type. From
+    /// a GPU this is a copy to the host, logged as a transfer as `.cpu()` is.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_element::<T>("to_vec")?;
+        self.read_logged(|host| host.values::<T>())
     }
 
     /// The rows of a 2-D tensor.
@@ -362,8 +362,7 @@ impl Tensor {
 
     /// Every element as f64, whatever the dtype (bools as 0/1).
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        let host = self.host_readable()?;
-        host.storage().read_f64(host.layout())
+        self.read_logged(Tensor::values_f64)
     }
 
     /// The value of a one-element tensor.
@@ -376,6 +375,31 @@ impl Tensor {
     pub fn item_f64(&self) -> Result<f64> {
         self.check_one_element("item_f64")?;
         Ok(self.to_f64_vec()?[0])
+    }
+
+    /// The elements as `T`, read for the engine's own use (a loss's class indices, an index
+    /// tensor, a scalar operand): not a user's transfer, so never logged as one.
+    pub(crate) fn values<T: Element>(&self) -> Result<Vec<T>> {
+        self.check_element::<T>("to_vec")?;
+        let host = self.host_readable()?;
+        host.storage().read_vec::<T>(host.layout())
+    }
+
+    /// `values`, every element as f64.
+    pub(crate) fn values_f64(&self) -> Result<Vec<f64>> {
+        let host = self.host_readable()?;
+        host.storage().read_f64(host.layout())
+    }
+
+    fn check_element<T: Element>(&self, op: &'static str) -> Result<()> {
+        if T::DTYPE == self.dtype() {
+            return Ok(());
+        }
+        Err(Error::ElementType {
+            op,
+            tensor: self.dtype(),
+            requested: T::DTYPE,
+        })
     }
 
     fn check_one_element(&self, op: &'static str) -> Result<()> {

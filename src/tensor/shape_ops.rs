@@ -450,7 +450,7 @@ impl Tensor {
 /// The entries of `index` (i64 or i32) as positions along dim `d` of size `size`, a negative one
 /// counting from the end: read on the host, each checked.
 fn positions_of(index: &Tensor, d: usize, size: usize) -> Result<Vec<usize>> {
-    let idx: Vec<i64> = index.to_f64_vec()?.into_iter().map(|v| v as i64).collect();
+    let idx: Vec<i64> = index.values_f64()?.into_iter().map(|v| v as i64).collect();
     let mut positions = Vec::with_capacity(idx.len());
     for &i in &idx {
         let p = if i < 0 { i + size as i64 } else { i };

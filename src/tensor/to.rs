@@ -53,32 +53,15 @@ impl Tensor {
         } else {
             HostMemoryKind::Pageable
         };
-        // Creating a GPU's context happens here, outside the timed copy, and is reported apart.
-        let context_setup = storage::open_devices(&[from, *device])?;
-        let clock = Clock::timing([from.kind()?, device.kind()?]);
-        let mut t = Transfer {
-            seq: 0,
-            from,
-            to: *device,
-            bytes: src.nbytes(),
-            duration: Duration::ZERO,
-            wall: Duration::ZERO,
-            context_setup,
-            memory,
-            clock,
-            mode: match (
-                non_blocking,
-                from.is_cpu() && memory == HostMemoryKind::Pageable,
-            ) {
-                (false, _) => CopyMode::Blocking,
-                (true, true) => CopyMode::NonBlockingFromPageable,
-                (true, false) => CopyMode::NonBlocking,
-            },
-            between_gpus: None,
-            predicted: None,
-            dtype: self.dtype(),
-            shape: self.shape().to_vec(),
+        let mode = match (
+            non_blocking,
+            from.is_cpu() && memory == HostMemoryKind::Pageable,
+        ) {
+            (false, _) => CopyMode::Blocking,
+            (true, true) => CopyMode::NonBlockingFromPageable,
+            (true, false) => CopyMode::NonBlocking,
         };
+        let mut t = self.untimed_transfer(*device, memory, mode)?;
         inflight::poll();
         let out = if t.mode == CopyMode::NonBlocking {
             // Profiled as an op of its own: the host only queues it (`NON_BLOCKING_TO`).
@@ -106,6 +89,59 @@ impl Tensor {
             &[self],
             crate::tensor::autograd::grads::identity,
         ))
+    }
+
+    /// This tensor's copy to `to`, as the log will hold it once timed. Creating a GPU's context
+    /// happens here, outside the timed copy, and is reported apart.
+    fn untimed_transfer(
+        &self,
+        to: Device,
+        memory: HostMemoryKind,
+        mode: CopyMode,
+    ) -> Result<Transfer> {
+        let from = self.device();
+        let context_setup = storage::open_devices(&[from, to])?;
+        Ok(Transfer {
+            seq: 0,
+            from,
+            to,
+            bytes: self.nbytes(),
+            duration: Duration::ZERO,
+            wall: Duration::ZERO,
+            context_setup,
+            memory,
+            clock: Clock::timing([from.kind()?, to.kind()?]),
+            mode,
+            between_gpus: None,
+            predicted: None,
+            dtype: self.dtype(),
+            shape: self.shape().to_vec(),
+        })
+    }
+
+    /// Reads this tensor's values with `read`. From a GPU the values cross the bus, so the read
+    /// is logged as a transfer, in `:transfers` and the cell's strip, as `.cpu()` is (PyTorch's
+    /// `.item()` is a device-to-host copy too). A GPU's copy is timed by the host's clock once
+    /// the queued work is done (`Transfer::wall` holds the wait); a simulated GPU's values are
+    /// in host memory, so its time is `read`'s own copy. The engine's reads (`values`) are not a
+    /// user's transfer and are not logged.
+    pub(crate) fn read_logged<R>(&self, read: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
+        if self.is_cpu() {
+            return read(self);
+        }
+        let mut t =
+            self.untimed_transfer(Device::Cpu, HostMemoryKind::Pageable, CopyMode::Blocking)?;
+        let asked = Instant::now();
+        let (host, gpu_copy) = self.host_copy()?;
+        let copied = Instant::now();
+        let values = read(&host)?;
+        t.wall = asked.elapsed();
+        t.duration = gpu_copy.unwrap_or_else(|| copied.elapsed());
+        if gpu_copy.is_some() {
+            t.clock = Clock::Host;
+        }
+        record(t);
+        Ok(values)
     }
 
     /// Copies the contiguous `src` (this tensor's values) and records `t`, timed.

@@ -74,7 +74,7 @@ impl GradScaler {
             for p in opt.params() {
                 let Some(g) = p.grad() else { continue };
                 let g = g.div(self.scale)?;
-                if g.numel() > 0 && !g.abs()?.max_all()?.item_f64()?.is_finite() {
+                if g.numel() > 0 && !g.abs()?.max_all()?.values_f64()?[0].is_finite() {
                     self.found_inf = true;
                 }
                 p.set_grad(Some(g));

@@ -474,7 +474,11 @@ def test_02_moving_tensors():
     # cell's one copy is y.cpu(): the scalar's value crosses no bus (PyTorch passes it to the kernel).
     assert run.text("fixed-on-cpu").strip() == "(cpu, cuda:0)", run.text("fixed-on-cpu")
     assert "── 1 transfer this cell: 3.81 MiB" in run.strip("fixed-on-cpu"), run.strip("fixed-on-cpu")
-    assert len([l for l in run.text("transfers").splitlines() if "→" in l]) >= 4, run.text("transfers")
+    # Reading a value crosses the bus too: `item()` of one f32 is logged as a transfer, counted in
+    # its cell's strip, and the last copy `:transfers` lists.
+    assert "── 1 transfer this cell: 4 B" in run.strip("item"), run.strip("item")
+    moves = [l for l in run.text("transfers").splitlines() if "→" in l]
+    assert len(moves) >= 5 and re.search(r"cuda:0 → cpu\s+4 B\s", moves[-1]), run.text("transfers")
     # Casting on the CPU first moves half the bytes.
     assert run.text("solution-run").strip() == "move then cast: 4000000 bytes copied · cast then move: 2000000 bytes copied", run.text("solution-run")
 
@@ -670,7 +674,7 @@ def test_04_models_on_a_device():
 
 @pytest.mark.limit(400)
 def test_05_memory_management():
-    run = execute("05-memory-management.ipynb", {"guess-peak": ["96", "4096"], "guess-no-grad": ["8", "8"]})
+    run = execute("05-memory-management.ipynb", {"guess-peak": ["96", "4096"], "guess-fragmentation": ["62", "0"], "guess-no-grad": ["8", "8"]})
     assert run.text("start").strip() == "4000"
     assert "allocated 4.00 KiB" in run.strip("start"), run.strip("start")
     assert "allocated 100.00 MiB" in run.text("big"), run.text("big")
@@ -696,6 +700,25 @@ def test_05_memory_management():
     assert "on a real (or emulated) GPU the peak is 16,384 bytes higher" in run.cell("c15").source
     oom = run.error("oom").evalue
     assert "out of memory on cuda:0: tried to allocate" in oom and "free" in oom, oom
+    # Fragmentation: four 5 MiB holes between live tensors, a 9 MiB tensor that fits none of them
+    # and takes a third 20 MiB segment, and an empty_cache that can release no segment until the
+    # tensors in them are dropped, as the markdown after it says.
+    frag = run.text("fragmentation")
+    reports = [l for l in frag.splitlines() if l.startswith("allocated ")]
+    assert [l.split(" · driver")[0] for l in reports] == [
+        "allocated 40.00 MiB · reserved 42.00 MiB",
+        "allocated 20.00 MiB · reserved 42.00 MiB",
+        "allocated 29.00 MiB · reserved 62.00 MiB",
+    ], frag
+    assert "empty_cache released 0 bytes" in frag, frag
+    # The holes, the third segment's 11 MiB tail and small's segment less its 4 KiB block.
+    stuck = (20 + 11 + 2) * 1024 - 4
+    assert re.search(rf"^\| Non-releasable memory\s+\|\s+{stuck} KiB \|", frag, re.M), frag
+    checked(run, "fragmentation", "MiB reserved after the 9 MiB tensor", "62", "62")
+    checked(run, "fragmentation", "MiB that empty_cache released", "0", "0")
+    assert "after dropping `kept` and `nine`: empty_cache released 60 MiB" in frag, frag
+    prose = run.cell("c-fragmentation").source
+    assert all(f in prose for f in ("held 29 MiB while the cache reserved 62 MiB", "add up to 20 MiB", "released all 60 MiB")), prose
     # Recording keeps what PyTorch keeps: the ReLU's 8 MiB output (the batch and the weights are
     # alive anyway), beside the 512 x 10 output both return.
     saved = [l for l in run.text("no-grad").splitlines() if l.startswith("saved for backward")]

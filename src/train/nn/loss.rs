@@ -103,7 +103,7 @@ fn class_rows_on_host(
     at_class: f64,
     dtype: DType,
 ) -> Result<Tensor> {
-    let classes = target.to_vec::<i64>()?;
+    let classes = target.values::<i64>()?;
     let n = classes.len();
     let mut rows = vec![0.0f64; n * c];
     for (i, &k) in classes.iter().enumerate() {
