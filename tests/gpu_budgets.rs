@@ -156,6 +156,33 @@ fn unfused_adam(
 /// contraction; a real GPU may contract a product and a sum and differ in the last bit), and
 /// within 2⁻⁶ relative (a bf16 rounding per step) of the ops in f32 for f16/bf16 parameters,
 /// which the fused update computes in f32, rounding the parameter to its type at each step.
+/// `eye` on a GPU is made there by kernels (PyTorch's CUDA `eye`: a zero fill, then the diagonal
+/// filled), not on the host and uploaded.
+#[test]
+fn an_identity_matrix_is_made_on_the_gpu() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    let mut eye = None;
+    let launched = launches_in(|| eye = Some(Tensor::eye(5, (DType::F64, GPU)).unwrap()));
+    assert_eq!(
+        total(&launched),
+        3,
+        "two fills and the diagonal's copy: {launched:?}"
+    );
+    let eye = eye.unwrap();
+    assert_eq!((eye.device(), eye.dtype()), (GPU, DType::F64));
+    let expected: Vec<f64> = (0..25)
+        .map(|i| if i % 6 == 0 { 1.0 } else { 0.0 })
+        .collect();
+    assert_eq!(eye.to_vec::<f64>().unwrap(), expected);
+    assert_eq!(Tensor::eye(0, GPU).unwrap().shape(), &[0, 0]);
+    let flags = Tensor::eye(3, (DType::Bool, GPU)).unwrap();
+    assert_eq!(
+        flags.to_vec::<bool>().unwrap(),
+        [true, false, false, false, true, false, false, false, true]
+    );
+}
+
 #[test]
 fn fused_updates_give_the_out_of_place_ops_results() {
     let _serial = serial();

@@ -9,7 +9,7 @@ use super::{IntoOptions, Tensor};
 use crate::base::dtype::{DType, Element, Scalar};
 use crate::device::Device;
 use crate::device::error::{Error, Result};
-use crate::device::layout::{IntoShape, numel_checked};
+use crate::device::layout::{IntoShape, Layout, numel_checked};
 use crate::storage::Storage;
 
 /// PyTorch's default CPU seed, so a fresh session draws the same numbers every time.
@@ -148,19 +148,22 @@ impl Tensor {
         Ok(Tensor::from_storage(st.moved_to(o.device)?, vec![count]))
     }
 
-    /// The `n × n` identity matrix.
+    /// The `n × n` identity matrix, made where it lives: zeros, then ones written along the
+    /// diagonal (a view with stride `n + 1`), as PyTorch's CUDA `eye` does. Nothing crosses the
+    /// bus to a GPU.
     pub fn eye(n: usize, opts: impl IntoOptions) -> Result<Tensor> {
         let o = opts.into_options();
         let dtype = o.dtype.unwrap_or(DType::F32);
         let n2 = numel_checked("eye", &[n, n])?;
-        let mut s = Storage::full(o.device.host_side(), dtype, n2, Scalar::Int(0))?;
-        crate::with_dtype!(dtype, T, {
-            let d = s.slice_mut::<T>();
-            for i in 0..n {
-                d[i * n + i] = T::one();
-            }
-        });
-        Ok(Tensor::from_storage(s.moved_to(o.device)?, vec![n, n]))
+        let mut s = Storage::full(o.device, dtype, n2, Scalar::Int(0))?;
+        let ones = Storage::full(o.device, dtype, n, Scalar::Int(1))?;
+        let diagonal = Layout {
+            shape: vec![n],
+            strides: vec![n + 1],
+            offset: 0,
+        };
+        s.write_view(&diagonal, &ones, &Layout::contiguous(vec![n]))?;
+        Ok(Tensor::from_storage(s, vec![n, n]))
     }
 
     /// Uniform samples in `[0, 1)`, f32 unless a float dtype is given.
