@@ -333,7 +333,7 @@ impl Profile {
     }
 
     /// What `phase` allocated and freed outside any op, where it did: (allocated, freed).
-    pub(crate) fn outside_ops(&self, phase: Phase) -> (Option<u64>, Option<u64>) {
+    pub fn outside_ops(&self, phase: Phase) -> (Option<u64>, Option<u64>) {
         let bytes = |m: &BTreeMap<Phase, u64>| m.get(&phase).copied();
         (
             bytes(&self.allocated_between_ops),
