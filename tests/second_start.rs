@@ -10,6 +10,8 @@
 //! tmpfs), after a publish killed half-way, and with proc macros from another build, a library
 //! cut short and one deleted (issue 38's fault made every start fail with "can't find crate").
 
+#[path = "support/skipped.rs"]
+mod skipped;
 #[path = "support/user_env.rs"]
 mod user_env;
 #[path = "support/venv.rs"]
@@ -257,9 +259,10 @@ fn small_disk(mib: u32) -> Option<PathBuf> {
     if mounted {
         Some(dir)
     } else {
-        eprintln!(
-            "second_start: skipped the full disk: this machine does not let the test mount a \
-             small tmpfs (it needs root)"
+        skipped::report(
+            "second_start",
+            "a build on a full disk",
+            "this machine does not let the test mount a small tmpfs (it needs root)",
         );
         let _ = std::fs::remove_dir(&dir);
         None
