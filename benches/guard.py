@@ -46,9 +46,13 @@ def measure(only, quick):
     return ceilings, {r["name"]: r for r in run_bench(args)}
 
 
-def cpu_model():
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    return next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
+def cpu_model(lscpu=None):
+    """This CPU as cpu-floors.json keys it: lscpu's model name, family and model. The name alone
+    is not enough: VMs of Zen 2, 3 and 4 all say "AMD EPYC"."""
+    cpu = lscpu if lscpu is not None else subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    field = lambda name: next((l.split(":", 1)[1].strip() for l in cpu.splitlines()
+                               if l.strip().startswith(name + ":")), "?")
+    return f"{field('Model name')} (family {field('CPU family')} model {field('Model')})"
 
 
 def recorded_shares(floors, model):
