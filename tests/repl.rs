@@ -54,6 +54,26 @@ fn one_session_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 }
 
 #[test]
+fn a_restarted_cell_process_has_the_gpus_simulate_made() {
+    let _one = one_session_at_a_time();
+    let (out, ok) = run_script("restart.plrs");
+    assert!(
+        !ok,
+        "the aborting cell fails, so the exit status is 1:\n{out}"
+    );
+    expect(
+        &out,
+        &[
+            "every variable was lost (t) and device memory freed",
+            "`:simulate`'s devices were made again, empty.",
+            // Two devices of 8 GiB, as `:simulate` asked (PLACELAB_SIMULATE_CUDA says 1 of
+            // 16 GiB), holding nothing.
+            "(2, 8, 0)",
+        ],
+    );
+}
+
+#[test]
 fn first_steps_through_the_session() {
     let _one = one_session_at_a_time();
     let (out, ok) = run_script("first_steps.plrs");

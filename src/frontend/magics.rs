@@ -464,6 +464,7 @@ fn simulate(s: &mut Session, args: &str) -> CellReport {
     if !r.ok() {
         return r;
     }
+    s.set_stand_ins((n > 0).then_some(call));
     let why = match no_real_gpu {
         Some(why) => format!(" (no real GPU here: {why})"),
         None => String::new(),

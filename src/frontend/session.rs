@@ -197,6 +197,9 @@ pub struct Session {
     prepared: Prepared,
     /// The `Debug` format `:fmt` set, when not evcxr's default `{:?}`.
     value_format: Option<String>,
+    /// The stand-in GPUs `:simulate` made (its `cuda::` call), made again in a restarted cell
+    /// process: a notebook's `:simulate` cell ran once, and its GPUs must outlive a crash.
+    stand_ins: Option<String>,
 }
 
 /// The preload: the engine as a dependency (without the front end) and its prelude; the cell
@@ -311,6 +314,7 @@ impl Session {
             interrupter: Interrupter::default(),
             prepared,
             value_format: None,
+            stand_ins: None,
         })
     }
 
@@ -356,7 +360,16 @@ impl Session {
             code.push('\n');
             code.push_str(&value_format_code(f));
         }
+        if let Some(call) = &self.stand_ins {
+            code.push_str(&format!("\nlet _ = placelab::cuda::{call};"));
+        }
         code
+    }
+
+    /// Remembers the stand-in GPUs `:simulate` just made in the cell process (`cuda::{call}`),
+    /// or that it turned them off (`None`), for a restarted process to make them again.
+    pub(super) fn set_stand_ins(&mut self, call: Option<String>) {
+        self.stand_ins = call;
     }
 
     /// Loads rust-analyzer now (the engine's and std's sources, 8–10 s of CPU on a 2-core
@@ -617,9 +630,13 @@ impl Session {
                     [] => String::new(),
                     names => format!(" ({})", names.join(", ")),
                 };
+                let remade = match self.stand_ins {
+                    Some(_) => " `:simulate`'s devices were made again, empty.",
+                    None => "",
+                };
                 format!(
                     "{cause}: every variable was lost{lost} and device memory freed. \
-                     The session restarted; `use` lines and dependencies are kept."
+                     The session restarted; `use` lines and dependencies are kept.{remade}"
                 )
             }
             EvcxrError::TypeRedefinedVariablesLost(vars) => {

@@ -248,6 +248,14 @@ def test_random_interrupts_leave_a_working_kernel():
             indent=1,
         )
     )
+    # Interrupts stop their cell and keep its variables: a soak of 300 (seed 613523834, 2026-12-01)
+    # stopped all 264 meant for a cell so. Ending the cell's process instead loses every variable;
+    # it is allowed for one cell in a hundred (one that did not stop within the grace period on a
+    # loaded machine), no more, so interrupts that degrade to restarts fail the soak.
+    aimed = sum(c for (_, o), c in rows if o != "next cell ran")
+    ended = sum(c for (_, o), c in rows if o == "process ended, lost by name")
+    record("interrupts that ended the cell's process", f"{ended} of {aimed}")
+    assert ended <= max(1, aimed // 100), f"{ended} of {aimed} interrupts ended the cell's process: {rows}"
     # Every moment was tried (at CI's count each comes up dozens of times).
     if COUNT >= 100 and not ONLY:
         assert {m for m, _ in table} == set(CELLS), rows
