@@ -258,15 +258,66 @@ fn pass_through(out: RawFd, err: RawFd, real_out: RawFd, real_err: RawFd) {
             }
         }
         if fds[0].revents != 0 {
-            if !read_some(out, &mut chunk, &mut out_buf) {
+            let mut streams = Streams {
+                err_open: &mut err_open,
+                chunk: &mut chunk,
+                err_buf: &mut err_buf,
+                out_buf: &mut out_buf,
+            };
+            if !streams.stdout_ready(out, err, real_out, &mut held) {
                 return;
-            }
-            for line in take_lines(&mut out_buf) {
-                held.stdout_line(&line);
-                write_all(real_out, &line);
             }
         }
     }
+}
+
+/// The pass-through's buffers, for its reads.
+struct Streams<'a> {
+    err_open: &'a mut bool,
+    chunk: &'a mut Vec<u8>,
+    err_buf: &'a mut Vec<u8>,
+    out_buf: &'a mut Vec<u8>,
+}
+
+impl Streams<'_> {
+    /// Reads stdout, which `poll` said is ready, and passes its lines on; false at its end.
+    /// What stderr holds by then is read first. `poll` may have seen stdout alone, and the cell
+    /// then written its error's text and the marker after it: reading stdout finds the marker,
+    /// while the text, written before it, waits unread on stderr, and would go out as plain
+    /// output after a failure with none (CI, notebook 02's mismatch cell, 2026-12-02).
+    fn stdout_ready(
+        &mut self,
+        out: RawFd,
+        err: RawFd,
+        real_out: RawFd,
+        held: &mut HeldStderr,
+    ) -> bool {
+        if !read_some(out, self.chunk, self.out_buf) {
+            return false;
+        }
+        while *self.err_open && readable_now(err) {
+            *self.err_open = read_some(err, self.chunk, self.err_buf);
+            for line in take_lines(self.err_buf) {
+                held.stderr_line(&line);
+            }
+        }
+        for line in take_lines(self.out_buf) {
+            held.stdout_line(&line);
+            write_all(real_out, &line);
+        }
+        true
+    }
+}
+
+/// Whether `fd` has data (or its end) to read now, without waiting.
+fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polling one descriptor this thread owns, without waiting.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents != 0 }
 }
 
 #[cfg(test)]
@@ -338,6 +389,47 @@ mod tests {
         assert_eq!(
             out,
             "&x + &y copies one of them over: false, not true as you predicted.\nEVCXR_ERROR_OCCURRED\n"
+        );
+    }
+
+    /// The race CI met: `poll` saw stdout alone (the check's line), then the cell wrote its
+    /// error's text and the marker before stdout was read. The read of stdout finds the marker
+    /// with the text still on stderr: it is read first, and the failure keeps it.
+    #[test]
+    fn an_error_keeps_its_text_when_stdout_is_read_after_it_was_written() {
+        let ((out, out_w), (err, err_w)) = (pipe(), pipe());
+        let ((real_out_r, real_out), (real_err_r, real_err)) = (pipe(), pipe());
+        write_all(out_w, b"a check's line\n");
+        write_all(err_w, b"EVCXR_ERROR_TEXT_FOLLOWS\ndevice mismatch in add\n");
+        write_all(out_w, b"EVCXR_ERROR_OCCURRED\n");
+        let mut held = HeldStderr {
+            real_err,
+            text: Vec::new(),
+            since: None,
+            failing: false,
+        };
+        let (mut err_open, mut chunk) = (true, vec![0u8; 4096]);
+        let (mut err_buf, mut out_buf) = (Vec::new(), Vec::new());
+        let mut streams = Streams {
+            err_open: &mut err_open,
+            chunk: &mut chunk,
+            err_buf: &mut err_buf,
+            out_buf: &mut out_buf,
+        };
+        assert!(streams.stdout_ready(out, err, real_out, &mut held));
+        // SAFETY: closing descriptors this test owns, once; the reads then end.
+        unsafe {
+            for fd in [out, out_w, err, err_w, real_out, real_err] {
+                libc::close(fd);
+            }
+        }
+        assert_eq!(
+            read_to_end(real_err_r),
+            "PLACELAB_CELL_FAILED error\ndevice mismatch in add\nPLACELAB_CELL_FAILED_END\n"
+        );
+        assert_eq!(
+            read_to_end(real_out_r),
+            "a check's line\nEVCXR_ERROR_OCCURRED\n"
         );
     }
 

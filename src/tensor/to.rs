@@ -121,9 +121,9 @@ impl Tensor {
 
     /// Reads this tensor's values with `read`. From a GPU the values cross the bus, so the read
     /// is logged as a transfer, in `:transfers` and the cell's strip, as `.cpu()` is (PyTorch's
-    /// `.item()` is a device-to-host copy too). A GPU's copy is timed by the host's clock once
-    /// the queued work is done (`Transfer::wall` holds the wait); a simulated GPU's values are
-    /// in host memory, so its time is `read`'s own copy. The engine's reads (`values`) are not a
+    /// `.item()` is a device-to-host copy too). A GPU's copy is timed on the host once the
+    /// queued work is done (`Transfer::wall` holds the wait); a simulated GPU's values are in
+    /// host memory, so its time is `read`'s own copy. The engine's reads (`values`) are not a
     /// user's transfer and are not logged.
     pub(crate) fn read_logged<R>(&self, read: impl FnOnce(&Tensor) -> Result<R>) -> Result<R> {
         if self.is_cpu() {
@@ -137,7 +137,9 @@ impl Tensor {
         let values = read(&host)?;
         t.wall = asked.elapsed();
         t.duration = gpu_copy.unwrap_or_else(|| copied.elapsed());
-        if gpu_copy.is_some() {
+        // A real GPU's read is timed by the host's clock, not by CUDA events (a stand-in's
+        // clock keeps its word: its time is a host copy's).
+        if gpu_copy.is_some() && t.clock == Clock::CudaEvents {
             t.clock = Clock::Host;
         }
         record(t);
