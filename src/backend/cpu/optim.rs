@@ -99,12 +99,12 @@ pub fn step<T, A, L, S>(
 }
 
 /// SGD's update (`Update::Sgd`'s lr, momentum, dampening, weight decay and nesterov), with the
-/// momentum buffer `buf` when there is momentum.
+/// momentum buffer `momentum_buffer` when there is momentum.
 fn sgd<T, A, L, S>(
     (lr, momentum, dampening, weight_decay, nesterov): (f64, f64, f64, f64, bool),
     param: &mut [T],
     grad: &[T],
-    s0: Option<SendPtr<T>>,
+    momentum_buffer: Option<SendPtr<T>>,
     first: bool,
     (load, store): (L, S),
 ) where
@@ -117,7 +117,7 @@ fn sgd<T, A, L, S>(
     let (wd, m, keep, step) = (of(weight_decay), of(momentum), of(1.0 - dampening), of(-lr));
     chunked(param, 1, |start, p| {
         let g = &grad[start..start + p.len()];
-        let Some(buf) = s0 else {
+        let Some(buf) = momentum_buffer else {
             // No momentum: one loop, without branches, vectorised.
             super::simd::wide(|| {
                 for (p, &g) in p.iter_mut().zip(g) {
