@@ -47,6 +47,10 @@ macro_rules! op_codes {
 }
 include!("kernels/codes.rs");
 
+// The ziggurat's tables, written for the CPU backend and for the kernels (`ziggurat_rust`,
+// `ziggurat_cuda`).
+include!("kernels/ziggurat.rs");
+
 /// `ops.cuh`: a C macro for each code of `kernels/codes.rs` (`#define PL_BINARY_ADD 0`).
 fn ops_header() -> String {
     let mut h = String::from(
@@ -114,6 +118,8 @@ fn main() {
     let sources = copy_sources(&kernels, &out.join("kernels"));
     // Beside the sources: NVRTC's programs include it from there too (`src/backend/gpu/nvrtc.rs`).
     std::fs::write(sources.join("ops.cuh"), ops_header()).unwrap();
+    std::fs::write(sources.join("random_tables.cuh"), ziggurat_cuda()).unwrap();
+    std::fs::write(out.join("random_tables.rs"), ziggurat_rust()).unwrap();
 
     let host = kernels.join("host");
     let mut build = cc::Build::new();

@@ -209,6 +209,9 @@ fn ops() -> Result<()> {
     timed("exp 10M f32", 0.0, || a.exp())?;
     timed("sum 10M f32", 0.0, || a.sum_all())?;
     timed("softmax 1x10M f32", 0.0, || a.softmax(0))?;
+    // Drawn on the GPU (Philox and a ziggurat, `kernels/random.cu`); PyTorch's is Philox and
+    // Box-Muller.
+    timed("randn 10M f32", 0.0, || Tensor::randn([10_000_000], GPU))?;
     let s = Tensor::randn([4096, 4096], GPU)?;
     timed("softmax 4096x4096 f32", 0.0, || s.softmax(1))?;
     let rows: Vec<i64> = (0..1000).map(|i| (i * 7919) % 4096).collect();

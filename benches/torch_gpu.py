@@ -118,6 +118,7 @@ def ops():
     timed("exp 10M f32", 0, lambda: a.exp())
     timed("sum 10M f32", 0, lambda: a.sum())
     timed("softmax 1x10M f32", 0, lambda: a.softmax(0))
+    timed("randn 10M f32", 0, lambda: torch.randn(10_000_000, device=dev))
     s = torch.randn(4096, 4096, device=dev)
     timed("softmax 4096x4096 f32", 0, lambda: s.softmax(1))
     rows = torch.tensor([(i * 7919) % 4096 for i in range(1000)], device=dev)

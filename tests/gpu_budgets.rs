@@ -183,6 +183,59 @@ fn an_identity_matrix_is_made_on_the_gpu() {
     );
 }
 
+/// `randn`, `rand` and `randint` draw on the GPU, one launch each (a cast after for the dtypes
+/// drawn as f32), and nothing crosses the bus; the values are the CPU's for the same seed.
+#[test]
+fn random_tensors_are_drawn_on_the_gpu() {
+    let _serial = serial();
+    cuda::emulate(1, None).unwrap();
+    let since = placelab::transfer::last_seq();
+    type Make = fn(Device) -> Tensor;
+    let cases: [(&str, Make, &str); 5] = [
+        (
+            "randn",
+            |d| Tensor::randn([300, 70], d).unwrap(),
+            "random_fill_f32",
+        ),
+        (
+            "randn f64",
+            |d| Tensor::randn([999], (DType::F64, d)).unwrap(),
+            "random_fill_f64",
+        ),
+        ("rand", |d| Tensor::rand([7], d).unwrap(), "random_fill_f32"),
+        (
+            "rand bf16",
+            |d| Tensor::rand([7], (DType::BF16, d)).unwrap(),
+            "random_fill_f32",
+        ),
+        (
+            "randint",
+            |d| Tensor::randint(-5, 5, [1001], d).unwrap(),
+            "randint_i64",
+        ),
+    ];
+    for (what, make, kernel) in cases {
+        manual_seed(21);
+        let mut on_gpu = None;
+        let launched = launches_in(|| on_gpu = Some(make(GPU)));
+        let casts = u64::from(what == "rand bf16");
+        assert_eq!(launched.get(kernel), Some(&1), "{what}: {launched:?}");
+        assert_eq!(total(&launched), 1 + casts, "{what}: {launched:?}");
+        manual_seed(21);
+        let on_cpu = make(Device::Cpu);
+        let on_gpu = on_gpu.unwrap();
+        assert_eq!((on_gpu.device(), on_gpu.dtype()), (GPU, on_cpu.dtype()));
+        assert_eq!(
+            on_gpu.to_f64_vec().unwrap(),
+            on_cpu.to_f64_vec().unwrap(),
+            "{what}: the GPU's values are the CPU's"
+        );
+    }
+    // The reads above are logged as downloads; nothing was uploaded.
+    let uploads = placelab::transfer::log_since(since);
+    assert!(uploads.iter().all(|t| t.to == Device::Cpu), "{uploads:?}");
+}
+
 #[test]
 fn fused_updates_give_the_out_of_place_ops_results() {
     let _serial = serial();

@@ -293,19 +293,37 @@ fn same_seed_same_values_on_every_device() {
     // One generator serves every device: hold the seed lock, so no test on another thread
     // draws between the seed and the draw.
     let _g = SEEDED.lock().unwrap_or_else(|e| e.into_inner());
-    let a = {
-        manual_seed(7);
-        Tensor::randn([5], Device::Cpu)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap()
-    };
-    manual_seed(7);
-    let b = Tensor::randn([5], Device::Cuda(0))
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap();
-    assert_eq!(a, b);
+    // 100,000 normals: about 3,000 of them take the ziggurat's slow path.
+    type Draw = fn(Device) -> Tensor;
+    let draws: [(&str, Draw); 5] = [
+        ("randn", |d| Tensor::randn([100_000], d).unwrap()),
+        ("randn f64", |d| {
+            Tensor::randn([100_001], (DType::F64, d)).unwrap()
+        }),
+        ("rand", |d| Tensor::rand([4099], d).unwrap()),
+        ("rand f64", |d| {
+            Tensor::rand([4099], (DType::F64, d)).unwrap()
+        }),
+        ("randint", |d| {
+            Tensor::randint(-1000, 1000, [4099], d).unwrap()
+        }),
+    ];
+    for (what, draw) in draws {
+        let values = |device| {
+            manual_seed(7);
+            let t = draw(device);
+            assert_eq!(t.device(), device);
+            t.to_f64_vec().unwrap()
+        };
+        let on_cpu = values(Device::Cpu);
+        for gpu in [Device::Cuda(0), Device::Cuda(1)] {
+            // Bit for bit: the f64 comparison holds every f32 value exactly.
+            assert!(
+                on_cpu == values(gpu),
+                "{what} on {gpu} differs from the CPU's"
+            );
+        }
+    }
 }
 
 /// The one test that makes copies in flight, so `transfer::pending()` counts only its own.

@@ -8,6 +8,7 @@ mod copy;
 mod matmul;
 mod ops;
 mod optim;
+mod random;
 mod reduce;
 
 use std::sync::{Arc, Mutex};

@@ -16,11 +16,20 @@ use crate::storage::Storage;
 const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
 /// The process's generator (xoshiro256++). One stream serves every device, so the same seed
-/// gives the same tensor on the CPU and on a simulated GPU. `rand`/`randn` take one draw of it
-/// as the seed of their fill (`cpu::random`: blocks drawn in parallel, normals by ziggurat).
+/// gives the same tensor on the CPU and on any GPU: `rand`, `randn` and `randint` take one draw
+/// of it as the key of their fill, which each device computes itself from that key and each
+/// value's index (Philox, `backend::cpu::random` and `kernels/random.cu`).
 fn generator() -> &'static Mutex<Xoshiro256PlusPlus> {
     static RNG: OnceLock<Mutex<Xoshiro256PlusPlus>> = OnceLock::new();
     RNG.get_or_init(|| Mutex::new(Xoshiro256PlusPlus::seed_from_u64(DEFAULT_SEED)))
+}
+
+/// The seed of one random fill: the next draw of the process generator.
+fn fill_seed() -> u64 {
+    generator()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .random()
 }
 
 /// Reseeds the generator behind `rand`, `randn` and `randint` (`torch.manual_seed`).
@@ -182,31 +191,17 @@ impl Tensor {
 
     fn sample(shape: Vec<usize>, dtype: DType, device: Device, normal: bool) -> Result<Tensor> {
         let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
-        // Samples come from the one CPU generator on every device (a GPU gets them uploaded), so
-        // a seed gives the same values wherever the tensor lives.
-        let host = device.host_side();
-        // One draw of the process generator seeds the whole fill (`cpu::random`).
-        let seed: u64 = generator()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .random();
-        fn filled<T: crate::backend::cpu::random::Sample + Element>(
-            host: Device,
-            n: usize,
-            seed: u64,
-            normal: bool,
-        ) -> Result<Storage> {
-            let mut s = Storage::alloc(host, T::DTYPE, n)?;
-            crate::backend::cpu::random::fill(s.slice_mut::<T>(), seed, normal);
-            Ok(s)
-        }
-        // f64 is drawn in f64; every other float dtype from f32 samples.
-        let storage = if dtype == DType::F64 {
-            filled::<f64>(host, n, seed, normal)?
+        // Made where it lives, from one draw of the process generator (`Storage::random`): the
+        // same values on every device. f64 is drawn in f64; every other float dtype from f32.
+        let drawn = if dtype == DType::F64 {
+            DType::F64
         } else {
-            filled::<f32>(host, n, seed, normal)?
+            DType::F32
         };
-        let t = Tensor::from_storage(storage.moved_to(device)?, shape);
+        let t = Tensor::from_storage(
+            Storage::random(device, drawn, n, fill_seed(), normal)?,
+            shape,
+        );
         if t.dtype() == dtype {
             Ok(t)
         } else {
@@ -231,14 +226,8 @@ impl Tensor {
         }
         let (shape, o) = (shape.into_shape(), opts.into_options());
         let n = numel_checked("randint", &shape)?;
-        let mut s = Storage::alloc(o.device.host_side(), DType::I64, n)?;
-        {
-            let mut rng = generator().lock().unwrap_or_else(|e| e.into_inner());
-            for v in s.slice_mut::<i64>() {
-                *v = rng.random_range(low..high);
-            }
-        }
-        let t = Tensor::from_storage(s.moved_to(o.device)?, shape);
+        let s = Storage::randint(o.device, n, fill_seed(), low, high)?;
+        let t = Tensor::from_storage(s, shape);
         match o.dtype {
             Some(d) if d != DType::I64 => t.to_dtype(d),
             _ => Ok(t),

@@ -438,6 +438,8 @@ def test_01_devices_and_tensors():
     assert card.startswith(f"Tensor f32[1000, 1000] · {label} · 3.81 MiB · no .to() yet"), card
     # A 3.81 MiB request (between 1 and 10 MiB) gets a 20 MiB segment, as in PyTorch.
     assert f"── {label} allocated 3.81 MiB (1 tensor) · reserved 20.00 MiB" in run.strip("on-device"), run.strip("on-device")
+    # `randn` draws on the device: nothing crosses the bus (01's "copy nothing across").
+    assert "transfer" not in run.strip("on-device"), run.strip("on-device")
     checked(run, "on-device", "bytes on b's card", "4000000", "4000000")
     checked(run, "on-device", "bytes the device reserved", str(20 * MiB), "4000000")
     checked(run, "dtypes", "bytes of f16[1000, 1000]", "2000000", "2000000")

@@ -8,6 +8,7 @@ pub mod fork;
 pub mod half_cast;
 pub mod matmul;
 pub mod optim;
+pub mod philox;
 pub mod random;
 pub mod reduce;
 pub(crate) mod simd;

@@ -20,6 +20,7 @@ pub mod nvrtc;
 pub(crate) mod ops;
 pub(crate) mod optim;
 pub mod pinned;
+pub(crate) mod random;
 pub(crate) mod reduce;
 pub mod runtime;
 pub(crate) mod strided;

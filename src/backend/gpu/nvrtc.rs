@@ -42,16 +42,41 @@ pub const OPTIM: KernelSource = KernelSource {
     text: include_str!("../../../kernels/optim.cu"),
 };
 
+pub const RANDOM: KernelSource = KernelSource {
+    name: "random.cu",
+    text: include_str!("../../../kernels/random.cu"),
+};
+
 /// Every kernel file the engine launches from.
-pub const SOURCES: [KernelSource; 4] = [ELEMENTWISE, CAST, REDUCE, OPTIM];
+pub const SOURCES: [KernelSource; 5] = [ELEMENTWISE, CAST, REDUCE, OPTIM, RANDOM];
+
+/// Headers `build.rs` writes that a kernel file includes. NVRTC has no include path here: each
+/// `#include` of one is replaced by its text.
+const GENERATED_HEADERS: &[(&str, &str)] = &[(
+    "random_tables.cuh",
+    include_str!(concat!(env!("OUT_DIR"), "/kernels/random_tables.cuh")),
+)];
 
 impl KernelSource {
     /// What NVRTC compiles: the op codes, the common header, then the file, with `#line` so that
     /// errors name the file and line of `kernels/` (or `ops.cuh`, in the build's output).
     pub fn program(&self) -> String {
+        let mut text = String::new();
+        for (n, line) in self.text.lines().enumerate() {
+            let included = GENERATED_HEADERS
+                .iter()
+                .find(|(name, _)| line.trim() == format!("#include \"{name}\""));
+            match included {
+                // The header's text, then the file's numbering again for NVRTC's messages.
+                Some((_, header)) => {
+                    text += &format!("{header}\n#line {} \"{}\"\n", n + 2, self.name)
+                }
+                None => text += &format!("{line}\n"),
+            }
+        }
         format!(
-            "#line 1 \"ops.cuh\"\n{OPS}\n#line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{}",
-            self.name, self.text
+            "#line 1 \"ops.cuh\"\n{OPS}\n#line 1 \"common.cuh\"\n{COMMON}\n#line 1 \"{}\"\n{text}",
+            self.name
         )
     }
 }
