@@ -2,6 +2,8 @@
 // (Philox4x32-10, as PyTorch's CUDA generator and cuRAND use). Each value is a function of the
 // seed and its own index alone, so the threads need no state and no order, and the CPU backend
 // (`src/backend/cpu/random.rs`) computes the same bits: a seed gives one tensor on every device.
+// (Compiled for the host, the emulator gives those bits exactly. On a GPU, `log` may round an
+// f64 tail value, beyond ±3.65, differently in its last bit.)
 //
 // Group `g` of a fill is Philox's block at the counter (g, g >> 32, 0, 0), the seed as its key:
 // four 32-bit words. An f32 takes one word, an f64 or an i64 two (the first the high half).

@@ -22,8 +22,8 @@ pub struct Run {
 /// One measured line: what was measured and how long it took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
-    /// `transfer`, `op` (timed whole, with a synchronize) or `profile` (one row of a profiled
-    /// step: CUDA events around each op).
+    /// `transfer`, `non_blocking` (a copy queued from pinned memory), `op` (timed whole, with a
+    /// synchronize) or `profile` (one row of a profiled step: CUDA events around each op).
     pub bench: String,
     /// A transfer's `h2d_pinned`, …; an op's or a profile row's name.
     pub name: String,
@@ -31,11 +31,12 @@ pub struct Row {
     pub bytes: u64,
     /// A profile row's calls (1 otherwise).
     pub calls: u64,
-    /// placelab's time: a transfer's CUDA-event time, an op's wall time, a profile row's events.
+    /// placelab's time: a copy's CUDA-event time, an op's wall time, a profile row's events.
     pub seconds: f64,
     /// PyTorch's time for the same work in the same run, where it was measured.
     pub torch_seconds: Option<f64>,
-    /// A transfer's time on the host's clock, from the call to its return (a blocking copy).
+    /// A copy's time on the host's clock, from the call to its return: the whole copy for a
+    /// blocking one, the queueing alone for a non-blocking one.
     pub wall_seconds: Option<f64>,
 }
 
@@ -82,14 +83,24 @@ pub fn newest_on(spec: &str) -> Option<&'static Run> {
 /// The transfer of `kind` (`h2d_pinned`, …) measured in `run` nearest in size to `bytes`
 /// (nearest on a logarithmic scale).
 pub fn nearest_transfer<'a>(run: &'a Run, kind: &str, bytes: u64) -> Option<&'a Row> {
+    nearest(run, "transfer", kind, bytes)
+}
+
+/// The non-blocking copy from pinned memory (`h2d_pinned`) measured in `run` nearest in size to
+/// `bytes`: `wall_seconds` is how long the call took to return, `seconds` the copy itself.
+pub fn nearest_non_blocking(run: &Run, bytes: u64) -> Option<&Row> {
+    nearest(run, "non_blocking", "h2d_pinned", bytes)
+}
+
+fn nearest<'a>(run: &'a Run, bench: &str, kind: &str, bytes: u64) -> Option<&'a Row> {
     let distance = |r: &Row| ((r.bytes.max(1) as f64) / (bytes.max(1) as f64)).ln().abs();
     (run.rows.iter())
-        .filter(|r| r.bench == "transfer" && r.name == kind)
+        .filter(|r| r.bench == bench && r.name == kind)
         .min_by(|a, b| distance(a).total_cmp(&distance(b)))
 }
 
 /// A run from its JSON lines: the first names the run, the rest are `gpu-check.sh`'s lines
-/// (those of a kind the model does not use, `non_blocking` and `peer`, are kept out).
+/// (`peer` ones, between two GPUs, are kept out).
 pub fn parse(text: &str) -> Result<Run, String> {
     let mut lines = text.lines().filter(|l| l.trim_start().starts_with('{'));
     let head = flat_object(lines.next().ok_or("no lines")?)?;
@@ -123,7 +134,7 @@ pub fn parse(text: &str) -> Result<Run, String> {
         };
         let Some(bench) = text("bench") else { continue };
         let (name, ms) = match bench.as_str() {
-            "transfer" => (text("kind"), number("event_ms")),
+            "transfer" | "non_blocking" => (text("kind"), number("event_ms")),
             "op" | "profile" => (text("name"), number("ms")),
             _ => continue,
         };
@@ -139,7 +150,7 @@ pub fn parse(text: &str) -> Result<Run, String> {
             torch_seconds: number("torch_ms")
                 .or(number("torch_event_ms"))
                 .map(|t| t / 1e3),
-            wall_seconds: number("wall_ms").map(|t| t / 1e3),
+            wall_seconds: number("wall_ms").or(number("call_ms")).map(|t| t / 1e3),
         });
     }
     Ok(run)
@@ -226,6 +237,14 @@ mod tests {
             (add.torch_seconds.unwrap() - 0.042e-3).abs() < 1e-12,
             "{add:?}"
         );
+        // A non-blocking copy keeps the call's time beside the copy's (notebook 03 shows both).
+        let queued = nearest_non_blocking(run("h200-2026-11-28-f").unwrap(), 64 << 20).unwrap();
+        assert_eq!(queued.bytes, 64 << 20);
+        assert!(
+            (queued.wall_seconds.unwrap() - 0.00666e-3).abs() < 1e-12,
+            "{queued:?}"
+        );
+        assert!((queued.seconds - 1.21747e-3).abs() < 1e-12, "{queued:?}");
     }
 
     #[test]

@@ -30,7 +30,8 @@ use tables::{
     ZIG_TAIL_START, ZIG_X,
 };
 
-/// Values per piece drawn on one thread (any multiple of four gives the same values).
+/// Values per piece drawn on one thread. Any multiple of a batch (64 values) gives the same
+/// values: a piece must start where a batch does.
 pub const BLOCK: usize = 1 << 14;
 
 /// A dtype `rand`/`randn` draw natively, and how one value comes from Philox's words.
@@ -42,7 +43,7 @@ pub trait Sample: Copy + Send + Sync {
     /// 2 to the number of position bits.
     const SPAN: f64;
     /// The `j`-th draw of the group in lane `lane` of `words` (`philox::groups`).
-    fn draw(words: &[[u32; LANES]; 4], lane: usize, j: usize) -> Self::Draw;
+    fn draw(words: &Words, lane: usize, j: usize) -> Self::Draw;
     /// A draw after a refused wedge point, from the element's own block.
     fn redraw(r: [u32; 4]) -> Self::Draw;
     fn uniform(h: Self::Draw) -> Self;
@@ -86,7 +87,7 @@ impl Sample for f32 {
     const PER_GROUP: usize = 4;
     const SPAN: f64 = (1u64 << (32 - ZIG_SHIFT32)) as f64;
     #[inline(always)]
-    fn draw(words: &[[u32; LANES]; 4], lane: usize, j: usize) -> u32 {
+    fn draw(words: &Words, lane: usize, j: usize) -> u32 {
         words[j][lane]
     }
     fn redraw(r: [u32; 4]) -> u32 {
@@ -169,7 +170,7 @@ impl Sample for f64 {
     const PER_GROUP: usize = 2;
     const SPAN: f64 = (1u64 << (64 - ZIG_SHIFT64)) as f64;
     #[inline(always)]
-    fn draw(words: &[[u32; LANES]; 4], lane: usize, j: usize) -> u64 {
+    fn draw(words: &Words, lane: usize, j: usize) -> u64 {
         join(words[2 * j][lane], words[2 * j + 1][lane])
     }
     fn redraw(r: [u32; 4]) -> u64 {
@@ -210,7 +211,7 @@ pub fn fill<T: Sample>(out: &mut [T], seed: u64, normal: bool) {
 }
 
 simd::vectorized! {
-    /// Elements `start..start + out.len()` of a fill (`start` a multiple of `T::PER_GROUP`),
+    /// Elements `start..start + out.len()` of a fill (`start` where a batch starts),
     /// `LANES` Philox blocks at a time in the widest vectors the CPU has. The ziggurat's fast
     /// pass has no branch on a draw: each value is written, and its slot noted as refused or
     /// not by a counter's step. The refused ones wait until `LANES` of them can have their
@@ -218,6 +219,7 @@ simd::vectorized! {
     fn fill_piece / fill_piece_at<T: Sample>(start: usize, out: &mut [T], seed: u64, normal: bool) -> () {
         let per = T::PER_GROUP;
         let step = LANES * per;
+        debug_assert_eq!(start % step, 0, "a piece starts where a batch does");
         let mut pending: Vec<(usize, T::Draw)> = Vec::with_capacity(2 * step);
         let len = out.len();
         for at in (0..len).step_by(step) {
