@@ -9,7 +9,7 @@ use super::probe_client::{ProbeClient, Reply, Request};
 use super::report::{ErrorKind, Output};
 
 /// How long one ask at the end of a cell waits for GPUs still running the cell's checked work:
-/// well inside the 2 s the probe's reply may take (`probe_client.rs`). The session asks again
+/// well inside the time the probe's reply may take (`PROBE_PATIENCE`). The session asks again
 /// until that work is done or the user interrupts the wait, so no clock decides which cell a
 /// bad index fails.
 const CELL_END_ASK: Duration = Duration::from_millis(250);

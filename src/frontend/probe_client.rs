@@ -10,6 +10,12 @@ pub use crate::cell::probe::wire::{
     DeviceList, DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine,
 };
 
+/// How long an answer may take once the cell process took the request. Its probe thread answers
+/// whatever the cell does, and a process that is gone closes the socket at once, so only a
+/// loaded machine makes this wait: a CI lane's terminal test lost an interrupted cell's error
+/// and memory strip to the 2 s it used to be, beside two busy loops and two other lanes.
+pub const PROBE_PATIENCE: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone)]
 pub struct ProbeClient {
     pub path: PathBuf,
@@ -20,7 +26,7 @@ impl ProbeClient {
     /// yet, or restarting).
     pub fn ask(&self, request: Request) -> Option<Reply> {
         let mut s = std::os::unix::net::UnixStream::connect(&self.path).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.set_read_timeout(Some(PROBE_PATIENCE)).ok()?;
         s.write_all(format!("{}\n", request.encode()).as_bytes())
             .ok()?;
         let mut out = String::new();

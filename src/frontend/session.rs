@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use evcxr::{CommandContext, Error as EvcxrError};
 
@@ -541,7 +540,7 @@ impl Session {
             .is_some()
         {
             self.cell_output
-                .wait_for_sync(self.sync_token, Duration::from_secs(2));
+                .wait_for_sync(self.sync_token, super::probe_client::PROBE_PATIENCE);
         }
         report.outputs.append(&mut self.cell_output.take());
         report.folded = self.cell_output.take_fold();
