@@ -29,8 +29,7 @@ pub fn philox(counter: [u32; 4], key: u64) -> [u32; 4] {
     [c0, c1, c2, c3]
 }
 
-/// Groups computed side by side: `LANES` counters in one pass vectorise (8 or 16 multiplies an
-/// instruction under `simd::wide`).
+/// Groups computed side by side: `LANES` counters, two AVX2 registers of eight (`blocks_avx2`).
 pub const LANES: usize = 16;
 
 /// The blocks of groups `first..first + LANES` (counter `(g, g >> 32, 0, 0)`), as
@@ -55,25 +54,12 @@ pub fn blocks(counters: [[u32; LANES]; 4], key: u64) -> [[u32; LANES]; 4] {
     blocks_portable(counters, key)
 }
 
-/// `blocks` in plain Rust, which the compiler vectorises as it can.
+/// `blocks` one lane at a time, where the CPU has no AVX2.
 #[inline(always)]
 fn blocks_portable(counters: [[u32; LANES]; 4], key: u64) -> [[u32; LANES]; 4] {
-    let [mut c0, mut c1, mut c2, mut c3] = counters;
-    let (mut k0, mut k1) = (key as u32, (key >> 32) as u32);
-    for round in 0..10 {
-        if round > 0 {
-            k0 = k0.wrapping_add(W0);
-            k1 = k1.wrapping_add(W1);
-        }
-        for l in 0..LANES {
-            let (p0, p1) = (M0 as u64 * c0[l] as u64, M1 as u64 * c2[l] as u64);
-            c0[l] = (p1 >> 32) as u32 ^ c1[l] ^ k0;
-            c1[l] = p1 as u32;
-            c2[l] = (p0 >> 32) as u32 ^ c3[l] ^ k1;
-            c3[l] = p0 as u32;
-        }
-    }
-    [c0, c1, c2, c3]
+    let lanes: [[u32; 4]; LANES] =
+        std::array::from_fn(|l| philox(std::array::from_fn(|j| counters[j][l]), key));
+    std::array::from_fn(|j| std::array::from_fn(|l| lanes[l][j]))
 }
 
 /// `blocks` eight lanes to a register. A 32 × 32-bit product's halves come from two multiplies

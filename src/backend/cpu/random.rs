@@ -280,8 +280,8 @@ fn open53(high: u32, low: u32) -> f64 {
 /// (1964); a refused wedge point is replaced by a new draw. `first` is the element's block at
 /// attempt 0, `(i, i >> 32, 1, 0)`. Line for line `ziggurat_finish` of `kernels/random.cu`.
 fn finish<T: Sample>(mut h: T::Draw, i: u64, seed: u64, first: [u32; 4]) -> T {
-    let mut r = first;
-    for attempt in 0u32.. {
+    let (mut r, mut attempt) = (first, 0u32);
+    loop {
         let (value, ok) = T::fast(h);
         if ok {
             return value;
@@ -295,6 +295,7 @@ fn finish<T: Sample>(mut h: T::Draw, i: u64, seed: u64, first: [u32; 4]) -> T {
         if attempt > 0 {
             r = philox::philox([i as u32, (i >> 32) as u32, 1, attempt], seed);
         }
+        attempt += 1;
         if layer == 0 {
             let x = -open53(r[0], r[1]).ln() / ZIG_TAIL_START;
             if -2.0 * open53(r[2], r[3]).ln() >= x * x {
@@ -309,7 +310,6 @@ fn finish<T: Sample>(mut h: T::Draw, i: u64, seed: u64, first: [u32; 4]) -> T {
         }
         h = T::redraw(r);
     }
-    unreachable!("a refused point is redrawn until one is accepted")
 }
 
 /// Integers uniform in `low..high` (`low < high`) drawn from `seed`.
