@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The docs say what the code does. Fails, naming the line and the fix, when:
 
-- a magic in `src/frontend/magics.rs` (its usage line) or a word that leaves the session is
+- a magic in `src/magics.rs` (its usage line) or a word that leaves the session is
   not in README.md, or a README table row starts with a `:word` that is neither;
 - a `PLACELAB_*` variable the code, tests or tools read is not in one of README.md's tables,
   or is in more than one row (INTERNAL, the few placelab sets for its own child processes, need
@@ -57,7 +57,7 @@ INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED"}
 
 # Times and sizes in README's prose that are not measurements, with why.
 NOT_MEASURED = {
-    "2 s": "the default interrupt grace (src/frontend/interrupter.rs)",
+    "2 s": "the default interrupt grace (src/interrupter.rs)",
     "16 MiB": "the size of second_start's small tmpfs (tests/second_start.rs)",
     "8 MiB": "the long session test's bound on the session's growth (tests/repl.rs)",
     "192 KiB": "the long session test's bound on the cell process's growth a cell (tests/repl.rs)",
@@ -108,11 +108,11 @@ def source_files(*dirs, exts=(".rs", ".py", ".sh", ".mjs", ".toml", ".yaml")):
 
 def fenced_blocks(text, commands_only=False):
     """(start line, lines) of each ``` block; with `commands_only`, not those marked ```text
-    (what a command prints) or ```rust."""
+    (what a command prints), ```rust or ```toml."""
     blocks, inside, start, lines, info = [], False, 0, [], ""
     for n, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
-            if inside and not (commands_only and info in ("text", "rust")):
+            if inside and not (commands_only and info in ("text", "rust", "toml")):
                 blocks.append((start, lines))
             inside, start, lines = not inside, n + 1, []
             info = line.strip()[3:].strip()
@@ -165,15 +165,15 @@ def exit_words(magics_rs):
 def check_magics(readme):
     """Catches a magic or an exit word the README leaves out, and a table row for a `:word`
     that is no command (a magic renamed or removed in the code, or a typo in the README)."""
-    text = read(ROOT / "src/frontend/magics.rs")
+    text = read(ROOT / "src/magics.rs")
     flat = readme.replace("\\|", "|")
     for usage in re.findall(r'usage:\s*"([^"]+)"', text):
         if usage not in flat:
-            fail("README.md", f"the magic `{usage}` (src/frontend/magics.rs) is not in the README",
+            fail("README.md", f"the magic `{usage}` (src/magics.rs) is not in the README",
                  "add it, exactly as its usage line reads, to the commands table under 'The REPL'")
     words = exit_words(text)
     if not words:
-        fail("src/frontend/magics.rs", "cannot read the words `is_exit` accepts", "update .ci/docs-check.py")
+        fail("src/magics.rs", "cannot read the words `is_exit` accepts", "update .ci/docs-check.py")
     for w in sorted(words):
         if f"`{w}`" not in readme:
             fail("README.md", f"`{w}` leaves the session (magics::is_exit) but the README does not say so",
@@ -183,7 +183,7 @@ def check_magics(readme):
         m = re.match(r"\|\s*`(:\w+)", line)
         if m and m.group(1) not in commands:
             fail(f"README.md:{n}", f"the README lists `{m.group(1)}`, which is no command",
-                 "name a magic of src/frontend/magics.rs (its `name:`) or an exit word, or remove the row")
+                 "name a magic of src/magics.rs (its `name:`) or an exit word, or remove the row")
 
 
 # ---- environment variables ----------------------------------------------------------------
@@ -200,7 +200,7 @@ def check_variables(readme, help_text):
     """Catches a `PLACELAB_*` variable with no row (or two) in README's tables, one the program
     reads that `--help` leaves out, and one `--help` names that nothing reads."""
     rows = [(n, l) for n, l in enumerate(readme.splitlines(), 1) if l.startswith("|")]
-    everywhere = variables_in("src", "build.rs", "tests", "benches", "kernelspec", ".ci")
+    everywhere = variables_in("src", "engine", "tests", "benches", "kernelspec", ".ci")
     for var, first in sorted(everywhere.items()):
         if var in INTERNAL:
             if var not in readme:
@@ -216,7 +216,7 @@ def check_variables(readme, help_text):
     if help_text is None:
         return
     # What the program reads: a name that is a whole string literal (`var("PLACELAB_X")`).
-    for var, first in sorted(variables_in("src", pattern=r'"(PLACELAB_[A-Z0-9_]*[A-Z0-9])"').items()):
+    for var, first in sorted(variables_in("src", "engine/src", pattern=r'"(PLACELAB_[A-Z0-9_]*[A-Z0-9])"').items()):
         if var not in INTERNAL and var not in help_text:
             fail("placelab --help", f"{var} (read by {first}) is not in the help's footer",
                  "add it to `after_help` in src/main.rs")
@@ -280,7 +280,7 @@ def check_commands(readme, binary):
             if m:
                 check_cargo_target(where, m.group(1), m.group(2).split())
                 continue
-            m = re.match(r"(?:node\s+)?((?:tests|benches|\.ci)/[\w./*-]+)(.*)", part)
+            m = re.match(r"(?:node\s+)?((?:engine/tests|tests|benches|\.ci)/[\w./*-]+)(.*)", part)
             if m:
                 check_script(where, m.group(1), m.group(2))
 
@@ -313,12 +313,18 @@ RUST_TEST = re.compile(r"#\[test\]\s*(?:(?:#\[|///)[^\n]*\s*)*(?:pub\s+)?(?:asyn
 PY_TEST = re.compile(r"^\s*(?:def|class)\s+(test_\w+|Test\w+)", re.M)
 
 
+def test_folder(name):
+    """Where tests/NAME.rs is: the front end's tests/, or the engine's engine/tests/."""
+    return ROOT / "tests" if (ROOT / "tests" / f"{name}.rs").exists() else ROOT / "engine/tests"
+
+
 def test_names(name):
     """The names a filter of `cargo test --test NAME` is matched against: the `#[test]` fns of
     tests/NAME.rs, those of tests/NAME/M.rs as `M::fn`, and the pytest tests of tests/NAME/*.py
     (tests that run pytest files, named as `-k` would)."""
-    folder = ROOT / "tests" / name
-    names = RUST_TEST.findall(read(ROOT / "tests" / f"{name}.rs"))
+    tests = test_folder(name)
+    folder = tests / name
+    names = RUST_TEST.findall(read(tests / f"{name}.rs"))
     for f in sorted(folder.glob("*.rs")):
         names += [f"{f.stem}::{fn}" for fn in RUST_TEST.findall(read(f))]
     for f in sorted(folder.glob("*.py")):
@@ -335,14 +341,14 @@ def check_cargo_target(where, kind, args):
         return
     i = args.index(flag)
     name = args[i + 1]
-    folder = "tests" if kind == "test" else "benches"
+    folder = str(test_folder(name).relative_to(ROOT)) if kind == "test" else "benches"
     if not (ROOT / folder / f"{name}.rs").exists():
         fail(where, f"`cargo {kind} {flag} {name}`: there is no {folder}/{name}.rs", "fix the name")
         return
     words = [a for a in args[i + 2:] if a != "--" and not a.startswith("-")]
     if kind == "test":
         names, what = test_names(name), "no test's name"
-        fix = f"name a test that exists: part of a `#[test]` fn's name, or of a pytest test's in tests/{name}/*.py"
+        fix = f"name a test that exists: part of a `#[test]` fn's name, or of a pytest test's in {folder}/{name}/*.py"
     else:
         names, what = [read(ROOT / folder / f"{name}.rs")], "nothing"
         fix = f"pass what benches/{name}.rs's argument parsing takes"
@@ -422,8 +428,9 @@ def check_figures(readme, results):
 # ---- quoted errors ------------------------------------------------------------------------
 
 def rust_strings():
-    """Every .rs file under src/, with string continuations (`\\` + newline + indent) joined."""
-    return "".join(re.sub(r"\\\n\s*", "", read(f)) for f in source_files("src", exts=(".rs",)))
+    """Every .rs file of both crates, with string continuations (`\\` + newline + indent) joined."""
+    return "".join(re.sub(r"\\\n\s*", "", read(f))
+                   for d in ("src", "engine/src") for f in source_files(d, exts=(".rs",)))
 
 
 # The README's pictures are committed with it: small enough for a repository and a page.

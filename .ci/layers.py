@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""Checks the engine's layering: which parts of `src/` may name which.
+"""Checks the engine's layering: which parts of `engine/src/` may name which.
 
-Units: each folder of `src/` is a layer's unit (LAYERS below: `device/`, `backend/`, …), and
+Two crates: the engine (`engine/src/`, the crate `placelab`) and the front end over it (`src/`,
+`--crate frontend`). The front end can name the engine and never the other way round (cargo sees
+to that: the engine does not depend on it); inside the front end, only the file rule below holds.
+
+Units: each folder of `engine/src/` is a layer's unit (LAYERS below: `device/`, `backend/`, …), and
 every `.rs` file belongs to one; a file may name its own unit, units on strictly lower layers,
 and `root` (lib.rs). Two units on one layer may not name each other unless ALLOWED_PAIRS says
 so. The unit graph must have no cycle besides those pairs, and the files under a folder of
@@ -26,7 +30,8 @@ To edit the table: each row is (layer, unit, patterns); a pattern is a path rela
 (`device/mod.rs`) or a directory prefix ending in `/` (`backend/`); the longest matching pattern
 wins. A file no pattern matches is an error; a pattern that matches nothing is a warning.
 
-Usage: python3 .ci/layers.py [--src DIR] [--graph | --dot | --files]    (from the repository root)
+Usage: python3 .ci/layers.py [--crate engine|frontend] [--src DIR] [--graph | --dot | --files]
+       (from the repository root)
   --graph: each unit's edges and the files behind them; --dot: the unit graph for Graphviz;
   --files: each file's edges, each with the line of one reference.
 """
@@ -55,9 +60,9 @@ LAYERS = [
     (9, "display", ["display/"]),
     (10, "cuda", ["cuda/"]),
     (11, "cell", ["cell/"]),
-    # 9. the front end
-    (12, "frontend", ["frontend/", "main.rs"]),
 ]
+# The front end's crate: one unit over its root; only the file rule applies inside it.
+FRONTEND_LAYERS = [(0, "root", ["lib.rs"]), (1, "frontend", ["*"])]
 ROOT = "root"  # lib.rs: exempt from the rule (it declares and re-exports everything)
 ALLOWED_PAIRS = set()  # units that may name each other (same layer, either way): none now
 FORBIDDEN_NAMES = {  # folder -> identifiers its code must not use
@@ -266,7 +271,7 @@ class Crate:
 
 
 def matches(rel, p):
-    return rel == p or (p.endswith("/") and rel.startswith(p))
+    return rel == p or p == "*" or (p.endswith("/") and rel.startswith(p))
 
 
 def allowed_pair(u, t):
@@ -336,12 +341,19 @@ def file_graph(crate, rels):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", default="src", help="the source tree (default: src)")
+    ap.add_argument("--crate", choices=["engine", "frontend"], default="engine",
+                    help="the crate to check (default: engine)")
+    ap.add_argument("--src", help="its source tree (default: engine/src, or src for the front end)")
     ap.add_argument("--graph", action="store_true", help="print every unit's outgoing edges")
     ap.add_argument("--dot", action="store_true", help="print the unit graph as Graphviz dot")
     ap.add_argument("--files", action="store_true",
                     help="print every file's outgoing edges, each with the line of one reference")
     args = ap.parse_args()
+    global LAYERS, ABSOLUTE, ALLOWED_FILE_CYCLES
+    if args.crate == "frontend":
+        # There `placelab::` is the engine, another crate: not a path into this one.
+        LAYERS, ABSOLUTE, ALLOWED_FILE_CYCLES = FRONTEND_LAYERS, ("crate", "$crate"), {}
+    args.src = args.src or ("src" if args.crate == "frontend" else "engine/src")
     out = sys.stderr if args.dot else sys.stdout
     errors, warnings = [], {}  # warnings: key -> message, so that each is printed once
     layer, patterns = {}, {}

@@ -13,8 +13,8 @@ if [ "${1:-}" = "--guard" ]; then
 fi
 py="${1:-/root/.cache/placelab/torch-venv/bin/python}"
 out="$(mktemp -d)"
-cargo bench --no-default-features --bench engine -- --ceilings >"$out/ceilings.json"
-cargo bench --no-default-features --bench engine -- "${@:2}" >"$out/placelab.jsonl"
+cargo bench -p placelab --bench engine -- --ceilings >"$out/ceilings.json"
+cargo bench -p placelab --bench engine -- "${@:2}" >"$out/placelab.jsonl"
 RAYON_NUM_THREADS=2 "$py" benches/torch_peer.py --threads 2 >"$out/torch.jsonl"
 "$py" - "$out/ceilings.json" "$out/placelab.jsonl" "$out/torch.jsonl" <<'PY'
 import json, subprocess, sys

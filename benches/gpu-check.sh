@@ -23,10 +23,10 @@ BIN=target/gpu-check
 build() {
     mkdir -p "$BIN"
     local list
-    # The engine alone (--no-default-features): the GPU tests need none of the front end's crates.
-    list=$(cargo test --release --no-default-features --no-run --message-format=json \
+    # The engine alone (-p placelab): the GPU tests need none of the front end's crates.
+    list=$(cargo test --release -p placelab --no-run --message-format=json \
         --test cuda_gpu --test cuda_gpu_memory --test cuda_gpu_simulation 2>/dev/null; \
-        cargo bench --no-default-features --no-run --message-format=json --bench gpu 2>/dev/null)
+        cargo bench -p placelab --no-run --message-format=json --bench gpu 2>/dev/null)
     for name in cuda_gpu cuda_gpu_memory cuda_gpu_simulation gpu; do
         local exe
         exe=$(printf '%s\n' "$list" | python3 -c "
@@ -178,7 +178,7 @@ open(f"{out}/bench.md", "w").write("\n".join(rows) + "\n")
 print("\n".join(rows))
 PY
     # The refitted model's error per class of rows, and each whole step beside its prediction
-    # (the same pricing `src/cost/fit.rs` is tested with).
+    # (the same pricing `engine/src/cost/fit.rs` is tested with).
     "$BIN/gpu" model "$out/bench_placelab.jsonl" "$(cut -d, -f1 "$out/gpu.txt")" > "$out/model.md" \
         || echo "(no model report: see above)" > "$out/model.md"
     cat "$out/model.md"

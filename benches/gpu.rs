@@ -160,7 +160,7 @@ fn peer() -> Result<()> {
     Ok(())
 }
 
-/// What the model predicts for the op row `name`, in ms: the pricing `src/cost/rows.rs` gives
+/// What the model predicts for the op row `name`, in ms: the pricing `engine/src/cost/rows.rs` gives
 /// the same row when the model is fitted and checked (`None` for a row it does not price).
 fn op_ms(g: &GpuSpec, name: &str) -> Option<f64> {
     let row = cost::measured::Row {
@@ -202,7 +202,7 @@ fn timed(name: &str, flops: f64, run: impl Fn() -> Result<Tensor>) -> Result<()>
 }
 
 fn ops() -> Result<()> {
-    // What each row reads and writes, as the model prices it: `src/cost/rows.rs`.
+    // What each row reads and writes, as the model prices it: `engine/src/cost/rows.rs`.
     let a = Tensor::randn([10_000_000], GPU)?;
     let b = Tensor::randn([10_000_000], GPU)?;
     timed("add 10M f32", 0.0, || &a + &b)?;

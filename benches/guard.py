@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = ["cargo", "bench", "--quiet", "--no-default-features", "--bench", "engine", "--"]
+BENCH = ["cargo", "bench", "--quiet", "-p", "placelab", "--bench", "engine", "--"]
 
 
 def rate_and_share(row, ceilings):
@@ -126,7 +126,7 @@ def main():
         for name, share, recorded, floor in failed:
             print(f"error: {name} fell to {share:.1%} of its ceiling, under its floor of {floor:.1%} "
                   f"(recorded {recorded:.1%}), twice in a row. Find the change with "
-                  f"`cargo bench --no-default-features --bench engine -- --only {name}` on each commit.",
+                  f"`cargo bench -p placelab --bench engine -- --only {name}` on each commit.",
                   file=sys.stderr)
         sys.exit(1)
     print(f"{len(final)} workloads, every one at or above its floor")

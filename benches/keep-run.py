@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Keeps a `gpu-check.sh` run as data the engine ships (`src/cost/measured/`).
+"""Keeps a `gpu-check.sh` run as data the engine ships (`engine/src/cost/measured/`).
 
     benches/keep-run.py benches/gpu-runs/h200-2026-11-28-f --spec h200 \
-        > src/cost/measured/h200-2026-11-28-f.jsonl
+        > engine/src/cost/measured/h200-2026-11-28-f.jsonl
 
-then add the file to `runs()` in `src/cost/measured.rs`. The first line names the run (the
+then add the file to `runs()` in `engine/src/cost/measured.rs`. The first line names the run (the
 folder's name), the GPU (the first line of the run's `all.log`, as nvidia-smi names it), the
 date, the commit measured and PyTorch's version (from the run's `run.json`, which
 `gpu-check.sh` writes, unless `--commit` and `--torch` say them); the rest are placelab's lines from
@@ -34,7 +34,7 @@ def to_10ns(ms: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=pathlib.Path, help="a folder of benches/gpu-runs/")
-    parser.add_argument("--spec", required=True, help="the GPU's key in src/cost/gpus.rs (h100, h200)")
+    parser.add_argument("--spec", required=True, help="the GPU's key in engine/src/cost/gpus.rs (h100, h200)")
     parser.add_argument("--commit", help="the commit of placelab that was measured (default: the run's run.json)")
     parser.add_argument("--torch", help="PyTorch's version in the run (default: the run's run.json)")
     args = parser.parse_args()

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use placelab::frontend::{cell, cell_output, session, setup};
+use placelab_frontend::{cell, cell_output, session, setup};
 
 /// The median time of `n` runs of `cell`.
 fn median_of(n: usize, mut cell: impl FnMut()) -> Duration {

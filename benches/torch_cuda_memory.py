@@ -1,4 +1,4 @@
-"""tests/cuda_gpu_memory.rs's allocation sequence through PyTorch: the numbers placelab must match."""
+"""engine/tests/cuda_gpu_memory.rs's allocation sequence through PyTorch: the numbers placelab must match."""
 import json
 import sys
 

@@ -53,7 +53,7 @@ COPY(u64, b8)
 // `c` reads the source at the index tensor's entry `c` (i64, or i32 with `index_i32`, viewed by
 // `li`; a negative one counts from the end of the dim, of `size`). The kernel checks each entry
 // as it reads it: one outside the dim gives zeros and is written into `fault` (the entry, then
-// 1), which the host reads at its next wait for the device (`src/backend/gpu/checks.rs`); a null `fault`
+// 1), which the host reads at its next wait for the device (`engine/src/backend/gpu/checks.rs`); a null `fault`
 // means the host checked the entries already.
 //
 // When the dims after `dim` are one gap-free run of at least `GATHER_ROW_MIN` elements (rows of
@@ -173,7 +173,7 @@ FILL(u64, b8)
 // `target[r]` and 0 elsewhere, where `v` is −1 (the forward's picks) or, with `num` and `den`
 // (0-d values on the device), −num/den (the backward's gradient, −g / total_weight, in one launch
 // instead of three). A class outside 0..classes leaves its row 0 and writes itself into `fault`
-// (the class, then 1), which the host reads at its next wait for the device (`src/backend/gpu/checks.rs`)
+// (the class, then 1), which the host reads at its next wait for the device (`engine/src/backend/gpu/checks.rs`)
 // and reports as the op's error. PyTorch's device assert ends the context instead.
 #define CLASS_ROWS(T, NAME)                                                                    \
     extern "C" __global__ void class_rows_##NAME(u64 n, u64 classes, T* out, const i64* target, \

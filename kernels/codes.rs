@@ -4,7 +4,7 @@
 //    (the host build for the emulator, NVRTC at run time): a C macro per code, the table's
 //    prefix and the variant's name in capitals (`BinaryOp::ReluBackward` is
 //    `#define PL_BINARY_RELU_BACKWARD 7`).
-//  - `src/backend/gpu/ops.rs` makes each table a function from the Rust enum to its code
+//  - `engine/src/backend/gpu/ops.rs` makes each table a function from the Rust enum to its code
 //    (`binary_code(BinaryOp::Add)`), an exhaustive `match`: a variant missing here, or one the
 //    enum does not have, fails the build.
 // `build.rs` rejects a code used twice in one table.

@@ -2,7 +2,7 @@
 // for SUFFIXES (params);` is the kernels `{family}_{suffix}` of `kernels/{source}.cu`, one for each
 // suffix, all with those parameters. Data only: each reader defines `kernels!` before it includes
 // this file.
-//  - `src/backend/gpu/launch.rs` makes each family a typed launch function and an entry of `KERNELS`;
+//  - `engine/src/backend/gpu/launch.rs` makes each family a typed launch function and an entry of `KERNELS`;
 //  - `build.rs` compiles, beside each file, a table of the kernels declared in it for the
 //    emulator: a declared kernel missing from its file fails the build, naming it.
 

@@ -10,7 +10,7 @@
 
 #define LIST_MAX 24
 
-// As `TensorList` in `src/backend/gpu/optim.rs`. `ptr[0]` the parameters, `ptr[1]` their gradients,
+// As `TensorList` in `engine/src/backend/gpu/optim.rs`. `ptr[0]` the parameters, `ptr[1]` their gradients,
 // `ptr[2]`/`ptr[3]` the optimizer's state (momentum; Adam's two moments), 0 where unused.
 // Bit `t` of `first` is set when tensor `t`'s state is new this step (uninitialised memory).
 struct TensorList {

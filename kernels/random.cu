@@ -1,7 +1,7 @@
 // Random fills made on the device: `rand`, `randn` and `randint`, from a counter-based generator
 // (Philox4x32-10, as PyTorch's CUDA generator and cuRAND use). Each value is a function of the
 // seed and its own index alone, so the threads need no state and no order, and the CPU backend
-// (`src/backend/cpu/random.rs`) computes the same bits: a seed gives one tensor on every device.
+// (`engine/src/backend/cpu/random.rs`) computes the same bits: a seed gives one tensor on every device.
 // (Compiled for the host, the emulator gives those bits exactly. On a GPU, `log` may round an
 // f64 tail value, beyond ±3.65, differently in its last bit.)
 //

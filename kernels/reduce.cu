@@ -3,7 +3,7 @@
 // kernel combines in a fixed order, so results never depend on timing; a row of one chunk is
 // finished by the first kernel.
 // Launched with blockDim.x == REDUCE_THREADS and at most 65536 blocks (`blocks()` in
-// `src/backend/gpu/reduce.rs`): each block walks the chunks (or rows) `blockIdx.x, blockIdx.x +
+// `engine/src/backend/gpu/reduce.rs`): each block walks the chunks (or rows) `blockIdx.x, blockIdx.x +
 // gridDim.x, …`, so any count of rows fits the grid. The walk is the same for every thread of a
 // block, so `__syncthreads` stays uniform, and `block_reduce` ends with a barrier, so the next
 // chunk may reuse its shared memory.

@@ -1,5 +1,5 @@
 // The ziggurat's tables, computed once by `build.rs` and written out twice, as the same bits: for
-// the CPU (`random_tables.rs`, included by `src/backend/cpu/random.rs`) and for the GPU
+// the CPU (`random_tables.rs`, included by `engine/src/backend/cpu/random.rs`) and for the GPU
 // (`random_tables.cuh`, before `kernels/random.cu`). So a seed's normals are the same on every
 // device: both take each value from the same table entries.
 //

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use placelab::frontend::cell_output::Sink;
-use placelab::frontend::evaluator::{Analyzer, Evaluator};
-use placelab::frontend::kernel::{self, install::Place, run_notebook};
-use placelab::frontend::{devices_banner, prebuild, progress, repl, script, session, setup};
+use placelab_frontend::cell_output::Sink;
+use placelab_frontend::evaluator::{Analyzer, Evaluator};
+use placelab_frontend::kernel::{self, install::Place, run_notebook};
+use placelab_frontend::{devices_banner, prebuild, progress, repl, script, session, setup};
 
 #[derive(Parser)]
 #[command(

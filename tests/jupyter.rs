@@ -19,7 +19,7 @@ mod browser;
 mod classroom;
 #[path = "support/user_env.rs"]
 mod user_env;
-#[path = "support/venv.rs"]
+#[path = "../engine/tests/support/venv.rs"]
 mod venv;
 
 use user_env::user_command;
@@ -164,7 +164,7 @@ fn installed_kernelspec() -> PathBuf {
 enum StandIns {
     /// PLACELAB_SIMULATE_CUDA set to this.
     Simulated(&'static str),
-    /// PLACELAB_EMULATE_CUDA set to this: the real kernels and `src/backend/gpu/`, on the CPU.
+    /// PLACELAB_EMULATE_CUDA set to this: the real kernels and `engine/src/backend/gpu/`, on the CPU.
     Emulated(&'static str),
     /// Neither: the machine as it is (a notebook's first cell decides).
     AsTheMachineIs,
@@ -346,7 +346,7 @@ fn tutorial_notebooks_run_and_teach_their_facts() {
 }
 
 /// The same tutorials on the GPU code path: two emulated devices, which each notebook's first
-/// cell keeps, run the real `kernels/*.cu` and `src/backend/gpu/` as a real GPU would; each test checks
+/// cell keeps, run the real `kernels/*.cu` and `engine/src/backend/gpu/` as a real GPU would; each test checks
 /// the facts that path shows (cuBLAS's workspace, a reduction's scratch, measured times).
 #[test]
 fn tutorial_notebooks_teach_their_facts_on_the_gpu_code_path() {

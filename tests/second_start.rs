@@ -14,7 +14,7 @@
 mod skipped;
 #[path = "support/user_env.rs"]
 mod user_env;
-#[path = "support/venv.rs"]
+#[path = "../engine/tests/support/venv.rs"]
 mod venv;
 
 use std::io::Write;

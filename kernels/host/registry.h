@@ -2,7 +2,7 @@
 // the kernel with arguments unpacked from `void* args[]` (as `cuLaunchKernel` takes them), and
 // the parameter list the compiler sees, which the Rust side checks every launch against.
 // `build.rs` writes, per kernel file, the list of `PL_KERNEL(name)` lines from the launchers in
-// `src/backend/gpu/launch.rs`, so a launcher without a kernel does not compile.
+// `engine/src/backend/gpu/launch.rs`, so a launcher without a kernel does not compile.
 #pragma once
 
 #include <stddef.h>
@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <utility>
 
-// Parameter kinds, as `Param` in `src/backend/gpu/launch.rs`.
+// Parameter kinds, as `Param` in `engine/src/backend/gpu/launch.rs`.
 enum { PL_U64 = 0, PL_U32 = 1, PL_F32 = 2, PL_STRUCT = 3 };
 
 struct pl_param {

@@ -91,7 +91,7 @@ const RUST_CELL = [
   'y',
 ].join('\n');
 // placelab's magic: the session's transfers, time against size, drawn by plotters as an SVG
-// (src/frontend/plot.rs), sent as image/svg+xml.
+// (src/plot.rs), sent as image/svg+xml.
 const RUST_PLOT_CELL = ':plot transfers';
 // The stock-kernel cell imitates the kernel's two outputs closely enough for the checks (the
 // card is the cell's value, an execute_result; Python sends it after the strip).
@@ -112,7 +112,7 @@ const PYTHON_PLOT_CELL = [
     + '<text x="420" y="80">cpu → cuda:0 (pageable, simulated)</text></svg>\')',
 ].join('\n');
 
-// What the plot's SVG must say (src/frontend/plot.rs, TransferAxis::Time): its caption, the
+// What the plot's SVG must say (src/plot.rs, TransferAxis::Time): its caption, the
 // axis labels and a series for the first cell's copy (its legend: `cpu → cuda:0 (pageable, …)`).
 const PLOT_TEXTS = ['Transfer time against size', 'bytes', 'µs'];
 const PLOT_SERIES = 'cpu → cuda:0';

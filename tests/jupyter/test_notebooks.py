@@ -9,7 +9,7 @@ against it, and those that only a real GPU can satisfy (pinned above pageable) r
 
 With PLACELAB_EMULATE_CUDA set (tests/jupyter.rs runs them once so), the first cell keeps the
 emulated devices, and every notebook runs on the GPU code path: the real `kernels/*.cu` and
-`src/backend/gpu/`, as on a real GPU. Where that path shows other facts than a simulated GPU (cuBLAS's
+`engine/src/backend/gpu/`, as on a real GPU. Where that path shows other facts than a simulated GPU (cuBLAS's
 workspace, a reduction's scratch block, no predictions), each test checks the GPU path's.
 """
 

@@ -1,0 +1,23 @@
+//! Devices: the `Device` value (`value.rs`), what backs it (`kind.rs`: one `DeviceKind`), the
+//! one `Error` every layer returns (`error.rs`, which names devices), shapes and strides
+//! (`layout.rs`), the SIGINT flag every wait checks (`interrupt.rs`), reading a device from text
+//! (`parse.rs`), the registry of what exists in this process (`registry.rs`: real GPUs probed
+//! without panicking, or stand-ins), the panic guard around cudarc's loader (`guard.rs`), and
+//! the default device.
+
+mod default;
+pub mod error;
+pub(crate) mod guard;
+pub mod interrupt;
+mod kind;
+pub mod layout;
+mod parse;
+pub(crate) mod registry;
+mod value;
+
+pub use default::{default_device, set_default_device};
+pub use kind::{DeviceKind, device_label};
+/// How `PLACELAB_SIMULATE_CUDA` and `PLACELAB_EMULATE_CUDA` read (the front end's `:simulate`
+/// reads its words the same way).
+pub use registry::{ParsedSetting, Simulation, parse_emulated, parse_simulated};
+pub use value::Device;

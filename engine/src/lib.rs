@@ -1,0 +1,79 @@
+//! placelab: a tensor engine with CPU and CUDA devices, built for seeing where tensors live.
+//!
+//! ```
+//! use placelab::prelude::*;
+//! # fn main() -> placelab::Result<()> {
+//! let device = Device::cuda_if_available();
+//! let x = Tensor::randn([2, 3], &Device::Cpu)?;
+//! let y = x.to(&device)?;             // a copy; `x` stays on the CPU
+//! assert_eq!(y.device(), device);
+//! let z = (&y * 2.0)?.sum_all()?;
+//! println!("{z}");
+//! # Ok(()) }
+//! ```
+
+// The engine's layers, lowest first, one folder each: a module imports only the layers above it
+// in this list (`.ci/layers.py` checks it; ARCHITECTURE.md draws it). The folders are private;
+// the `pub use` lines below keep the paths users know (`placelab::dtype`, `placelab::gpu`, …).
+// 0. leaves: units, the cache folder, dtypes, the op enums; what named GPUs would take
+mod base;
+pub mod cost;
+// 1. devices: the `Device` value and its kind, errors, layouts, the interrupt flag, the registry
+pub mod device;
+// 2. backends, on pointers, slices and layouts: the CPU kernels, the CUDA backend, the caching
+//    allocator's policy and host memory; beside them, where a piece of code's time and memory go
+mod backend;
+pub mod profile;
+// 3.-5. per-device memory and its ledger; storage (the only place that matches on the backend);
+//    transfers (the record, the log, copies still in flight)
+pub mod memory;
+mod storage;
+pub mod transfer;
+// 6. tensors and autograd
+pub mod tensor;
+// 7. what is built from tensors for training
+mod train;
+// 8. everything the engine draws; the `torch.cuda` facade; what runs inside a REPL cell's process
+mod cell;
+pub mod cuda;
+pub mod display;
+// The REPL and the Jupyter kernel are a crate of their own (the repository's src/), over this one.
+
+pub use backend::{cpu, gpu};
+pub use base::{dtype, op, units};
+pub use cell::streams as cell_io;
+pub use cell::{exercise, probe, show};
+pub use device::{error, interrupt, layout};
+pub use tensor::autograd;
+pub use train::{amp, data, nn, optim, parallel};
+
+pub use device::{Device, DeviceKind, default_device, set_default_device};
+pub use dtype::{DType, Element, Scalar};
+pub use error::{Error, Result};
+pub use layout::{Dim, Dims, IntoShape};
+pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
+pub use transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer};
+
+pub use base::cache::cache_dir;
+/// The threads the CPU kernels use.
+pub use cpu::threads as cpu_threads;
+
+/// Everything a REPL cell or a script needs: `use placelab::prelude::*;`.
+pub mod prelude {
+    pub use crate::amp::{GradScaler, autocast};
+    pub use crate::autograd::no_grad;
+    pub use crate::data::DataLoader;
+    pub use crate::exercise;
+    pub use crate::memory::{self, MemoryStats};
+    pub use crate::nn::{self, Module, ModuleExt};
+    pub use crate::optim::{self, Adam, Optimizer, Sgd};
+    pub use crate::parallel::DataParallel;
+    pub use crate::profile::{Profile, profile};
+    /// In scope (unnamed) so a cell's last `Debug` value shows without a second compile.
+    pub use crate::show::ShowDebug as _;
+    pub use crate::transfer::{self, Transfer};
+    pub use crate::{
+        DType, Device, DeviceKind, Error, Result, Scalar, Tensor, cuda, default_device,
+        manual_seed, set_default_device, tensor,
+    };
+}
