@@ -57,7 +57,8 @@ INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED"}
 
 # Times and sizes in README's prose that are not measurements, with why.
 NOT_MEASURED = {
-    "2 s": "the default interrupt grace (src/interrupter.rs)",
+    "2 s": "the default interrupt grace (src/interrupter.rs), and how long a Tab waits (src/repl.rs)",
+    "30 s": "how long a second Tab on the same line waits for its completions (src/repl.rs)",
     "16 MiB": "the size of second_start's small tmpfs (tests/second_start.rs)",
     "8 MiB": "the long session test's bound on the session's growth (tests/repl.rs)",
     "192 KiB": "the long session test's bound on the cell process's growth a cell (tests/repl.rs)",
