@@ -397,7 +397,8 @@ fn parse_simulate(args: &str) -> Result<SimulateArgs<'_>, String> {
     let (capacity, gpu) = match cap {
         None => ("None".to_string(), gpu),
         Some(word) => {
-            use placelab::device::{DeviceKind, parse_emulated, parse_simulated};
+            use placelab::DeviceKind;
+            use placelab::cuda::{parse_emulated, parse_simulated};
             let parse = match emulate {
                 true => parse_emulated,
                 false => parse_simulated,
@@ -598,7 +599,7 @@ fn help(_: &mut Session, _: &str) -> CellReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use placelab::device::{parse_emulated, parse_simulated};
+    use placelab::cuda::{parse_emulated, parse_simulated};
 
     /// `:transfers` sets, beside a copy predicted for an H100, what placelab measured on a real
     /// one for the nearest size on the same route; nothing for the CPU's copies.

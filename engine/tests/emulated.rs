@@ -588,11 +588,19 @@ fn an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors() {
     for wait in ["item", "cpu", "synchronize"] {
         let busy = rows.softmax(1).unwrap();
         let total = busy.sum_all().unwrap();
-        let start = std::time::Instant::now();
-        let stopper = std::thread::spawn(|| {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            placelab::interrupt::request();
+        // Ctrl-C once the wait begins (the flag is set just before it), not after a guessed delay.
+        let waiting = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopper = std::thread::spawn({
+            let waiting = waiting.clone();
+            move || {
+                while !waiting.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                placelab::interrupt::request();
+            }
         });
+        let start = std::time::Instant::now();
+        waiting.store(true, std::sync::atomic::Ordering::Release);
         let result = match wait {
             "item" => total.item::<f32>().map(drop),
             "cpu" => busy.cpu().map(drop),
@@ -608,6 +616,8 @@ fn an_interrupt_ends_a_wait_for_queued_work_and_keeps_the_tensors() {
         cuda::synchronize(0).unwrap();
         let done = start.elapsed();
         println!("{wait}: interrupted after {returned:?}, the work took {done:?}");
+        // Returned at the interrupt, with most of the queued work still to run (the work takes
+        // seconds, the interrupt is requested as the wait begins).
         assert!(
             returned * 3 < done,
             "{wait} returned after {returned:?}; the queued work took {done:?}"

@@ -488,13 +488,18 @@ class TestSharedKernel:
         kc = self.kc
         msg = kc.session.msg("frobnicate_request", {"x": 1})
         kc.shell_channel.send(msg)
-        time.sleep(0.5)
-        assert self.km.is_alive()
-        # A reply to it is allowed (skipped here); kernel_info after it must be answered.
+        # A reply to it is allowed (skipped here); kernel_info after it must be answered. Each
+        # channel is read in order, so that answer comes after the unknown message was handled.
         assert kernel_info(kc)["content"]["status"] == "ok"
+        assert self.km.is_alive()
         control_request_msg = kc.session.msg("frobnicate_request", {})
         kc.control_channel.send(control_request_msg)
-        time.sleep(0.3)
+        after = kc.session.msg("kernel_info_request", {})
+        kc.control_channel.send(after)
+        reply = kc.get_control_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != after["header"]["msg_id"]:
+            reply = kc.get_control_msg(timeout=30)
+        assert reply["content"]["status"] == "ok"
         assert kernel_info(kc)["content"]["status"] == "ok"
         assert execute_ok(kc, "2 + 2").result() == "4"
         drain(kc)
@@ -519,9 +524,10 @@ class TestSharedKernel:
         execute_ok(kc, self.KEPT)
         drain(kc)
         cell = Cell(kc.execute(code), code)
-        # Wait until it runs (its output is streamed while it runs), or give it 30 s to compile.
-        assert read_until(kc, cell, lambda: "spinning" in cell.text(), 30), "the cell's stdout did not arrive while it ran (30 s):\n" + cell.describe()
-        time.sleep(0.5)
+        # Interrupt once it runs: it prints `spinning` just before its loop (streamed while it
+        # runs). The bound only detects a hang, within the test's limit: a compile on a loaded
+        # machine takes seconds.
+        assert read_until(kc, cell, lambda: "spinning" in cell.text(), 90), "the cell's stdout did not arrive while it ran (90 s):\n" + cell.describe()
         t0 = time.monotonic()
         self.km.interrupt_kernel()
         # A hang detector, not a latency bound: a loaded 2-core CI machine restarting the cell

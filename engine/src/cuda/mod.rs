@@ -12,13 +12,13 @@ pub use crate::backend::gpu::pinned::{HostMemoryStats, pinned_bytes};
 pub use crate::backend::gpu::runtime::context_setup_time;
 pub use crate::base::units::parse_bytes;
 pub use crate::device::registry::{
-    DEFAULT_SIMULATED_CAPACITY, device_count, driver_version, is_available, no_real_gpu_reason,
-    real_device_count, unavailable_reason,
+    DEFAULT_SIMULATED_CAPACITY, ParsedSetting, Simulation, device_count, driver_version,
+    is_available, no_real_gpu_reason, parse_emulated, parse_simulated, real_device_count,
+    unavailable_reason,
 };
 pub use devices::{DeviceList, device_name, devices, versions_line};
 
 use crate::device::error::{Error, Result};
-use crate::device::registry::Simulation;
 use crate::device::{Device, DeviceKind};
 use crate::memory::{self, MemoryStats};
 use stand_ins::{replace_stand_ins, stand_ins};

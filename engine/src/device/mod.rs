@@ -17,7 +17,4 @@ mod value;
 
 pub use default::{default_device, set_default_device};
 pub use kind::{DeviceKind, device_label};
-/// How `PLACELAB_SIMULATE_CUDA` and `PLACELAB_EMULATE_CUDA` read (the front end's `:simulate`
-/// reads its words the same way).
-pub use registry::{ParsedSetting, Simulation, parse_emulated, parse_simulated};
 pub use value::Device;
