@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use placelab::device::device_label;
+use placelab::device_label;
 use placelab::display::{human_bytes, human_duration, human_rate};
 
 use super::plot::TransferAxis;

@@ -241,7 +241,7 @@ fn free_text(d: &DeviceStats) -> Option<String> {
 }
 
 pub fn label(d: &DeviceStats) -> String {
-    placelab::device::device_label(&d.name, d.kind)
+    placelab::device_label(&d.name, d.kind)
 }
 
 #[cfg(test)]
@@ -252,7 +252,7 @@ mod tests {
     fn gpu(allocated: u64) -> DeviceStats {
         DeviceStats {
             name: "cuda:0".into(),
-            kind: placelab::device::DeviceKind::SimulatedGpu {
+            kind: placelab::DeviceKind::SimulatedGpu {
                 capacity: 16 << 30,
                 stands_for: None,
             },

@@ -19,7 +19,7 @@
 mod base;
 pub mod cost;
 // 1. devices: the `Device` value and its kind, errors, layouts, the interrupt flag, the registry
-pub mod device;
+mod device;
 // 2. backends, on pointers, slices and layouts: the CPU kernels, the CUDA backend, the caching
 //    allocator's policy and host memory; beside them, where a piece of code's time and memory go
 mod backend;
@@ -30,7 +30,7 @@ pub mod memory;
 mod storage;
 pub mod transfer;
 // 6. tensors and autograd
-pub mod tensor;
+mod tensor;
 // 7. what is built from tensors for training
 mod train;
 // 8. everything the engine draws; the `torch.cuda` facade; what runs inside a REPL cell's process
@@ -43,13 +43,14 @@ pub use backend::{cpu, gpu};
 pub use base::{dtype, op, units};
 pub use cell::streams as cell_io;
 pub use cell::{exercise, probe, show};
-pub use device::{error, interrupt, layout};
+pub use device::{interrupt, layout};
 pub use tensor::autograd;
 pub use train::{amp, data, nn, optim, parallel};
 
-pub use device::{Device, DeviceKind, default_device, set_default_device};
+pub use device::{Device, DeviceKind, default_device, device_label, set_default_device};
 pub use dtype::{DType, Element, Scalar};
-pub use error::{Error, Result};
+// One path for the error type: here (and in the prelude).
+pub use device::error::{Error, Reported, Result};
 pub use layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
 pub use transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer};

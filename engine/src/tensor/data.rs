@@ -113,10 +113,10 @@ impl Tensor {
 #[macro_export]
 macro_rules! tensor {
     ($($x:expr),+ $(,)? ; $opts:expr) => {
-        $crate::tensor::Tensor::from_data([$($x),+], $opts)
+        $crate::Tensor::from_data([$($x),+], $opts)
     };
     ($($x:expr),+ $(,)?) => {
-        $crate::tensor::Tensor::new([$($x),+])
+        $crate::Tensor::new([$($x),+])
     };
 }
 
