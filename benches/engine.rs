@@ -237,7 +237,7 @@ fn memory_read_gbps(threads: usize) -> f64 {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--ceilings") {
-        let threads = placelab::cpu_threads();
+        let threads = placelab::cpu::threads();
         println!(
             "{{\"threads\": {threads}, \"fma_peak_gflops\": {:.1}, \"memory_read_gbps\": {:.1}}}",
             fma_peak_gflops(threads),

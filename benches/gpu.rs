@@ -20,7 +20,7 @@ const GPU: Device = Device::Cuda(0);
 /// This GPU's entry in the cost model's table, if it has one.
 fn spec() -> Option<&'static GpuSpec> {
     static SPEC: OnceLock<Option<&'static GpuSpec>> = OnceLock::new();
-    *SPEC.get_or_init(|| cost::gpus::for_device_name(&cuda::device_name(0).ok()?))
+    *SPEC.get_or_init(|| cost::for_device_name(&cuda::device_name(0).ok()?))
 }
 
 /// `,"predicted_ms":X` when the model knows this GPU, else nothing.
@@ -30,7 +30,7 @@ fn predicted(ms: impl FnOnce(&GpuSpec) -> f64) -> String {
 
 /// The model's time for a copy of `bytes` along `route`, in ms.
 fn copy_ms(g: &GpuSpec, route: CopyRoute, bytes: usize) -> f64 {
-    cost::model::copy(g, route, bytes as u64).seconds * 1e3
+    cost::copy(g, route, bytes as u64).seconds * 1e3
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -173,7 +173,7 @@ fn op_ms(g: &GpuSpec, name: &str) -> Option<f64> {
         wall_seconds: None,
     };
     let priced = cost::rows::price(&row, &[])?;
-    Some(priced.seconds(&cost::model::FITTED, g) * 1e3)
+    Some(priced.seconds(&cost::FITTED, g) * 1e3)
 }
 
 /// Times `run` (the op row `name`, `flops` of arithmetic) with a synchronize after each call.
@@ -450,14 +450,14 @@ fn sweeps() -> Result<()> {
 fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
     use placelab::cost::fit::{Class, error, median_abs, points};
     let lines = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
-    let gpu = cost::gpus::for_device_name(gpu_name)
+    let gpu = cost::for_device_name(gpu_name)
         .ok_or_else(|| format!("{gpu_name}: not in placelab's table; nothing to predict"))?;
     let head = format!(
         "{{\"run\":\"{file}\",\"gpu\":\"{gpu_name}\",\"spec\":\"{}\",\"date\":\"-\",\"commit\":\"-\"}}",
         gpu.key
     );
     let run = cost::measured::parse(&format!("{head}\n{lines}"))?;
-    let c = cost::model::FITTED;
+    let c = cost::FITTED;
     let errors: Vec<_> = (points(&run).into_iter())
         .map(|p| {
             let e = error(&c, gpu, &p);

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use placelab::device_label;
-use placelab::display::{human_bytes, human_duration, human_rate};
+use placelab::units::{human_bytes, human_duration, human_rate};
 
 use super::plot::TransferAxis;
 use super::probe_client::{Reply, Request};

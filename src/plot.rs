@@ -121,7 +121,7 @@ fn predicted_series(
         .map(|&(route, kind, _)| {
             let points = (sizes.iter())
                 .map(|&bytes| {
-                    let s = placelab::cost::model::copy(gpu, route, bytes as u64).seconds;
+                    let s = placelab::cost::copy(gpu, route, bytes as u64).seconds;
                     (bytes, y(bytes, s))
                 })
                 .collect();

@@ -6,9 +6,8 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use placelab::probe::wire::{
-    DeviceList, DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine,
-};
+pub use placelab::cuda::DeviceList;
+pub use placelab::probe::wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
 
 /// How long an answer may take once the cell process took the request. Its probe thread answers
 /// whatever the cell does, and a process that is gone closes the socket at once, so only a

@@ -123,7 +123,7 @@ impl Record {
                 .map(|b| {
                     format!(
                         " (this server's memory limit is {})",
-                        placelab::display::human_bytes(b)
+                        placelab::units::human_bytes(b)
                     )
                 })
                 .unwrap_or_default();

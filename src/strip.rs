@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::probe_client::{DeviceStats, Snapshot, TransferLine};
 use placelab::display::html::el;
-use placelab::display::{human_bytes, human_duration, human_rate};
+use placelab::units::{human_bytes, human_duration, human_rate};
 
 /// Device memory before and after a cell (or, while it runs, after so far).
 #[derive(Debug, Clone, Default, PartialEq)]

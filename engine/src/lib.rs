@@ -14,7 +14,8 @@
 
 // The engine's layers, lowest first, one folder each: a module imports only the layers above it
 // in this list (`.ci/layers.py` checks it; ARCHITECTURE.md draws it). The folders are private;
-// the `pub use` lines below keep the paths users know (`placelab::dtype`, `placelab::gpu`, …).
+// the `pub use` lines below keep the paths users know (`placelab::DType`, `placelab::gpu`, …),
+// each public item at one path (the prelude aside).
 // 0. leaves: units, the cache folder, dtypes, the op enums; what named GPUs would take
 mod base;
 pub mod cost;
@@ -40,24 +41,21 @@ pub mod display;
 // The REPL and the Jupyter kernel are a crate of their own (the repository's src/), over this one.
 
 pub use backend::{cpu, gpu};
-pub use base::{dtype, op, units};
+pub use base::{op, units};
 pub use cell::streams as cell_io;
 pub use cell::{exercise, probe, show};
-pub use device::{interrupt, layout};
+pub use device::interrupt;
 pub use tensor::autograd;
 pub use train::{amp, data, nn, optim, parallel};
 
+pub use base::dtype::{DType, Element, Scalar};
 pub use device::{Device, DeviceKind, default_device, device_label, set_default_device};
-pub use dtype::{DType, Element, Scalar};
 // One path for the error type: here (and in the prelude).
 pub use device::error::{Error, Reported, Result};
-pub use layout::{Dim, Dims, IntoShape};
+pub use device::layout::{Dim, Dims, IntoShape};
 pub use tensor::{IntoOptions, Tensor, TensorData, TensorOptions, manual_seed};
-pub use transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer};
 
 pub use base::cache::cache_dir;
-/// The threads the CPU kernels use.
-pub use cpu::threads as cpu_threads;
 
 /// Everything a REPL cell or a script needs: `use placelab::prelude::*;`.
 pub mod prelude {
@@ -65,7 +63,7 @@ pub mod prelude {
     pub use crate::autograd::no_grad;
     pub use crate::data::DataLoader;
     pub use crate::exercise;
-    pub use crate::memory::{self, MemoryStats};
+    pub use crate::memory::{self, caching::MemoryStats};
     pub use crate::nn::{self, Module, ModuleExt};
     pub use crate::optim::{self, Adam, Optimizer, Sgd};
     pub use crate::parallel::DataParallel;

@@ -1,7 +1,8 @@
 //! What a tensor looks like: the text card (pinned here) and the HTML card for Jupyter.
 
-use placelab::display::{card_html, card_text, human_bytes, human_duration};
+use placelab::display::{card_html, card_text};
 use placelab::prelude::*;
+use placelab::units::{human_bytes, human_duration};
 
 #[test]
 fn text_cards_are_pinned() {
@@ -84,7 +85,7 @@ fn views_and_transfers_show_in_the_header() {
         format!(
             "Tensor f32[1000, 1000] · cuda:0 (simulated) · 3.81 MiB · last .to(): cpu → cuda:0, {} ({}, pageable, simulated: host copy time)",
             human_duration(t.duration),
-            placelab::display::human_rate(t.bandwidth())
+            placelab::units::human_rate(t.bandwidth())
         )
     );
     let coloured = card_text(&g, true);

@@ -9,7 +9,7 @@ mod gpu;
 mod torch_cases;
 
 use placelab::prelude::*;
-use placelab::{CopyMode, HostMemoryKind};
+use placelab::transfer::{CopyMode, HostMemoryKind};
 
 const GPU: Device = Device::Cuda(0);
 

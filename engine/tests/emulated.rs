@@ -461,7 +461,7 @@ fn gpu_to_gpu_copies_enable_peer_access_first_and_say_so() {
     let x = Tensor::randn([1000], GPU).unwrap();
     let y = x.to(&Device::Cuda(1)).unwrap();
     let t = y.last_transfer().unwrap();
-    assert_eq!(t.between_gpus, Some(placelab::PeerCopy::Direct));
+    assert_eq!(t.between_gpus, Some(placelab::transfer::PeerCopy::Direct));
     assert!(t.to_string().contains("peer to peer"), "{t}");
     let back = y.to_non_blocking(&GPU).unwrap();
     cuda::synchronize(0).unwrap();

@@ -461,7 +461,7 @@ fn profile_step(model: &Sequential, opt: &mut Sgd, batch: (&Tensor, &Tensor)) ->
 
 #[test]
 fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
-    use placelab::cost::{gpus, model as cost};
+    use placelab::cost;
     use placelab::profile::Phase;
     let me = "a_profile_puts_a_training_steps_ops_and_memory_in_its_phases";
     // Memory totals and the peak are the whole process's: no other test may allocate meanwhile.
@@ -549,7 +549,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         let simulated_h100 = device.is_cuda() && stand_in::kind() == stand_in::StandIn::Simulated;
         match simulated_h100 {
             true => {
-                assert_eq!(first.predicted, addmm(gpus::find("h100").unwrap()));
+                assert_eq!(first.predicted, addmm(cost::find("h100").unwrap()));
                 assert!(p.text().contains("predicted"), "{}", p.text());
                 // The step as a whole: the host's time to queue its ops against the kernels'
                 // time back to back; this small step keeps an H100 waiting for the host.
@@ -585,7 +585,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         assert_eq!(p.text().contains("on GPU"), emulated, "{}", p.text());
         // gpu-check's way to hold the model against a GPU's events: every op priced as an H100.
         if emulated {
-            let h100 = gpus::find("h100").unwrap();
+            let h100 = cost::find("h100").unwrap();
             let priced =
                 placelab::profile::profile_as(h100, || sgd_step(&model, &mut opt, (&x, &y)));
             let first = priced.ops().iter().find(|o| o.name == "addmm").unwrap();
@@ -806,8 +806,8 @@ fn a_data_loader_serves_every_sample_once_per_epoch_where_it_was_asked() {
         assert_eq!(
             (t.memory, t.mode),
             (
-                placelab::HostMemoryKind::Pinned,
-                placelab::CopyMode::NonBlocking
+                placelab::transfer::HostMemoryKind::Pinned,
+                placelab::transfer::CopyMode::NonBlocking
             )
         );
     }

@@ -491,7 +491,7 @@ fn devices_standing_for_an_h100_predict_each_copy_beside_the_measured_one() {
     );
     assert!(nv.duration * 4 < pn.duration, "{nv:?} against {pn:?}");
     // 64 MiB at the fitted share of 63.0 GB/s, plus the fitted latency.
-    let fitted = placelab::cost::model::FITTED;
+    let fitted = placelab::cost::FITTED;
     let expected = fitted.pinned_latency + (64 << 20) as f64 / (fitted.pcie_efficiency * 63.015e9);
     assert!(
         (pn.duration.as_secs_f64() - expected).abs() < 1e-6,

@@ -241,41 +241,41 @@ impl Element for bool {
 }
 
 /// Runs `$body` with `$t` bound to the Rust type of `$dtype`. Exported, so it names `DType` by
-/// its public path (`$crate::dtype`, re-exported by lib.rs): a user's crate expands it too.
+/// its public path (`$crate::DType`, re-exported by lib.rs): a user's crate expands it too.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! with_dtype {
     ($dtype:expr, $t:ident, $body:expr) => {
         match $dtype {
-            $crate::dtype::DType::F32 => {
+            $crate::DType::F32 => {
                 type $t = f32;
                 $body
             }
-            $crate::dtype::DType::F64 => {
+            $crate::DType::F64 => {
                 type $t = f64;
                 $body
             }
-            $crate::dtype::DType::F16 => {
+            $crate::DType::F16 => {
                 type $t = half::f16;
                 $body
             }
-            $crate::dtype::DType::BF16 => {
+            $crate::DType::BF16 => {
                 type $t = half::bf16;
                 $body
             }
-            $crate::dtype::DType::I64 => {
+            $crate::DType::I64 => {
                 type $t = i64;
                 $body
             }
-            $crate::dtype::DType::I32 => {
+            $crate::DType::I32 => {
                 type $t = i32;
                 $body
             }
-            $crate::dtype::DType::U8 => {
+            $crate::DType::U8 => {
                 type $t = u8;
                 $body
             }
-            $crate::dtype::DType::Bool => {
+            $crate::DType::Bool => {
                 type $t = bool;
                 $body
             }

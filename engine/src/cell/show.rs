@@ -163,7 +163,7 @@ show_debug_for!(
     [] f32, [] f64, [] half::f16, [] half::bf16,
     [] std::time::Duration,
     [] crate::device::Device, [] crate::base::dtype::DType, [] crate::base::dtype::Scalar,
-    [] crate::memory::MemoryStats, [] crate::transfer::Transfer,
+    [] crate::memory::caching::MemoryStats, [] crate::transfer::Transfer,
     [T: std::fmt::Debug] [T],
     [T: std::fmt::Debug, const N: usize] [T; N],
     [T: std::fmt::Debug] Vec<T>,

@@ -5,10 +5,15 @@
 //! stand alone.
 
 pub mod fit;
-pub mod gpus;
+pub(crate) mod gpus;
 pub mod measured;
-pub mod model;
+pub(crate) mod model;
 pub mod rows;
 
-pub use gpus::{GPUS, GpuSpec, Pcie, find, names, unknown};
-pub use model::{Access, Arithmetic, Bound, CopyPrediction, CopyRoute, StepPrediction};
+// The table and the model, each item at one path: `cost::find`, `cost::copy`, `cost::FITTED`.
+pub use gpus::{GPUS, GpuSpec, Pcie, find, for_device_name, names, unknown};
+pub use model::{
+    Access, Arithmetic, Bound, Constants, CopyPrediction, CopyRoute, DEVICE_COPY_EFFICIENCY,
+    FITTED, NVLINK_EFFICIENCY, StepPrediction, copy, copy_with, kernel, kernel_with, matmul,
+    matmul_with, queued, queued_with, step, step_with,
+};

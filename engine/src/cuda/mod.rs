@@ -10,7 +10,6 @@ mod stand_ins;
 pub use crate::backend::gpu::blas::{allow_tf32, set_allow_tf32};
 pub use crate::backend::gpu::pinned::{HostMemoryStats, pinned_bytes};
 pub use crate::backend::gpu::runtime::context_setup_time;
-pub use crate::base::units::parse_bytes;
 pub use crate::device::registry::{
     DEFAULT_SIMULATED_CAPACITY, ParsedSetting, Simulation, device_count, driver_version,
     is_available, no_real_gpu_reason, parse_emulated, parse_simulated, real_device_count,
@@ -20,7 +19,7 @@ pub use devices::{DeviceList, device_name, devices, versions_line};
 
 use crate::device::error::{Error, Result};
 use crate::device::{Device, DeviceKind};
-use crate::memory::{self, MemoryStats};
+use crate::memory::{self, caching::MemoryStats};
 use stand_ins::{replace_stand_ins, stand_ins};
 
 /// Waits until every kernel and copy queued on `cuda:index` has finished

@@ -10,7 +10,6 @@ mod preview;
 mod profile_table;
 mod timeline;
 
-pub use crate::base::units::{human_bytes, human_duration, human_rate};
 pub use card::{
     CARD_BEGIN, CARD_END, CARD_HTML, CARD_PLAIN, card_html, card_html_of, card_text, card_text_of,
     device_badge, header,

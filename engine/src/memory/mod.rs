@@ -16,7 +16,7 @@ use crate::base::dtype::DType;
 use crate::device::error::{Error, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
-pub use caching::MemoryStats;
+use caching::MemoryStats;
 use caching::{CachingAllocator, RawAllocator};
 pub use summary::memory_summary;
 

@@ -37,10 +37,10 @@ pub fn real() -> bool {
 
 /// The clock a copy to or from `cuda:0` is timed by: CUDA events, or the emulator's host
 /// timestamps on its stream.
-pub fn clock() -> placelab::Clock {
+pub fn clock() -> placelab::transfer::Clock {
     if real() {
-        placelab::Clock::CudaEvents
+        placelab::transfer::Clock::CudaEvents
     } else {
-        placelab::Clock::EmulatedEvents
+        placelab::transfer::Clock::EmulatedEvents
     }
 }

@@ -72,9 +72,9 @@ pub fn rerun_emulated(me: &str) {
 }
 
 /// How a copy to or from this process's stand-in devices is timed.
-pub fn clock() -> placelab::Clock {
+pub fn clock() -> placelab::transfer::Clock {
     match kind() {
-        StandIn::Simulated => placelab::Clock::SimulatedHostCopy,
-        StandIn::Emulated => placelab::Clock::EmulatedEvents,
+        StandIn::Simulated => placelab::transfer::Clock::SimulatedHostCopy,
+        StandIn::Emulated => placelab::transfer::Clock::EmulatedEvents,
     }
 }

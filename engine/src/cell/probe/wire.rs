@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-pub use crate::cuda::DeviceList;
+use crate::cuda::DeviceList;
 use crate::device::DeviceKind;
 use crate::transfer::Clock;
 
