@@ -2,7 +2,9 @@
 //! (one warm-up, then at least 10 repetitions and about 1 s; the median is the figure).
 //!
 //! `cargo bench --bench engine [-- --quick] [-- --only a,b]` prints one JSON object a line;
-//! `benches/compare.sh` runs this and the PyTorch peer and prints the ratios.
+//! `benches/compare.sh` runs this and the PyTorch peer and prints the ratios. `-- --ceilings`
+//! prints this machine's ceilings; `-- --beside-ceilings` measures, just before each workload,
+//! the ceiling that bounds it, and adds it to the workload's line (what `benches/guard.py` reads).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -152,8 +154,9 @@ fn mlp_step(batch: usize, profiled: bool) -> Setup {
 }
 
 /// This machine's f32 FMA peak (GFLOP/s) on every thread: eight independent accumulators per
-/// thread, in the widest vectors the CPU has, for about 0.3 s.
-fn fma_peak_gflops(threads: usize) -> f64 {
+/// thread, in the widest vectors the CPU has, the best of three runs of `iters` rounds each
+/// ([`FULL_FMA_ROUNDS`]: about 0.3 s in all).
+fn fma_peak_gflops(threads: usize, iters: u64) -> f64 {
     #[cfg(target_arch = "x86_64")]
     fn run(iters: u64) -> f64 {
         use std::arch::x86_64::*;
@@ -195,7 +198,6 @@ fn fma_peak_gflops(threads: usize) -> f64 {
     fn run(_: u64) -> f64 {
         0.0
     }
-    let iters = 40_000_000;
     (0..3)
         .map(|_| {
             let t = Instant::now();
@@ -208,12 +210,11 @@ fn fma_peak_gflops(threads: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
-/// This machine's memory read bandwidth (GB/s) on every thread: the best of five sums over a
-/// 512 MiB buffer, far past every cache.
-fn memory_read_gbps(threads: usize) -> f64 {
-    let data = vec![1.0f32; 128 << 20];
+/// This machine's memory read bandwidth (GB/s) on every thread: the best of `passes` sums over
+/// `data` (512 MiB, far past every cache).
+fn memory_read_gbps(threads: usize, data: &[f32], passes: usize) -> f64 {
     let part = data.len().div_ceil(threads);
-    (0..5)
+    (0..passes)
         .map(|_| {
             let t = Instant::now();
             std::thread::scope(|s| {
@@ -234,43 +235,76 @@ fn memory_read_gbps(threads: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// FMA rounds a thread runs per measurement of the peak: 40M, about 0.1 s, for `--ceilings`; a
+/// tenth of that beside each workload.
+const FULL_FMA_ROUNDS: u64 = 40_000_000;
+
+/// The memory-read buffer: 512 MiB of f32.
+const READ_BUFFER_FLOATS: usize = 128 << 20;
+
+/// The ceiling that bounds `work`, measured now (`--beside-ceilings`): the FMA peak in GFLOP/s for
+/// products and steps, the memory read bandwidth in GB/s for the rest. Measured just before the
+/// workload, it meets the same load on a busy machine as the workload does, so the two move
+/// together (`benches/guard.py` divides one by the other).
+fn ceiling_beside(work: Work, threads: usize, buffer: &mut Option<Vec<f32>>) -> f64 {
+    match work {
+        Work::Flop(_) => fma_peak_gflops(threads, FULL_FMA_ROUNDS / 10),
+        Work::Bytes(_) => {
+            let data = buffer.get_or_insert_with(|| vec![1.0f32; READ_BUFFER_FLOATS]);
+            memory_read_gbps(threads, data, 3)
+        }
+    }
+}
+
+/// Times one workload: a warm-up, then at least `min_reps` repetitions (and, unless `quick`,
+/// about 1 s); the times sorted.
+fn time_workload(setup: &Setup, quick: bool) -> Vec<Duration> {
+    let mut run = setup();
+    run(); // warm-up: fills the allocator's cache, as PyTorch's warm-up does
+    let mut times: Vec<Duration> = Vec::new();
+    let started = Instant::now();
+    let min_reps = if quick { 3 } else { 10 };
+    while times.len() < min_reps
+        || (!quick && started.elapsed() < Duration::from_secs(1) && times.len() < 10_000)
+    {
+        let t = Instant::now();
+        run();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let threads = placelab::cpu::threads();
     if args.iter().any(|a| a == "--ceilings") {
-        let threads = placelab::cpu::threads();
+        let data = vec![1.0f32; READ_BUFFER_FLOATS];
         println!(
             "{{\"threads\": {threads}, \"fma_peak_gflops\": {:.1}, \"memory_read_gbps\": {:.1}}}",
-            fma_peak_gflops(threads),
-            memory_read_gbps(threads)
+            fma_peak_gflops(threads, FULL_FMA_ROUNDS),
+            memory_read_gbps(threads, &data, 5)
         );
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    let beside = args.iter().any(|a| a == "--beside-ceilings");
     let only: Option<Vec<String>> = args
         .iter()
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').map(String::from).collect());
+    let mut buffer = None;
     for (name, work, setup) in workloads() {
         if only.as_ref().is_some_and(|o| !o.iter().any(|n| n == name)) {
             continue;
         }
-        let mut run = setup();
-        run(); // warm-up: fills the allocator's cache, as PyTorch's warm-up does
-        let mut times: Vec<Duration> = Vec::new();
-        let started = Instant::now();
-        let min_reps = if quick { 3 } else { 10 };
-        while times.len() < min_reps
-            || (!quick && started.elapsed() < Duration::from_secs(1) && times.len() < 10_000)
-        {
-            let t = Instant::now();
-            run();
-            times.push(t.elapsed());
-        }
-        times.sort();
+        let ceiling = beside.then(|| ceiling_beside(work, threads, &mut buffer));
+        let times = time_workload(&setup, quick);
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let ceiling = ceiling.map_or(String::new(), |c| format!(", \"ceiling\": {c:.1}"));
         println!(
-            "{{\"name\": \"{name}\", \"median_ms\": {:.4}, \"min_ms\": {:.4}, \"reps\": {}, {}, \"peer\": \"placelab {}\"}}",
+            "{{\"name\": \"{name}\", \"median_ms\": {:.4}, \"min_ms\": {:.4}, \"reps\": {}, {}{ceiling}, \"peer\": \"placelab {}\"}}",
             ms(times[times.len() / 2]),
             ms(times[0]),
             times.len(),

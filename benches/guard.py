@@ -4,16 +4,21 @@
 Usage: python3 benches/guard.py [--quick] [--floors benches/cpu-floors.json]
        (benches/compare.sh --guard runs it)
 
-It measures this machine's ceilings (f32 FMA peak, memory read bandwidth) and every workload of
-`cargo bench --bench engine`, then holds each workload's share of its ceiling (its rate over
-the ceiling that bounds it) to a floor: a fixed part (`floor_part`) of the share recorded for this
-CPU in `benches/cpu-floors.json` (the runs `benches/RESULTS.md` reports), or, on a CPU with no
-record, of the lowest share any CPU recorded. Shares, not times, so a
-slower or busier machine does not read as a slowdown: both sides of the division move
-together. A workload under its floor is measured once more (ceilings too) before it counts, so
-one noisy repetition does not fail a run. Exits 1 naming each workload that fell, and by how much.
+It runs every workload of `cargo bench --bench engine` RUNS times, each just after a measure of
+the ceiling that bounds it (f32 FMA peak for products and steps, memory read bandwidth for the
+rest: `--beside-ceilings`), and holds each workload's best share of its ceiling (its rate over
+that ceiling) to a floor: a fixed part (`floor_part`, a half: a 2x slowdown fails) of the share
+recorded for this CPU in `benches/cpu-floors.json` (the runs `benches/RESULTS.md` reports), or,
+on a CPU with no record, of the lowest share any CPU recorded. Shares, not times, and each
+against a ceiling measured beside it, so a slower or busier machine does not read as a slowdown:
+both sides of the division meet the same load. The best of RUNS, because noise only ever makes
+a share smaller. A workload under its floor is measured RUNS times more before it counts.
+Exits 1 naming each workload that fell, and by how much.
+
+`--record` prints this CPU's entry for cpu-floors.json from the same measurement.
 """
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -23,15 +28,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = ["cargo", "bench", "--quiet", "-p", "placelab", "--bench", "engine", "--"]
 
 
+RUNS = 3
+
+
 def rate_and_share(row, ceilings):
-    """(rate text, share of the bounding ceiling or None) for one line of the engine bench."""
+    """(rate text, share of the bounding ceiling or None) for one line of the engine bench: of
+    the ceiling on the line itself (`--beside-ceilings`), else of `ceilings`."""
     seconds = row["median_ms"] / 1e3
     if "flop" in row:
         rate = row["flop"] / seconds / 1e9
-        return f"{rate:.0f} GFLOP/s", rate / ceilings["fma_peak_gflops"]
+        return f"{rate:.0f} GFLOP/s", rate / (row["ceiling"] if "ceiling" in row else ceilings["fma_peak_gflops"])
     if "bytes" in row:
         rate = row["bytes"] / seconds / 1e9
-        return f"{rate:.1f} GB/s", rate / ceilings["memory_read_gbps"]
+        return f"{rate:.1f} GB/s", rate / (row["ceiling"] if "ceiling" in row else ceilings["memory_read_gbps"])
     return "", None
 
 
@@ -40,10 +49,23 @@ def run_bench(args):
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
+def best_rows(runs):
+    """{name: row}: each workload's row with the highest share of all `runs` (lists of rows)."""
+    best = {}
+    for rows in runs:
+        for row in rows:
+            share = rate_and_share(row, {})[1]
+            old = best.get(row["name"])
+            if old is None or share > rate_and_share(old, {})[1]:
+                best[row["name"]] = row
+    return best
+
+
 def measure(only, quick):
+    """(this machine's ceilings, {name: best row of RUNS, each with its ceiling beside it})."""
     ceilings = run_bench(["--ceilings"])[0]
-    args = (["--quick"] if quick else []) + (["--only", ",".join(only)] if only else [])
-    return ceilings, {r["name"]: r for r in run_bench(args)}
+    args = ["--beside-ceilings"] + (["--quick"] if quick else []) + (["--only", ",".join(only)] if only else [])
+    return ceilings, best_rows(run_bench(args) for _ in range(RUNS))
 
 
 def cpu_model(lscpu=None):
@@ -85,13 +107,28 @@ def fell(v):
     return floor is not None and share is not None and share < floor
 
 
+def record(model, quick):
+    """Prints {model: {date, commit, shares}}: this CPU's entry for cpu-floors.json."""
+    _, rows = measure(None, quick)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=HERE).stdout.strip()
+    shares = {name: round(rate_and_share(row, {})[1], 3) for name, row in rows.items()}
+    entry = {"date": datetime.date.today().isoformat(), "commit": commit, "shares": shares}
+    print(json.dumps({model: entry}, indent=2))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--floors", default=os.path.join(HERE, "cpu-floors.json"))
     ap.add_argument("--quick", action="store_true", help="3 repetitions a workload, not ~1 s")
+    ap.add_argument("--record", action="store_true",
+                    help="print this CPU's entry for the floors file from one measurement, and exit")
     a = ap.parse_args()
     floors = json.load(open(a.floors))
     model = cpu_model()
+    if a.record:
+        record(model, a.quick)
+        return
     shares, source = recorded_shares(floors, model)
     ceilings, rows = measure(None, a.quick)
     first = verdicts(rows, ceilings, floors, shares)
