@@ -7,7 +7,7 @@ Usage: python3 benches/guard.py [--quick] [--floors benches/cpu-floors.json]
 It runs every workload of `cargo bench --bench engine` RUNS times, each just after a measure of
 the ceiling that bounds it (f32 FMA peak for products and steps, memory read bandwidth for the
 rest: `--beside-ceilings`), and holds each workload's best share of its ceiling (its rate over
-that ceiling) to a floor: a fixed part (`floor_part`, a half: a 2x slowdown fails) of the share
+that ceiling) to a floor: a fixed part (`floor_part`, 0.6: a 2x slowdown fails) of the share
 recorded for this CPU in `benches/cpu-floors.json` (the runs `benches/RESULTS.md` reports), or,
 on a CPU with no record, of the lowest share any CPU recorded. Shares, not times, and each
 against a ceiling measured beside it, so a slower or busier machine does not read as a slowdown:
