@@ -8,7 +8,8 @@ use std::time::Instant;
 
 /// The venv at `dir` after `pip install <install>`, returning its python. `pins` is what the
 /// install stands for (a requirements file's text, a wheel's `name==version`): it is written to
-/// the venv's marker last, and a venv whose marker holds other pins (the pins changed) or none
+/// the venv's marker last, with the venv's path, and a venv whose marker holds other pins (the
+/// pins changed), another path (it moved) or none
 /// (left half-made by an interrupted run) is removed and made again. Test binaries that run at
 /// once (`.ci/test`'s lanes: second_start and jupyter share the Jupyter venv) take turns on a
 /// lock file beside it: one makes it while the others wait, then use it.
@@ -24,6 +25,9 @@ pub fn pinned_venv(dir: &Path, pins: &str, install: &[&OsStr]) -> Result<PathBuf
         .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
     let marker = dir.join("placelab-install-complete");
     let python = dir.join("bin/python");
+    // A venv's scripts name its path, so a venv that moved (a target/ kept by .ci/run for a
+    // clone elsewhere) is made again too.
+    let pins = format!("{pins}\nat {}", dir.display());
     if std::fs::read_to_string(&marker).is_ok_and(|m| m == pins) && python.exists() {
         return Ok(python);
     }
