@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Keeps a CI run's `target` folder for the next run on this machine: on a fresh clone,
 # `take_warm_target` moves ~/.cache/placelab-ci/target-KEY into place as `target`, and
 # `keep_warm_target` (on the way out, however the run ended) moves it back. KEY is made of what
@@ -62,3 +63,9 @@ keep_warm_target() {
         echo "warm-target: $warm_dir was kept by another run meanwhile: this target/ stays here"
     fi
 }
+
+# Run rather than sourced: say how it is used.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    echo "usage: . .ci/warm-target.sh; take_warm_target; trap keep_warm_target EXIT (as .ci/run does)" >&2
+    exit 2
+fi
