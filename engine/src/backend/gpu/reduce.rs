@@ -18,9 +18,9 @@ const REDUCE_THREADS: u32 = 256;
 /// A reduction grid for `count` blocks' worth of work: the kernels walk their blocks
 /// `blockIdx.x, blockIdx.x + gridDim.x, …`, so the grid stays within the launch limits however
 /// many rows there are.
-fn blocks(count: usize) -> Grid {
+fn blocks(g: &Gpu, count: usize) -> Grid {
     Grid {
-        blocks: (count.clamp(1, 1 << 16) as u32, 1, 1),
+        blocks: (count.clamp(1, g.max_grid_blocks()) as u32, 1, 1),
         threads: (REDUCE_THREADS, 1, 1),
         shared_bytes: 0,
     }
@@ -64,13 +64,13 @@ pub(crate) fn sum_rows(
     let parts = reduce_parts(rows, len);
     let t = tag(dtype);
     let (cn, ln, pn, m) = ((rows * parts) as u64, len as u64, parts as u64, mean as i32);
-    let grid = blocks(rows * parts);
+    let grid = blocks(g, rows * parts);
     launch::sum_partials(g, t, grid, "sum", cn, ln, pn, m, input, partial, out)?;
     if parts == 1 {
         return Ok(()); // each block finished its row
     }
     let rn = rows as u64;
-    launch::sum_finish(g, t, blocks(rows), "sum", rn, pn, m, ln, partial, out)
+    launch::sum_finish(g, t, blocks(g, rows), "sum", rn, pn, m, ln, partial, out)
 }
 
 /// How many chunks of rows share the columns of a `reduced × kept` column sum: enough blocks
@@ -97,7 +97,7 @@ pub(crate) fn sum_cols(
         return Ok(());
     }
     let parts = column_parts(reduced, kept);
-    let grid = column_tiles;
+    let grid = |count| column_tiles(g, count);
     let tiles = kept.div_ceil(32);
     let (t, r, k, p, m) = (
         tag(dtype),
@@ -150,21 +150,21 @@ pub(crate) fn extreme_rows(
     );
     let (pv, pi) = (partial_values, partial_indices);
     let op = if greater { "max" } else { "min" };
-    let grid = blocks(rows * parts);
+    let grid = blocks(g, rows * parts);
     launch::extreme_partials(
         g, t, grid, op, cn, ln, pn, gr, input, pv, pi, values, indices,
     )?;
     if parts == 1 {
         return Ok(()); // each block finished its row
     }
-    let rn = rows as u64;
-    launch::extreme_finish(g, t, blocks(rows), op, rn, pn, gr, pv, pi, values, indices)
+    let (rn, grid) = (rows as u64, blocks(g, rows));
+    launch::extreme_finish(g, t, grid, op, rn, pn, gr, pv, pi, values, indices)
 }
 
 /// The grid of the column kernels: `count` tiles of 32 columns × 8 row slices.
-fn column_tiles(count: usize) -> Grid {
+fn column_tiles(g: &Gpu, count: usize) -> Grid {
     Grid {
-        blocks: (count.clamp(1, 1 << 16) as u32, 1, 1),
+        blocks: (count.clamp(1, g.max_grid_blocks()) as u32, 1, 1),
         threads: (32, 8, 1),
         shared_bytes: 0,
     }
@@ -195,12 +195,12 @@ pub(crate) fn extreme_cols(
     );
     let (pv, pi) = (partial_values, partial_indices);
     let op = if greater { "max" } else { "min" };
-    let grid = column_tiles(tiles * parts);
+    let grid = column_tiles(g, tiles * parts);
     launch::extreme_cols(g, t, grid, op, r, k, p, gr, input, pv, pi, values, indices)?;
     if parts == 1 {
         return Ok(());
     }
-    let grid = column_tiles(tiles);
+    let grid = column_tiles(g, tiles);
     launch::extreme_cols_finish(g, t, grid, op, k, p, gr, pv, pi, values, indices)
 }
 
@@ -232,13 +232,13 @@ pub(crate) fn softmax_rows(
     let (t, rn, ln, lg) = (tag(dtype), rows as u64, len as u64, log as i32);
     let parts = reduce_parts(rows, len);
     if parts == 1 {
-        return launch::softmax_rows(g, t, blocks(rows), "softmax", rn, ln, lg, input, out);
+        return launch::softmax_rows(g, t, blocks(g, rows), "softmax", rn, ln, lg, input, out);
     }
     let chunks = rows * parts;
     let (cn, pn) = (chunks as u64, parts as u64);
     // The chunks' maxima, then their sums (`chunks` f64 each).
     let (maxima, sums) = (partials, partials + 8 * cn);
-    let grid = blocks(chunks);
+    let grid = blocks(g, chunks);
     launch::softmax_partials(g, t, grid, "softmax", cn, ln, pn, input, maxima, sums)?;
     launch::softmax_write(
         g, t, grid, "softmax", cn, ln, pn, lg, input, maxima, sums, out,
@@ -262,7 +262,7 @@ pub(crate) fn softmax_backward_rows(
     launch::softmax_backward_rows(
         g,
         t,
-        blocks(rows),
+        blocks(g, rows),
         "softmax_backward",
         rn,
         ln,

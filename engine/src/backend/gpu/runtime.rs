@@ -203,6 +203,15 @@ impl Gpu {
         Device::Cuda(self.index)
     }
 
+    /// The most blocks one grid gets: kernels walk the rest with grid-stride loops. 2^16 fill the
+    /// largest GPU many times over; emulated devices take fewer (`emulated::MAX_GRID_BLOCKS`).
+    pub(crate) fn max_grid_blocks(&self) -> usize {
+        match self.driver {
+            Driver::Cuda(_) => 1 << 16,
+            Driver::Emulated(_) => super::emulated::MAX_GRID_BLOCKS,
+        }
+    }
+
     /// Queues kernel `name` of `source`; `op` names the user's op in errors.
     pub(crate) fn launch(
         &self,
