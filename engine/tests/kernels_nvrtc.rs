@@ -17,19 +17,30 @@ const WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
 /// Makes NVRTC loadable (from the system, or from the wheel), or fails the test saying why.
 /// There is no switch that skips these tests, so a run that did not compile the kernels never
 /// passes: PyPI must be reachable, or NVRTC installed (`PLACELAB_CUDA_LIB_DIRS`).
-fn load_nvrtc() {
-    libs::preload();
-    if nvrtc::version().is_ok() {
-        return;
-    }
-    let lib = wheel_lib_dir();
-    libs::use_library_dir(&lib);
-    let v = nvrtc::version();
-    assert!(
-        v.is_ok(),
-        "NVRTC from {} did not load: {v:?}",
-        lib.display()
-    );
+///
+/// Returns where CUBINs compiled by the wheel's NVRTC may be kept: in its venv, which is made
+/// again, empty, when the wheel's pin changes (none for a system NVRTC). The first test to call
+/// it decides, and the others wait for that.
+fn load_nvrtc() -> Option<PathBuf> {
+    static KEPT: OnceLock<Option<PathBuf>> = OnceLock::new();
+    KEPT.get_or_init(|| {
+        libs::preload();
+        if nvrtc::version().is_ok() {
+            return None;
+        }
+        let lib = wheel_lib_dir();
+        libs::use_library_dir(&lib);
+        let v = nvrtc::version();
+        assert!(
+            v.is_ok(),
+            "NVRTC from {} did not load: {v:?}",
+            lib.display()
+        );
+        lib.ancestors()
+            .find(|d| d.ends_with("nvrtc-venv"))
+            .map(|venv| venv.join("cubins"))
+    })
+    .clone()
 }
 
 /// The wheel's lib folder, installing the wheel into `target/nvrtc-venv` on first use.
@@ -72,13 +83,23 @@ fn install_wheel() -> PathBuf {
 
 #[test]
 fn every_kernel_file_compiles_for_every_target_architecture() {
-    load_nvrtc();
+    // The wheel's CUBINs are kept as placelab keeps them for a GPU: under a name that hashes the
+    // source, the architecture and NVRTC's version, so a run reuses only a compile of the same
+    // program by the same NVRTC. CI keeps target/ between runs on a machine
+    // (.ci/warm-target.sh): these 25 compiles, about 150 CPU-s, then run once per kernel change.
+    let kept = load_nvrtc();
     let (major, _) = nvrtc::version().unwrap();
     assert_eq!(major, 13, "the kernels are built against CUDA 13's NVRTC");
     // Turing (the oldest CUDA 13 supports), Ampere, Ada, Hopper, Blackwell.
-    for arch in ["sm_75", "sm_80", "sm_89", "sm_90", "sm_100"] {
+    for (arch, cc) in [
+        ("sm_75", (7, 5)),
+        ("sm_80", (8, 0)),
+        ("sm_89", (8, 9)),
+        ("sm_90", (9, 0)),
+        ("sm_100", (10, 0)),
+    ] {
         for src in nvrtc::SOURCES {
-            let cubin = nvrtc::compile(src.name, &src.program(), arch)
+            let cubin = nvrtc::cubin_cached_in(&src, cc, kept.as_deref())
                 .unwrap_or_else(|e| panic!("{} for {arch}: {e}", src.name));
             assert_eq!(
                 &cubin[..4],
