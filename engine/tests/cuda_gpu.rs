@@ -170,7 +170,7 @@ fn kernels_match_the_cpu_on_large_random_inputs() {
     }
     // More rows than a grid has blocks (65,536 on a GPU, 1,024 emulated): blocks walk several
     // rows. Emulated, a row costs its 256 threads' ten barriers in fiber switches: 70,000 rows
-    // were most of the 165 CPU-s this binary took in a CI lane (2026-12-03).
+    // were most of the 165 CPU-s this binary took in a `.ci/test` lane (2026-12-03).
     let rows = if gpu::real() {
         200_000
     } else {

@@ -203,8 +203,9 @@ impl Gpu {
         Device::Cuda(self.index)
     }
 
-    /// The most blocks one grid gets: kernels walk the rest with grid-stride loops. 2^16 fill the
-    /// largest GPU many times over; emulated devices take fewer (`emulated::MAX_GRID_BLOCKS`).
+    /// The most blocks a reduction's grid gets (`reduce.rs`): its kernels walk the rest of the rows
+    /// with grid-stride loops. 2^16 fill the largest GPU many times over; emulated devices take
+    /// fewer (`emulated::MAX_GRID_BLOCKS`). Element-wise grids keep 2^16 everywhere (`ops.rs`).
     pub(crate) fn max_grid_blocks(&self) -> usize {
         match self.driver {
             Driver::Cuda(_) => 1 << 16,

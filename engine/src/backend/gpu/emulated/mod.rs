@@ -48,7 +48,7 @@ use crate::base::dtype::DType;
 /// (cuBLAS's workspace size) is what a learner's H100 shows.
 pub const EMULATED_CC: (i32, i32) = (9, 0);
 
-/// The most blocks placelab launches in one grid on an emulated device (a real GPU takes 2^16);
+/// The most blocks a reduction's grid gets on an emulated device (on a real GPU, 2^16); its
 /// kernels walk the rest with grid-stride loops. The emulator runs the blocks on rayon's threads,
 /// one block at a time each, every barrier a fiber switch: 2^10 blocks keep every core busy, and
 /// a reduction's blocks walk several rows from 1,025 rows on, so tests reach that path cheaply.
