@@ -27,6 +27,7 @@ from jupyter_client.session import Session
 from kernel_helpers import (
     CELL_TIMEOUT,
     FIRST_CELL_TIMEOUT,
+    FIRST_COMPLETION_TIMEOUT,
     INTERRUPT_GRACE,
     collect,
     comm,
@@ -233,7 +234,7 @@ class TestSharedKernel:
     def test_completion_of_an_engine_path(self):
         code = "Tensor::ze"
         t0 = time.monotonic()
-        reply = shell_request(self.kc, self.kc.complete(code, len(code)), timeout=CELL_TIMEOUT)
+        reply = shell_request(self.kc, self.kc.complete(code, len(code)), timeout=FIRST_COMPLETION_TIMEOUT)
         record("complete_request `Tensor::ze`", f"{time.monotonic() - t0:.2f} s")
         c = reply["content"]
         assert c["status"] == "ok", c
