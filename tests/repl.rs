@@ -217,6 +217,42 @@ fn variables_keep_their_types_without_rust_analyzer() {
     assert!(rss < 150, "the session holds {rss} MiB:\n{out}");
 }
 
+/// After its first cell a session compiles cells without cargo (the rustc command cargo used
+/// last); a `:dep` changes the manifest, so the next cell goes through cargo again and sees the
+/// new crate, and the cells after it compile without cargo once more.
+#[test]
+fn a_dependency_added_mid_session_reaches_the_next_cells() {
+    let _one = one_session_at_a_time();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("a-local-crate");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"local_answer\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("src/lib.rs"),
+        "pub fn answer() -> i32 {\n    42\n}\n",
+    )
+    .unwrap();
+    let script = dir.join("cells.plrs");
+    let cells = [
+        "let a = 1 + 1;".to_string(),
+        "a + 1".into(),
+        "a + 2".into(),
+        format!(
+            ":dep local_answer = {{ path = {:?} }}",
+            dir.display().to_string()
+        ),
+        "local_answer::answer() + a".into(),
+        "local_answer::answer() * a".into(),
+    ];
+    std::fs::write(&script, cells.join("\n// %%\n")).unwrap();
+    let (out, ok) = run_script_at(script.to_str().unwrap());
+    assert!(ok, "{out}");
+    expect(&out, &["\n3\n", "\n4\n", "\n44\n", "\n84\n"]);
+}
+
 /// A class on one machine: an admin prebuilds the engine once, read-only (`prebuild --shared`);
 /// every learner's session links to it. A second session beside an open one (a second notebook)
 /// and another learner's session both reach their first result without compiling the engine,

@@ -190,6 +190,16 @@ impl Config {
         self.cache_bytes
     }
 
+    /// placelab's patch: a Ctrl-C meant for a cell that has ended must not end the next cell's
+    /// compile; the caller stops a compile itself. No terminal input for a process outside the
+    /// terminal's foreground group (it would be stopped by SIGTTIN).
+    pub(crate) fn detach_compile(&self, command: &mut Command) {
+        if self.compile_in_own_process_group {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0).stdin(std::process::Stdio::null());
+        }
+    }
+
     pub(crate) fn cargo_command(&self, command_name: &str) -> Command {
         let mut command = if self.linker == "mold" {
             Command::new("mold")
@@ -202,13 +212,7 @@ impl Config {
         if self.offline_mode {
             command.arg("--offline");
         }
-        if self.compile_in_own_process_group {
-            use std::os::unix::process::CommandExt;
-            // placelab's patch: a Ctrl-C meant for a cell that has ended must not end the next
-            // cell's compile; the caller stops a compile itself. No terminal input for a
-            // process outside the terminal's foreground group (it would be stopped by SIGTTIN).
-            command.process_group(0).stdin(std::process::Stdio::null());
-        }
+        self.detach_compile(&mut command);
 
         let mut rustflags = vec!["-Cprefer-dynamic".to_owned()];
         if self.linker == "lld" {

@@ -27,6 +27,7 @@ use std::process::Command;
 
 mod artifacts;
 pub(crate) mod cache;
+mod replay;
 
 pub(crate) const CORE_EXTERN_ENV: &str = "EVCXR_CORE_EXTERN";
 pub(crate) const CACHE_ENABLED_ENV: &str = "EVCXR_CACHE_ENABLED";
@@ -123,6 +124,8 @@ fn rename_or_copy_so_file(src: &Path, dest: &Path) -> Result<(), Error> {
 pub(crate) struct Module {
     build_num: i32,
     last_allow_static: Option<bool>,
+    /// placelab's patch: the rustc command of the last cargo build, while it still applies.
+    replay: Option<replay::Replay>,
 }
 
 const CRATE_NAME: &str = "ctx";
@@ -132,6 +135,7 @@ impl Module {
         Ok(Module {
             build_num: 0,
             last_allow_static: None,
+            replay: None,
         })
     }
 
@@ -198,18 +202,17 @@ impl Module {
             Err(error) => return Err(error.into()),
         }
 
-        let cargo_output = run_cargo(command, code_block)?;
-        if config.time_passes {
-            let output = String::from_utf8_lossy(&cargo_output.stderr);
-            eprintln!("{output}");
-        }
-
-        let so_file = match fs::read_to_string(&so_path_file) {
-            Ok(path) => PathBuf::from(path),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                compiled_so_path(&cargo_output.stdout)?
+        // placelab's patch: rustc without cargo when cargo would start the same rustc.
+        let inputs = replay::cargo_inputs(&command, config.crate_dir());
+        let replayable = config.cache_bytes() == 0 && !config.time_passes;
+        let so_file = match self.replay.as_ref() {
+            Some(replay) if replayable && replay.fits(&inputs) => {
+                match self.compile_without_cargo(code_block, config)? {
+                    Some(so_file) => so_file,
+                    None => self.compile_with_cargo(command, code_block, config, inputs)?,
+                }
             }
-            Err(error) => return Err(error.into()),
+            _ => self.compile_with_cargo(command, code_block, config, inputs)?,
         };
 
         let copied_so_file = so_file.with_file_name(shared_object_name_from_crate_name(&format!(
@@ -226,6 +229,69 @@ impl Module {
         Ok(SoFile {
             path: copied_so_file,
         })
+    }
+
+    /// placelab's patch: the cell built by cargo; its rustc command is written down for the
+    /// next cell (see `replay`).
+    fn compile_with_cargo(
+        &mut self,
+        mut command: Command,
+        code_block: &CodeBlock,
+        config: &Config,
+        inputs: String,
+    ) -> Result<PathBuf, Error> {
+        let record = config.crate_dir().join(replay::RECORD_FILE);
+        let _ = fs::remove_file(&record);
+        command.env(replay::RECORD_FILE_ENV, &record);
+        let cargo_output = run_cargo(command, code_block);
+        // A compile error still wrote down the command: rustc ran.
+        self.replay = replay::Replay::read(&record, inputs);
+        let cargo_output = cargo_output?;
+        if config.time_passes {
+            let output = String::from_utf8_lossy(&cargo_output.stderr);
+            eprintln!("{output}");
+        }
+        let so_path_file = config.crate_dir().join(EXECUTION_SO_PATH_FILE);
+        match fs::read_to_string(&so_path_file) {
+            Ok(path) => Ok(PathBuf::from(path)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                compiled_so_path(&cargo_output.stdout)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// placelab's patch: the cell built by the rustc command cargo used last. `None` when that
+    /// rustc did not start, or failed other than with a compile error or a signal (an
+    /// interrupt): the caller then asks cargo, which rebuilds whatever changed.
+    fn compile_without_cargo(
+        &mut self,
+        code_block: &CodeBlock,
+        config: &Config,
+    ) -> Result<Option<PathBuf>, Error> {
+        let Some(replay) = &self.replay else {
+            return Ok(None);
+        };
+        let mut command = replay.command();
+        config.detach_compile(&mut command);
+        let so_file = execution_so_source(&replay.as_command());
+        let Ok(output) = spawn_compile(command) else {
+            self.replay = None;
+            return Ok(None);
+        };
+        let failed_oddly = !output.status.success()
+            && std::os::unix::process::ExitStatusExt::signal(&output.status).is_none()
+            && errors_from_cargo_output(&output, code_block).0.is_empty();
+        match so_file {
+            Some(so_file) if !failed_oddly => {
+                compile_result(output, code_block)?;
+                Ok(Some(so_file))
+            }
+            _ => {
+                self.replay = None;
+                Ok(None)
+            }
+        }
     }
 
     fn write_code(&self, code_block: &CodeBlock, config: &Config) -> Result<(), Error> {
@@ -312,6 +378,10 @@ pub(crate) fn wrap_rustc() {
 
 pub(crate) fn wrap_rustc_helper() -> Result<i32> {
     let mut command = rustc_command()?;
+    // placelab's patch: for the next cell, which may skip cargo.
+    if execution_so_source(&command).is_some() {
+        replay::record(&command);
+    }
 
     let cache_result = cache::access_cache(&command)?;
     if matches!(cache_result, CacheResult::Hit) {
@@ -515,9 +585,15 @@ fn map_extern_arg(ext: &str) -> OsString {
 /// Run a cargo command prepared for the provided `code_block`, processing the
 /// command's output.
 fn run_cargo(
-    mut command: std::process::Command,
+    command: std::process::Command,
     code_block: &CodeBlock,
 ) -> Result<std::process::Output, Error> {
+    compile_result(spawn_compile(command)?, code_block)
+}
+
+/// Runs cargo or rustc to its end; its output, whatever its status (placelab's patch: split
+/// from `run_cargo`, for a rustc started without cargo).
+fn spawn_compile(mut command: std::process::Command) -> Result<std::process::Output, Error> {
     use std::io::BufRead;
     use std::io::Read;
 
@@ -551,11 +627,18 @@ fn run_cargo(
     let status = child.wait()?;
     let all_output = output_thread.join().expect("Panic in child thread")?;
 
-    let cargo_output = std::process::Output {
+    Ok(std::process::Output {
         status,
         stdout: all_output,
         stderr: all_errors,
-    };
+    })
+}
+
+/// The output of a compile that succeeded, else its errors.
+fn compile_result(
+    cargo_output: std::process::Output,
+    code_block: &CodeBlock,
+) -> Result<std::process::Output, Error> {
     if cargo_output.status.success() {
         Ok(cargo_output)
     } else {
