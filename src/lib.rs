@@ -26,6 +26,7 @@ pub mod session;
 pub mod setup;
 pub mod slots;
 pub mod strip;
+pub mod type_names;
 
 /// `placelab 0.1 · devices: cpu (2 threads), cuda:0 NVIDIA H100 80GB HBM3 (79.1 GiB free)`, for
 /// the REPL and `placelab devices`, listed by the same function as the cell process's `:devices`

@@ -87,9 +87,15 @@ pub const MAGICS: &[Magic] = &[
         run: fmt,
     },
     Magic {
+        name: ":vars",
+        usage: ":vars",
+        help: "the session's variables and their types, by name",
+        run: vars,
+    },
+    Magic {
         name: ":help",
         usage: ":help",
-        help: "this list (evcxr's own commands, like :vars and :dep, work too)",
+        help: "this list (evcxr's own commands, like :dep and :opt, work too)",
         run: help,
     },
 ];
@@ -181,6 +187,16 @@ fn del(s: &mut Session, args: &str) -> CellReport {
         outputs: out,
         ..Default::default()
     }
+}
+
+fn vars(s: &mut Session, _: &str) -> CellReport {
+    let mut vars = s.variables();
+    if vars.is_empty() {
+        return CellReport::info("no variables yet: a cell's `let` makes one");
+    }
+    vars.sort();
+    let lines: Vec<String> = vars.iter().map(|(n, t)| format!("{n}: {t}")).collect();
+    CellReport::info(lines.join("\n"))
 }
 
 fn mem(s: &mut Session, _: &str) -> CellReport {
@@ -528,9 +544,12 @@ fn time(s: &mut Session, code: &str) -> CellReport {
         return CellReport::error("usage: :time CODE, e.g. `:time x.matmul(&x)?.sum_all()?`");
     }
     let start = Instant::now();
+    let compiles = s.compile_count();
     let mut r = s.run_code(code);
+    let compiles = s.compile_count() - compiles;
+    let plural = if compiles == 1 { "" } else { "s" };
     r.outputs.push(Output::Info(format!(
-        "took {} (compile and run)",
+        "took {} ({compiles} compile{plural} and the run)",
         human_duration(start.elapsed())
     )));
     r
@@ -581,10 +600,7 @@ fn help(_: &mut Session, _: &str) -> CellReport {
         .iter()
         .map(|m| format!("{:<30} {}", m.usage, m.help))
         .collect();
-    lines.push(format!(
-        "{:<30} {}",
-        ":vars, :dep, :opt, …", "evcxr's commands"
-    ));
+    lines.push(format!("{:<30} {}", ":dep, :opt, …", "evcxr's commands"));
     lines.push(format!(
         "{:<30} {}",
         ":exit, :quit, exit, quit", "leave (in a notebook: ask the client; a console leaves)"

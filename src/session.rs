@@ -297,8 +297,10 @@ impl Session {
 
     /// A session over a new evaluator (evcxr's context and its cell process), nothing loaded.
     fn with_evaluator(prepared: Prepared, sink: Sink) -> Result<Session, String> {
-        let (ctx, outputs) = CommandContext::new()
+        let (mut ctx, outputs) = CommandContext::new()
             .map_err(|e| format!("could not start the Rust evaluator: {e}"))?;
+        // A new variable's type is named from the run: its cell compiles once.
+        ctx.set_type_namer(super::type_names::public_type);
         let cell_output = CellOutput::read(outputs, sink);
         let probe = ProbeClient {
             path: prepared.probe.clone(),
@@ -477,8 +479,13 @@ impl Session {
     pub fn variables(&self) -> Vec<(String, String)> {
         self.ctx
             .variables_and_types()
-            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .map(|(n, t)| (n.to_string(), super::type_names::short(t)))
             .collect()
+    }
+
+    /// How many compiles this session's evaluator has started (`:time` says a cell's).
+    pub fn compile_count(&self) -> usize {
+        self.ctx.compile_count()
     }
 
     /// What rust-analyzer knows of the expression ending at byte offset `pos` (plain, HTML):

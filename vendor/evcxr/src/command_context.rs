@@ -218,6 +218,16 @@ Panic detected. Here's some useful information if you're filing a bug report.
         self.eval_context.release_analyzer()
     }
 
+    /// placelab's patch: see [`EvalContext::set_type_namer`].
+    pub fn set_type_namer(&mut self, namer: crate::TypeNamer) {
+        self.eval_context.set_type_namer(namer);
+    }
+
+    /// placelab's patch: see [`EvalContext::compile_count`].
+    pub fn compile_count(&self) -> usize {
+        self.eval_context.compile_count()
+    }
+
     /// placelab's patch: see [`EvalContext::set_compile_in_own_process_group`].
     pub fn set_compile_in_own_process_group(&mut self, value: bool) {
         self.eval_context.set_compile_in_own_process_group(value);

@@ -19,6 +19,9 @@ use crate::errors::SpannedMessage;
 use crate::errors::bail;
 use crate::evcxr_internal_runtime;
 use crate::item;
+use crate::learned_types;
+use crate::learned_types::TYPE_LEARNED_AT_RUN;
+pub use crate::learned_types::TypeNamer;
 use crate::module::Module;
 use crate::module::SoFile;
 use crate::runtime;
@@ -65,6 +68,12 @@ pub struct EvalContext {
     /// placelab's patch: the variables whose type rustc named in the cell being run; only those
     /// names are qualified or handed to rust-analyzer (a type the user wrote stays theirs).
     named_by_rustc: HashSet<String>,
+    /// placelab's patch: names the types of new variables from the run (`learned_types.rs`).
+    type_namer: Option<TypeNamer>,
+    /// placelab's patch: `std::any::type_name` of each new variable the last run stored.
+    run_type_names: HashMap<String, String>,
+    /// placelab's patch: compiles started since the context was made.
+    compiles: usize,
     initial_config: Config,
 }
 
@@ -468,6 +477,9 @@ impl EvalContext {
             analyzer,
             analyzer_asked_this_cell: false,
             named_by_rustc: HashSet::new(),
+            type_namer: None,
+            run_type_names: HashMap::new(),
+            compiles: 0,
             initial_config,
         };
         let outputs = EvalContextOutputs {
@@ -669,6 +681,18 @@ impl EvalContext {
         self.committed_state.set_time_passes(value);
     }
 
+    /// placelab's patch: from now on a new variable's type is the one `namer` gives for its
+    /// `std::any::type_name`, read from the run (one compile), where it gives one.
+    pub fn set_type_namer(&mut self, namer: TypeNamer) {
+        self.type_namer = Some(namer);
+    }
+
+    /// placelab's patch: how many compiles have started since this context was made (a cell
+    /// that stores a new variable compiles once where its type is named from the run).
+    pub fn compile_count(&self) -> usize {
+        self.compiles
+    }
+
     /// placelab's patch: compiles from now on run in a process group of their own (Unix).
     pub fn set_compile_in_own_process_group(&mut self, value: bool) {
         self.committed_state.config.compile_in_own_process_group = value;
@@ -754,6 +778,18 @@ impl EvalContext {
         // placelab's patch: with types from rustc, the compile below finds them.
         self.analyzer_asked_this_cell = false;
         self.named_by_rustc.clear();
+        self.run_type_names.clear();
+        // placelab's patch: new variables named from the run, where a namer is set.
+        let learning = state.config.types_from_rustc
+            && self.type_namer.is_some()
+            && !learned_types::may_make_a_closure(&user_code.code_string());
+        if learning {
+            for v in state.variable_states.values_mut() {
+                if v.type_name == TYPE_PLACEHOLDER && v.move_state == VariableMoveState::New {
+                    TYPE_LEARNED_AT_RUN.clone_into(&mut v.type_name);
+                }
+            }
+        }
         let typed = if state.config.types_from_rustc {
             Ok(())
         } else {
@@ -798,7 +834,20 @@ impl EvalContext {
             );
             match result {
                 Ok(execution_artifacts) => {
+                    // placelab's patch: the run named the new variables' types.
+                    self.name_types_from_the_run(user_code, state)?;
                     return Ok(execution_artifacts.output);
+                }
+
+                // placelab's patch: a cell that does not compile with its new variables stored
+                // generically is compiled as before (its errors then read as they always have).
+                Err(Error::CompilationErrors(_)) if learning_left(state) => {
+                    for v in state.variable_states.values_mut() {
+                        if v.type_name == TYPE_LEARNED_AT_RUN {
+                            TYPE_PLACEHOLDER.clone_into(&mut v.type_name);
+                        }
+                    }
+                    continue;
                 }
 
                 Err(Error::CompilationErrors(errors)) => {
@@ -859,6 +908,7 @@ impl EvalContext {
         callbacks: &mut EvalCallbacks,
     ) -> Result<ExecutionArtifacts, Error> {
         let code = state.code_to_compile(user_code, compilation_mode);
+        self.compiles += 1;
         let so_file = self.module.compile(&code, &state.config)?;
 
         if compilation_mode == CompilationMode::NoCatchExpectError {
@@ -966,6 +1016,12 @@ impl EvalContext {
                     .retain(|_variable_name, variable_state| {
                         variable_state.move_state != VariableMoveState::New
                     });
+            } else if let Some(named) = line.strip_prefix(evcxr_internal_runtime::VARIABLE_TYPE) {
+                // placelab's patch: `name:type` of a variable stored generically.
+                if let Some((name, type_name)) = named.split_once(':') {
+                    self.run_type_names
+                        .insert(name.to_owned(), type_name.to_owned());
+                }
             } else if let Some(variable_name) =
                 line.strip_prefix(evcxr_internal_runtime::VARIABLE_CHANGED_TYPE)
             {
@@ -1100,6 +1156,59 @@ impl EvalContext {
         Ok(())
     }
 
+    /// placelab's patch: the cell ran, with its new variables stored generically; each takes the
+    /// type the namer gives for the name the run reported. Those it gives none are named by
+    /// rustc, as before: the cell is compiled (not run) under the placeholder until it builds.
+    fn name_types_from_the_run(
+        &mut self,
+        mut user_code: CodeBlock,
+        state: &mut ContextState,
+    ) -> Result<(), Error> {
+        let namer = self.type_namer;
+        let own_types = state.own_types.clone();
+        // `std::any::type_name` writes a cell's own type as `ctx::Name`.
+        let own = |path: &str| {
+            path.strip_prefix(CRATE_NAME_PREFIX)
+                .is_some_and(|name| own_types.contains(name))
+        };
+        let mut unnamed = false;
+        for (name, v) in state.variable_states.iter_mut() {
+            if v.type_name != TYPE_LEARNED_AT_RUN {
+                continue;
+            }
+            let reported = self.run_type_names.get(name);
+            match reported.and_then(|t| namer.and_then(|namer| namer(t, &own))) {
+                Some(public) => v.type_name = public,
+                None => {
+                    TYPE_PLACEHOLDER.clone_into(&mut v.type_name);
+                    unnamed = true;
+                }
+            }
+        }
+        self.run_type_names.clear();
+        let mut remaining_retries = 5;
+        while unnamed && remaining_retries > 0 {
+            remaining_retries -= 1;
+            let code = state.code_to_compile(user_code.clone(), state.compilation_mode());
+            self.compiles += 1;
+            match self.module.compile(&code, &state.config) {
+                Ok(_) => unnamed = false,
+                Err(Error::CompilationErrors(errors)) => {
+                    let mut fixed = HashSet::new();
+                    for error in &errors {
+                        self.attempt_to_fix_error(error, &mut user_code, state, &mut fixed)?;
+                    }
+                    type_left_to_inference(&errors, state)?;
+                    if fixed.is_empty() {
+                        return Err(Error::CompilationErrors(errors));
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
     /// placelab's patch: storing a new variable failed to compile. Under the placeholder type
     /// (E0308) the type rustc found becomes the variable's. Where rustc's name for it does not
     /// resolve here (E0412, E0425, E0433, E0603: a type the cell did not import) or was shortened,
@@ -1166,6 +1275,17 @@ impl EvalContext {
         self.fix_variable_types(state, analysis_code)?;
         Ok(true)
     }
+}
+
+/// placelab's patch: how `std::any::type_name` begins a path into the cells' crate.
+const CRATE_NAME_PREFIX: &str = "ctx::";
+
+/// placelab's patch: whether a new variable is still to be stored generically.
+fn learning_left(state: &ContextState) -> bool {
+    state
+        .variable_states
+        .values()
+        .any(|v| v.type_name == TYPE_LEARNED_AT_RUN)
 }
 
 /// placelab's patch: the type a new variable has until rustc says what it is. Nothing converts
@@ -1462,6 +1582,9 @@ pub struct ContextState {
     async_mode: bool,
     allow_question_mark: bool,
     build_num: i32,
+    /// placelab's patch: the names of the structs, enums, unions and type aliases the cells
+    /// defined (a variable of such a type is named from the run, `learned_types.rs`).
+    own_types: HashSet<String>,
     pub(crate) config: Config,
 }
 
@@ -1478,6 +1601,7 @@ impl ContextState {
             async_mode: false,
             allow_question_mark: false,
             build_num: 0,
+            own_types: HashSet::new(),
             config,
         }
     }
@@ -1964,7 +2088,15 @@ impl ContextState {
     fn store_variable_statements(&self, move_state: VariableMoveState) -> CodeBlock {
         let mut statements = CodeBlock::new();
         for (var_name, var_state) in &self.variable_states {
-            if var_state.move_state == move_state {
+            if var_state.move_state == move_state && var_state.type_name == TYPE_LEARNED_AT_RUN {
+                // placelab's patch: stored generically; the run says its type.
+                statements.pack_variable(
+                    var_name.clone(),
+                    format!(
+                        "evcxr_variable_store.put_variable_learning(stringify!({var_name}), {var_name});"
+                    ),
+                );
+            } else if var_state.move_state == move_state {
                 statements.pack_variable(
                     var_name.clone(),
                     format!(
@@ -2177,6 +2309,18 @@ impl ContextState {
                     item => {
                         let item_block = CodeBlock::new().with_segment(segment);
                         if let Some(item_name) = item::item_name(&item) {
+                            // placelab's patch: a name that is a type now, or no longer.
+                            let is_type = matches!(
+                                item,
+                                ast::Item::Struct(_)
+                                    | ast::Item::Enum(_)
+                                    | ast::Item::Union(_)
+                                    | ast::Item::TypeAlias(_)
+                            );
+                            match is_type {
+                                true => self.own_types.insert(item_name.clone()),
+                                false => self.own_types.remove(&item_name),
+                            };
                             *self.items_by_name.entry(item_name.to_owned()).or_default() =
                                 item_block;
                             previous_item_name = Some(item_name);

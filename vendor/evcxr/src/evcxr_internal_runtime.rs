@@ -11,6 +11,8 @@
 
 pub const VARIABLE_CHANGED_TYPE: &str = "EVCXR_VARIABLE_CHANGED_TYPE:";
 pub const USER_ERROR_OCCURRED: &str = "EVCXR_ERROR_OCCURRED";
+// placelab's patch: `name:type` of a variable stored by `put_variable_learning`.
+pub const VARIABLE_TYPE: &str = "EVCXR_VARIABLE_TYPE:";
 // placelab's patch: written to stderr just before a cell's `?` error, so that a reader of both
 // streams knows the error's text from output printed before it (`println!` then `?` arrive
 // together when the reader is slow).
@@ -29,6 +31,13 @@ impl VariableStore {
 
     pub fn put_variable<T: 'static>(&mut self, name: &str, value: T) {
         self.variables.insert(name.to_owned(), Box::new(value));
+    }
+
+    // placelab's patch: stores a new variable whose type the host has yet to learn, and tells
+    // it (`learned_types.rs`).
+    pub fn put_variable_learning<T: 'static>(&mut self, name: &str, value: T) {
+        println!("{VARIABLE_TYPE}{name}:{}", std::any::type_name::<T>());
+        self.put_variable(name, value);
     }
 
     pub fn check_variable<T: 'static>(&mut self, name: &str) -> bool {

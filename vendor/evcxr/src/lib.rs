@@ -21,6 +21,7 @@ mod eval_context;
 #[allow(dead_code)]
 mod evcxr_internal_runtime;
 mod item;
+mod learned_types;
 mod module;
 mod runtime;
 mod rust_analyzer;
@@ -36,6 +37,7 @@ pub use crate::eval_context::EvalCallbacks;
 pub use crate::eval_context::EvalContext;
 pub use crate::eval_context::EvalContextOutputs;
 pub use crate::eval_context::EvalOutputs;
+pub use crate::eval_context::TypeNamer;
 pub use crate::runtime::runtime_hook;
 pub use rust_analyzer::Completions;
 

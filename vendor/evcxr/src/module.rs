@@ -275,10 +275,12 @@ impl Module {
         let mut command = replay.command();
         config.detach_compile(&mut command);
         let so_file = execution_so_source(&replay.as_command());
-        let Ok(output) = spawn_compile(command) else {
+        let Ok(mut output) = spawn_compile(command) else {
             self.replay = None;
             return Ok(None);
         };
+        // Cargo asks rustc for coloured text and takes the colours out of the JSON it passes on.
+        output.stderr = replay::without_colours(&output.stderr);
         let failed_oddly = !output.status.success()
             && std::os::unix::process::ExitStatusExt::signal(&output.status).is_none()
             && errors_from_cargo_output(&output, code_block).0.is_empty();

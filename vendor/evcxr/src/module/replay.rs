@@ -137,3 +137,11 @@ pub(crate) fn record(rustc: &Command) {
         let _ = std::fs::write(file, json);
     }
 }
+
+/// rustc's JSON diagnostics with the ANSI colour codes taken out of their text (`\u001b[…m` in
+/// the JSON), as cargo passes them on: readers of `rendered` find `= note: ` lines in it.
+pub(crate) fn without_colours(json_lines: &[u8]) -> Vec<u8> {
+    static COLOUR: once_cell::sync::Lazy<regex::bytes::Regex> =
+        once_cell::sync::Lazy::new(|| regex::bytes::Regex::new(r"\\u001b\[[0-9;]*m").unwrap());
+    COLOUR.replace_all(json_lines, &b""[..]).into_owned()
+}
