@@ -186,7 +186,11 @@ pub fn remove_stale_probes(root: &Path) {
         let name = e.file_name();
         let pid = name
             .to_str()
-            .and_then(|n| n.strip_prefix("probe-")?.strip_suffix(".sock"))
+            .and_then(|n| {
+                // A socket still being made private has `.staging` after its name.
+                let n = n.strip_suffix(".staging").unwrap_or(n);
+                n.strip_prefix("probe-")?.strip_suffix(".sock")
+            })
             .and_then(|p| p.parse::<i32>().ok());
         // SAFETY: signal 0 only asks whether the process exists.
         if let Some(pid) = pid

@@ -25,13 +25,22 @@ pub fn serve_from_env() {
     crate::cell::streams::install();
     crate::device::interrupt::install_sigint_handler();
     STARTED.get_or_init(|| {
-        let _ = std::fs::remove_file(&path);
-        let Ok(listener) = std::os::unix::net::UnixListener::bind(&path) else {
+        // Its folder is its owner's alone already (the front end's cache); this socket too, from
+        // the moment it has its name: bound under another, made private, then renamed.
+        let staging = format!("{path}.staging");
+        let _ = std::fs::remove_file(&staging);
+        let Ok(listener) = std::os::unix::net::UnixListener::bind(&staging) else {
             return;
         };
-        // Its folder is its owner's alone already (the front end's cache); this socket too.
         use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        let private = std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600));
+        if private
+            .and_then(|()| std::fs::rename(&staging, &path))
+            .is_err()
+        {
+            let _ = std::fs::remove_file(&staging);
+            return;
+        }
         std::thread::Builder::new()
             .name("placelab-probe".into())
             .spawn(move || {
