@@ -152,7 +152,7 @@ fn placelab_side() {
         "placelab: statement cell `x.shape();` (no value) median of 15: {}",
         ms(statement)
     );
-    // A new variable: its type comes from rustc, at the price of a compile that fails.
+    // A new variable: its type comes from the run, so the cell compiles once.
     let with_let = median_of(15, || {
         assert!(cell::execute(&mut s, "let n = x.shape().len();").ok());
     });
