@@ -29,7 +29,8 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1e3)
 }
 
-/// Resident memory of this process and of its children (the cell process), in MiB.
+/// Resident memory of this process and of its children (the cell process, and rust-analyzer's
+/// while it runs), in MiB.
 fn rss_mib() -> (f64, f64) {
     let rss = |pid: &str| -> f64 {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -64,7 +65,7 @@ fn rss_mib() -> (f64, f64) {
 fn print_memory(who: &str) {
     let (own, cells) = rss_mib();
     println!(
-        "{who}: RSS {:.0} MiB (this process {own:.0} MiB + cell process {cells:.0} MiB)",
+        "{who}: RSS {:.0} MiB (this process {own:.0} MiB + its children, the cell process and rust-analyzer's, {cells:.0} MiB)",
         own + cells
     );
 }

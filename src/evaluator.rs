@@ -290,15 +290,18 @@ fn with_interrupter(start: &Mutex<Start>, stop: impl FnOnce(&Interrupter) -> Sto
     }
 }
 
-/// How long rust-analyzer stays loaded after the last completion or inspection that needed it.
-/// Loading it again takes a few seconds of CPU; keeping it holds a few hundred MiB per learner.
-const ANALYZER_QUIET: Duration = Duration::from_secs(120);
+/// How long rust-analyzer's process stays after the last completion or inspection that needed
+/// it: `PLACELAB_ANALYZER_QUIET` seconds, 120 by default. Loading it again takes seconds of CPU;
+/// keeping it holds hundreds of MiB per learner.
+fn analyzer_quiet() -> Duration {
+    crate::settings::seconds("PLACELAB_ANALYZER_QUIET", Duration::from_secs(120))
+}
 
 /// When rust-analyzer is loaded: completion and inspection need it, a cell only when rustc's
 /// name for a variable's type does not resolve and the cell wrote no path for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Analyzer {
-    /// By the first completion or inspection, and let go after [`ANALYZER_QUIET`] without one:
+    /// By the first completion or inspection, and let go after [`analyzer_quiet`] without one:
     /// kernels, of which a class runs many.
     OnDemand,
     /// As soon as no cell waits after the start, and kept: a terminal's Tab answers within its
@@ -307,7 +310,7 @@ pub enum Analyzer {
 }
 
 /// The thread's loop: jobs in order. On demand, rust-analyzer is let go once no completion or
-/// inspection has come for [`ANALYZER_QUIET`]; warm, it is loaded at the first moment no job
+/// inspection has come for [`analyzer_quiet`]; warm, it is loaded at the first moment no job
 /// waits, so a cell already sent (typed ahead) gets its result first. Ends when every
 /// `Evaluator` handle is gone; dropping the session then ends the cell's process.
 fn serve(mut session: Result<Session, String>, queue: mpsc::Receiver<Job>, analyzer: Analyzer) {
@@ -344,7 +347,7 @@ fn serve(mut session: Result<Session, String>, queue: mpsc::Receiver<Job>, analy
         // A cell loads it too, rarely: when rustc's name for a variable's type does not resolve.
         let loaded = session.as_ref().is_ok_and(|s| s.analyzer_loaded());
         if analyzer == Analyzer::OnDemand && loaded && (asks_analyzer || release_at.is_none()) {
-            release_at = Some(Instant::now() + ANALYZER_QUIET);
+            release_at = Some(Instant::now() + analyzer_quiet());
         }
     }
     drop(session);

@@ -200,11 +200,7 @@ impl RunningCell {
 /// How long an interrupted cell may take to stop before its process is killed:
 /// `PLACELAB_INTERRUPT_GRACE` seconds, 2 by default.
 pub fn interrupt_grace() -> Duration {
-    std::env::var("PLACELAB_INTERRUPT_GRACE")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map_or(Duration::from_secs(2), Duration::from_secs_f64)
+    crate::settings::seconds("PLACELAB_INTERRUPT_GRACE", Duration::from_secs(2))
 }
 
 impl Interrupter {

@@ -23,6 +23,7 @@ pub mod repl;
 pub mod report;
 pub mod script;
 pub mod session;
+pub mod settings;
 pub mod setup;
 pub mod slots;
 pub mod strip;

@@ -149,6 +149,10 @@ fn environment_help() -> String {
             "seconds before an interrupted cell is killed (default 2)",
         ),
         (
+            "PLACELAB_ANALYZER_QUIET=SECONDS",
+            "a kernel ends rust-analyzer this long after its last use (120)",
+        ),
+        (
             "PLACELAB_NO_KERNEL_CACHE=1",
             "(any value) recompile CUDA kernels; skip CACHE/kernels",
         ),

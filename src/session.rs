@@ -301,6 +301,8 @@ impl Session {
             .map_err(|e| format!("could not start the Rust evaluator: {e}"))?;
         // A new variable's type is named from the run: its cell compiles once.
         ctx.set_type_namer(super::type_names::public_type);
+        // rust-analyzer in a process of its own: letting it go gives its memory back whole.
+        ctx.analyze_in_child_process();
         let cell_output = CellOutput::read(outputs, sink);
         let probe = ProbeClient {
             path: prepared.probe.clone(),
@@ -388,18 +390,11 @@ impl Session {
         self.ctx.analyzer_loaded()
     }
 
-    /// Lets rust-analyzer's database go, and hands the freed pages back to the system: most of
-    /// a kernel's memory once a completion loaded it (`benches/class-footprint.sh`). The next
-    /// completion loads it again (a few seconds). Changes no state.
+    /// Ends rust-analyzer's process, and with it all the memory a completion loaded
+    /// (`benches/class-footprint.sh`). The next completion starts and loads it again (seconds).
+    /// Changes no state.
     pub fn release_analyzer(&mut self) {
-        if self.ctx.release_analyzer().is_ok() {
-            // glibc keeps freed pages for reuse; without this the kernel's RSS would not fall.
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim only returns free memory to the system.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-        }
+        let _ = self.ctx.release_analyzer();
     }
 
     /// Sends the cells' `clear_output()` to `clear` (the kernel's iopub); without it (the REPL,

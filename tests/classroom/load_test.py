@@ -7,9 +7,13 @@ Each learner, through the Hub's REST API and the proxy, as a browser would:
   log in (a user and a token), start their server, open a kernel over the websocket, run the
   notebook's cells in order (a cell tagged raises-exception must fail, any other must not).
 
-Reported: time from login to the first cell's result (p50, p95, max), memory per learner (RSS of
-their server, and of their kernel with its cell process) and for the whole machine, each
-learner's own disk, and every error. Exits 1 on any error.
+Then each presses Tab once: their kernel starts rust-analyzer in a process of its own, which it
+ends after a quiet spell (PLACELAB_ANALYZER_QUIET, which run.sh sets short).
+
+Reported: time from login to the first cell's result (p50, p95, max), the Tab's time, memory per
+learner (RSS of their server, and of their kernel with its cell process, with rust-analyzer's
+process and after it ended) and for the whole machine, each learner's own disk, and every error.
+Exits 1 on any error, or if a rust-analyzer process outlives its quiet spell.
 
     tests/classroom/run.sh [--learners N]     (installs JupyterHub, the proxy and the engine)
 """
@@ -89,6 +93,24 @@ def learner_memory(name, procs):
         for p in descendants(s, procs)[1:]:
             kernel += rss_kib(p)
     return server, kernel
+
+
+def analyzers(names, procs):
+    """The learners' rust-analyzer processes (started with EVCXR_ANALYZER_ROOT by a kernel)."""
+    markers = [f"JUPYTERHUB_USER={n}".encode() for n in names]
+    return [
+        p
+        for p, (_, _, env) in procs.items()
+        if any(v.startswith(b"EVCXR_ANALYZER_ROOT=") for v in env) and any(m in env for m in markers)
+    ]
+
+
+async def analyzers_ended(names, timeout):
+    """Waits until no learner's rust-analyzer process is left; the pids still there if any."""
+    deadline = time.monotonic() + timeout
+    while (left := analyzers(names, processes())) and time.monotonic() < deadline:
+        await asyncio.sleep(1)
+    return left
 
 
 def kernel_pid(kernel_id, procs):
@@ -173,6 +195,20 @@ class Kernel:
                 texts.append("\n".join(content.get("traceback", [])))
         return status, "\n".join(texts)
 
+    async def complete(self, code, timeout=300):
+        """The completions at the end of `code`, as the text each would make (a Tab)."""
+        msg = message("complete_request", {"code": code, "cursor_pos": len(code)}, self.session)
+        await self.ws.write_message(json.dumps(msg))
+        deadline = time.monotonic() + timeout
+        while True:
+            raw = await asyncio.wait_for(self.ws.read_message(), deadline - time.monotonic())
+            if raw is None:
+                raise RuntimeError("the kernel's websocket closed")
+            m = json.loads(raw)
+            if m["msg_type"] == "complete_reply" and m["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                c = m["content"]
+                return {code[: c["cursor_start"]] + t + code[c["cursor_end"] :] for t in c["matches"]}
+
     async def wait_for_state(self, state, timeout):
         deadline = time.monotonic() + timeout
         while True:
@@ -228,6 +264,12 @@ async def learner(hub, name, cells, results):
                 want = "an error" if must_fail else "ok"
                 r["errors"].append(f"cell {i}: {status}, wanted {want}:\n{text[-600:]}")
         r["all_cells_s"] = time.monotonic() - t0
+        # One Tab: it starts the kernel's rust-analyzer process, which ends after a quiet spell.
+        t1 = time.monotonic()
+        completed = await kernel.complete("Tensor::ze")
+        r["tab_s"] = time.monotonic() - t1
+        if "Tensor::zeros" not in completed:
+            r["errors"].append(f"Tab after `Tensor::ze` offered {sorted(completed)[:10]}")
     except Exception as e:  # every failure is reported, none stops the others
         r["errors"].append(f"{type(e).__name__}: {e}")
 
@@ -326,6 +368,15 @@ async def main():
         await asyncio.gather(*(learner(hub, n, cells, results) for n in names))
         procs = processes()
         for r in results:
+            _, r["kernel_loaded_rss_kib"] = learner_memory(r["name"], procs)
+        loaded_total_kib = sum(rss_kib(p) for p in descendants(hub_proc.pid, procs))
+        # The kernels end their rust-analyzer after PLACELAB_ANALYZER_QUIET (run.sh sets it).
+        quiet = float(os.environ.get("PLACELAB_ANALYZER_QUIET", "120"))
+        left = await analyzers_ended(names, quiet + 120)
+        if left:
+            results[0]["errors"].append(f"rust-analyzer processes outlived {quiet} s of quiet: {left}")
+        procs = processes()
+        for r in results:
             r["server_rss_kib"], r["kernel_rss_kib"] = learner_memory(r["name"], procs)
             r["disk_kib"] = du_kib(homes / r["name"] / ".cache")
         hub_pids = descendants(hub_proc.pid, procs)
@@ -366,10 +417,17 @@ async def main():
             "p95": percentile(rust, 95),
         },
         "all_cells_s_p50": percentile([r["all_cells_s"] for r in results if "all_cells_s" in r], 50),
+        "tab_s": {
+            "p50": percentile([r["tab_s"] for r in results if "tab_s" in r], 50),
+            "max": max((r["tab_s"] for r in results if "tab_s" in r), default=float("nan")),
+        },
         "per_learner_mib": {
             "server": statistics.mean(r["server_rss_kib"] for r in results) / 1024,
+            # After the Tab, with rust-analyzer's process; then once it has ended.
+            "kernel_with_cell_and_analyzer_processes": statistics.mean(r["kernel_loaded_rss_kib"] for r in results) / 1024,
             "kernel_with_cell_process": statistics.mean(r["kernel_rss_kib"] for r in results) / 1024,
         },
+        "total_rss_mib_with_analyzers": loaded_total_kib / 1024,
         "total_rss_mib": total_kib / 1024,
         "disk_per_learner_mib": max(r["disk_kib"] for r in results) / 1024,
         "restart_notice": next((r["restart_notice"] for r in results if "restart_notice" in r), None),

@@ -37,12 +37,13 @@ export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}" RUSTUP_HOME="${RUSTUP_HOME:-$HOM
 trap 'chmod -R u+w "$out/engine" 2>/dev/null || true' EXIT
 "$placelab" prebuild --shared "$out/engine"
 "$placelab" install-kernel --prefix "$out/venv" --env "PLACELAB_ENGINE=$out/engine" \
-    --env PLACELAB_SIMULATE_CUDA=1 >/dev/null
+    --env PLACELAB_SIMULATE_CUDA=1 --env PLACELAB_ANALYZER_QUIET=10 >/dev/null
 
 run="$out/run"
 if [ -d "$run" ]; then chmod -R u+w "$run"; rm -rf "$run"; fi
 mkdir -p "$run"
 export PATH="$out/venv/bin:$PATH" PLACELAB_ENGINE="$out/engine" PLACELAB_SIMULATE_CUDA=1
+export PLACELAB_ANALYZER_QUIET=10
 export PLACELAB_CHP="$out/node/node_modules/.bin/configurable-http-proxy"
 "$out/venv/bin/python" "$here/load_test.py" --workdir "$run" --report "$out/report.json" "$@"
 "$out/venv/bin/python" "$here/check_deploy.py" --report "$out/report.json"

@@ -51,6 +51,23 @@ def start_kernel() -> tuple[KernelManager, Any]:
     return km, kc
 
 
+def start_kernel_with(env: dict[str, str | None]) -> tuple[KernelManager, Any]:
+    """`start_kernel` with these variables set (None: unset) in that kernel's environment alone."""
+    saved = {k: os.environ.get(k) for k in env}
+
+    def put(values: dict[str, str | None]) -> None:
+        for k, v in values.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+    put(env)
+    try:
+        return start_kernel()
+    finally:
+        put(saved)
+
+
 def stop_kernel(km: KernelManager, kc: Any) -> None:
     """Stops the client and the kernel, whatever state they are in (never raises)."""
     try:

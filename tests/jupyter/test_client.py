@@ -29,6 +29,7 @@ from kernel_helpers import (
     FIRST_CELL_TIMEOUT,
     FIRST_COMPLETION_TIMEOUT,
     INTERRUPT_GRACE,
+    alive,
     collect,
     comm,
     Cell,
@@ -46,6 +47,7 @@ from kernel_helpers import (
     rss_bytes,
     shell_request,
     start_kernel,
+    start_kernel_with,
     still_claimed,
     stop_kernel,
     wait_gone,
@@ -809,15 +811,7 @@ def test_an_interrupted_wait_at_a_cells_end_leaves_its_checks_to_the_next_wait()
     bad index fails that cell. Stop clicked during that wait ends it: the cell says the device's
     checks are read at the next wait, and the next cell that waits reports the bad index as an
     earlier cell's, naming nothing of its own."""
-    saved = {k: os.environ.pop(k, None) for k in ("PLACELAB_SIMULATE_CUDA", "PLACELAB_EMULATE_CUDA")}
-    os.environ["PLACELAB_EMULATE_CUDA"] = "1"
-    try:
-        km, kc = start_kernel()
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None)
-            if v is not None:
-                os.environ[k] = v
+    km, kc = start_kernel_with({"PLACELAB_SIMULATE_CUDA": None, "PLACELAB_EMULATE_CUDA": "1"})
     try:
         execute_ok(kc, "let d = Device::Cuda(0);", timeout=FIRST_CELL_TIMEOUT)
         # The gather's check, then seconds of GEMMs queued behind it: the code ends at once,
@@ -844,6 +838,53 @@ def test_an_interrupted_wait_at_a_cells_end_leaves_its_checks_to_the_next_wait()
         assert "index 9 out of range in index_select" in text and "An earlier cell queued that op" in text, after.describe()
         assert "This cell defined" not in text, after.describe()
         assert execute_ok(kc, "Tensor::ones([4], &d)?.sum_all()?.item::<f32>()?").result() == "4.0"
+    finally:
+        stop_kernel(km, kc)
+
+
+def analyzer_processes(kernel: int) -> set[int]:
+    """The kernel's rust-analyzer processes: its own binary, started with EVCXR_ANALYZER_ROOT."""
+    found = set()
+    for pid in descendants(kernel):
+        try:
+            environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(v.startswith(b"EVCXR_ANALYZER_ROOT=") for v in environment) and alive(pid):
+            found.add(pid)
+    return found
+
+
+@pytest.mark.limit(600)
+def test_completion_gives_its_memory_back_when_quiet():
+    """A completion loads rust-analyzer (hundreds of MiB) in a process of its own; after
+    PLACELAB_ANALYZER_QUIET seconds without a completion or inspection the kernel ends that
+    process, so the kernel holds what it held before, and the next inspection starts it again.
+    (In the kernel's own process, most of that memory stayed with malloc: 417 MiB after.)"""
+    quiet = 10.0
+    km, kc = start_kernel_with({"PLACELAB_ANALYZER_QUIET": str(quiet)})
+    try:
+        execute_ok(kc, "let x = Tensor::ones([3], &Device::Cpu)?;", timeout=FIRST_CELL_TIMEOUT)
+        kernel = kernel_pid(km)
+        before = rss_bytes(kernel)
+        code = "x.sha"
+        reply = shell_request(kc, kc.complete(code, len(code)), timeout=FIRST_COMPLETION_TIMEOUT)
+        c = reply["content"]
+        assert "x.shape" in {code[: c["cursor_start"]] + m + code[c["cursor_end"] :] for m in c["matches"]}, c
+        # Each answer through the pipe: an engine method's documentation (rust-analyzer's hover).
+        code = "Tensor::zeros"
+        reply = shell_request(kc, kc.inspect(code, len(code)), timeout=FIRST_COMPLETION_TIMEOUT)
+        assert "zeros" in reply["content"]["data"].get("text/plain", ""), reply["content"]
+        analyzers = analyzer_processes(kernel)
+        assert len(analyzers) == 1, f"one rust-analyzer process, not {sorted(analyzers)}"
+        left = wait_gone(analyzers, quiet + 60)
+        assert not left, f"rust-analyzer's process outlived {quiet} s without a completion"
+        grew = rss_bytes(kernel) - before
+        assert grew < 32 << 20, f"the kernel kept {grew >> 20} MiB of the completion after it ended"
+        # The next one starts it again.
+        reply = shell_request(kc, kc.inspect(code, len(code)), timeout=FIRST_COMPLETION_TIMEOUT)
+        assert "zeros" in reply["content"]["data"].get("text/plain", ""), reply["content"]
+        assert len(analyzer_processes(kernel)) == 1
     finally:
         stop_kernel(km, kc)
 

@@ -5,6 +5,7 @@
 // or https://opensource.org/licenses/MIT>, at your option. This file may not be
 // copied, modified, or distributed except according to those terms.
 
+use crate::analyzer_process::Analyzer;
 use crate::cargo_metadata;
 use crate::child_process::ChildProcess;
 use crate::code_block::CodeBlock;
@@ -26,7 +27,6 @@ use crate::module::Module;
 use crate::module::SoFile;
 use crate::runtime;
 use crate::rust_analyzer::Completions;
-use crate::rust_analyzer::RustAnalyzer;
 use crate::rust_analyzer::TypeName;
 use crate::rust_analyzer::VariableInfo;
 use crate::toml_parse;
@@ -61,7 +61,7 @@ pub struct EvalContext {
     module: Module,
     committed_state: ContextState,
     stdout_sender: crossbeam_channel::Sender<String>,
-    analyzer: RustAnalyzer,
+    analyzer: Analyzer,
     /// Whether the cell being run has already asked rust-analyzer for its variables' types
     /// (placelab's patch: the fallback when rustc's type names do not resolve).
     analyzer_asked_this_cell: bool,
@@ -457,7 +457,7 @@ impl EvalContext {
         let tmpdir_var = parsed_config.get_tmp_dir()?;
         let tmpdir_path = tmpdir_var.get_path()?;
         let opt_tmpdir = tmpdir_var.get_opt_tmpdir();
-        let analyzer = RustAnalyzer::new(&tmpdir_path)?;
+        let analyzer = Analyzer::in_process(&tmpdir_path)?;
         let module = Module::new()?;
         let mut initial_config =
             create_initial_config(tmpdir_path, subprocess_command.get_program().into())?;
@@ -613,8 +613,9 @@ impl EvalContext {
             println!("=========\n{s}\n==========");
         }
 
-        self.analyzer.set_source(code.code_string())?;
-        let mut completions = self.analyzer.completions(wrapped_offset)?;
+        let mut completions = self
+            .analyzer
+            .completions(code.code_string(), wrapped_offset)?;
         completions.start_offset = code.output_offset_to_user_offset(completions.start_offset)?;
         completions.end_offset = code.output_offset_to_user_offset(completions.end_offset)?;
         // Filter internal identifiers.
@@ -640,17 +641,13 @@ impl EvalContext {
         let (user_code, code_info) = CodeBlock::from_original_user_code(&modified_code);
         let user_code = state.apply(user_code, &code_info.nodes)?;
         let pad_code = state.analysis_code(user_code);
-        self.analyzer.set_source(pad_code.code_string())?;
         let wrapped_offset = pad_code.user_offset_to_output_offset(hover_offset)? as u32;
-        let text_range = TextRange::new(wrapped_offset.into(), wrapped_offset.into());
-        let hover_text = self.analyzer.hover(text_range, false)?;
-        let hover_markdown = self.analyzer.hover(text_range, true)?;
-        match (hover_text, hover_markdown) {
-            (Some(data_text), Some(data_markdown)) => Ok((
-                data_text.info.markup.into(),
-                data_markdown.info.markup.into(),
-            )),
-            _ => Ok((
+        match self
+            .analyzer
+            .hover(pad_code.code_string(), wrapped_offset)?
+        {
+            Some(hover) => Ok(hover),
+            None => Ok((
                 "No documentation found".into(),
                 "No documentation found".into(),
             )),
@@ -668,8 +665,20 @@ impl EvalContext {
     /// placelab's patch: lets rust-analyzer's database go (the sources of std and of every
     /// dependency, and all it derived from them); the next completion or hover loads it again.
     pub fn release_analyzer(&mut self) -> Result<(), Error> {
-        self.analyzer = RustAnalyzer::new(&self.committed_state.config.tmpdir)?;
-        Ok(())
+        self.analyzer
+            .release(&self.committed_state.config.tmpdir)
+            .map_err(Error::from)
+    }
+
+    /// placelab's patch: rust-analyzer runs in a child process of its own from now on (this
+    /// program, started again with `EVCXR_ANALYZER_ROOT`; `runtime_hook` serves it), started by
+    /// the first completion, inspection or type query, and ended by `release_analyzer`: the
+    /// memory it loaded goes back to the system whole.
+    pub fn analyze_in_child_process(&mut self) {
+        self.analyzer = Analyzer::child(
+            self.initial_config.subprocess_path.clone(),
+            self.committed_state.config.tmpdir.clone(),
+        );
     }
 
     /// placelab's patch: whether rust-analyzer holds a loaded workspace.
@@ -935,14 +944,16 @@ impl EvalContext {
         state: &mut ContextState,
         code: CodeBlock,
     ) -> Result<(), Error> {
-        self.analyzer.set_source(code.code_string())?;
+        let variables = self
+            .analyzer
+            .top_level_variables(code.code_string(), "evcxr_analysis_wrapper")?;
         for (
             variable_name,
             VariableInfo {
                 type_name,
                 is_mutable,
             },
-        ) in self.analyzer.top_level_variables("evcxr_analysis_wrapper")
+        ) in variables
         {
             // We don't want to try to store evcxr_variable_store into itself, so we ignore it.
             if variable_name == "evcxr_variable_store" {

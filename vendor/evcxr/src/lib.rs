@@ -11,6 +11,7 @@ extern crate sig;
 
 #[macro_use]
 mod errors;
+mod analyzer_process;
 mod cargo_metadata;
 mod child_process;
 mod code_block;

@@ -20,9 +20,14 @@ pub(crate) const WRAP_RUSTC_ENV: &str = "EVCXR_RUSTC_WRAPPER";
 pub(crate) const FORCE_DYLIB_ENV: &str = "EVCXR_FORCE_DYLIB";
 
 /// Binaries can call this just after staring. If we detect that we're actually running as a
-/// subprocess, control will not return. There are two kinds of subprocesses that we may be acting
-/// as (1) the process that loads and runs the user code and (2) a wrapper around rustc.
+/// subprocess, control will not return. There are three kinds of subprocesses that we may be
+/// acting as (1) the process that loads and runs the user code, (2) a wrapper around rustc and
+/// (3, placelab's patch) rust-analyzer's process (`analyzer_process`).
 pub fn runtime_hook() {
+    // placelab's patch: (3).
+    if let Some(root) = std::env::var_os(crate::analyzer_process::ANALYZER_ROOT_VAR) {
+        crate::analyzer_process::serve(std::path::Path::new(&root));
+    }
     if std::env::var(EVCXR_IS_RUNTIME_VAR).is_ok() {
         Runtime::new().run_loop();
     }
