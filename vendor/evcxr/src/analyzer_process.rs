@@ -295,6 +295,8 @@ fn private_stdout() -> Box<dyn Write> {
 
 fn serve_on(root: &Path, mut input: impl Read, mut output: impl Write) -> Result<()> {
     let mut ra = RustAnalyzer::new(root)?;
+    // The process exists to answer completions, and has nothing else to do meanwhile.
+    ra.prime_after_load = true;
     while let Some(body) = wire::read_frame(&mut input)? {
         let reply = wire::decode_request(&body).and_then(|request| answer(&mut ra, request));
         output.write_all(&wire::encode_reply(&reply))?;
