@@ -163,6 +163,13 @@ class Kernel:
     def __init__(self, ws):
         self.ws, self.session = ws, uuid.uuid4().hex
 
+    async def next_message(self, deadline):
+        """The next message from the kernel; raises once the websocket closed or at `deadline`."""
+        raw = await asyncio.wait_for(self.ws.read_message(), deadline - time.monotonic())
+        if raw is None:
+            raise RuntimeError("the kernel's websocket closed")
+        return json.loads(raw)
+
     async def execute(self, code, timeout=600):
         """(reply status, every output's text) for one cell."""
         msg = message(
@@ -174,10 +181,7 @@ class Kernel:
         texts, status, idle = [], None, False
         deadline = time.monotonic() + timeout
         while status is None or not idle:
-            raw = await asyncio.wait_for(self.ws.read_message(), deadline - time.monotonic())
-            if raw is None:
-                raise RuntimeError("the kernel's websocket closed")
-            m = json.loads(raw)
+            m = await self.next_message(deadline)
             if m.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
                 continue
             kind, content = m["msg_type"], m["content"]
@@ -201,10 +205,7 @@ class Kernel:
         await self.ws.write_message(json.dumps(msg))
         deadline = time.monotonic() + timeout
         while True:
-            raw = await asyncio.wait_for(self.ws.read_message(), deadline - time.monotonic())
-            if raw is None:
-                raise RuntimeError("the kernel's websocket closed")
-            m = json.loads(raw)
+            m = await self.next_message(deadline)
             if m["msg_type"] == "complete_reply" and m["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
                 c = m["content"]
                 return {code[: c["cursor_start"]] + t + code[c["cursor_end"] :] for t in c["matches"]}
@@ -212,10 +213,7 @@ class Kernel:
     async def wait_for_state(self, state, timeout):
         deadline = time.monotonic() + timeout
         while True:
-            raw = await asyncio.wait_for(self.ws.read_message(), deadline - time.monotonic())
-            if raw is None:
-                raise RuntimeError("the kernel's websocket closed")
-            m = json.loads(raw)
+            m = await self.next_message(deadline)
             if m["msg_type"] == "status" and m["content"]["execution_state"] == state:
                 return
 
