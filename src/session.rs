@@ -301,6 +301,9 @@ impl Session {
             .map_err(|e| format!("could not start the Rust evaluator: {e}"))?;
         // A new variable's type is named from the run: its cell compiles once.
         ctx.set_type_namer(super::type_names::public_type);
+        // Every engine call returns a `Result`: `?` works from the first cell, which then
+        // compiles once.
+        ctx.allow_question_mark();
         // rust-analyzer in a process of its own: letting it go gives its memory back whole.
         ctx.analyze_in_child_process();
         let cell_output = CellOutput::read(outputs, sink);

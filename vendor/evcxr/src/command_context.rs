@@ -223,6 +223,11 @@ Panic detected. Here's some useful information if you're filing a bug report.
         self.eval_context.analyze_in_child_process();
     }
 
+    /// placelab's patch: see [`EvalContext::allow_question_mark`].
+    pub fn allow_question_mark(&mut self) {
+        self.eval_context.allow_question_mark();
+    }
+
     /// placelab's patch: see [`EvalContext::set_type_namer`].
     pub fn set_type_namer(&mut self, namer: crate::TypeNamer) {
         self.eval_context.set_type_namer(namer);

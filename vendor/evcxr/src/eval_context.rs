@@ -690,6 +690,13 @@ impl EvalContext {
         self.committed_state.set_time_passes(value);
     }
 
+    /// placelab's patch: cells may use `?` from the first one. evcxr otherwise learns it from
+    /// the first cell that does, at the price of compiles that fail (two more with types from
+    /// the run: that cell is compiled again under the placeholder type).
+    pub fn allow_question_mark(&mut self) {
+        self.committed_state.allow_question_mark = true;
+    }
+
     /// placelab's patch: from now on a new variable's type is the one `namer` gives for its
     /// `std::any::type_name`, read from the run (one compile), where it gives one.
     pub fn set_type_namer(&mut self, namer: TypeNamer) {
@@ -846,6 +853,17 @@ impl EvalContext {
                     // placelab's patch: the run named the new variables' types.
                     self.name_types_from_the_run(user_code, state)?;
                     return Ok(execution_artifacts.output);
+                }
+
+                // placelab's patch: a new variable the cell moved away (`drop(x)`) is not
+                // stored, as evcxr does, and the others are still named from the run.
+                Err(Error::CompilationErrors(errors))
+                    if learning_left(state) && moved_away(&errors).is_some() =>
+                {
+                    for name in moved_away(&errors).unwrap_or_default() {
+                        state.variable_states.remove(&name);
+                    }
+                    continue;
                 }
 
                 // placelab's patch: a cell that does not compile with its new variables stored
@@ -1290,6 +1308,30 @@ impl EvalContext {
 
 /// placelab's patch: how `std::any::type_name` begins a path into the cells' crate.
 const CRATE_NAME_PREFIX: &str = "ctx::";
+
+/// placelab's patch: the variables a cell moved (E0382 where one is stored), when they are all
+/// that kept it from compiling; rustc's summary lines (no code, no origin) aside.
+fn moved_away(errors: &[CompilationError]) -> Option<Vec<String>> {
+    let mut moved = Vec::new();
+    for error in errors {
+        if error.code().is_none() && error.code_origins.is_empty() {
+            continue;
+        }
+        if error.code() != Some("E0382") {
+            return None;
+        }
+        let before = moved.len();
+        for origin in &error.code_origins {
+            if let CodeKind::PackVariable { variable_name } = origin {
+                moved.push(variable_name.clone());
+            }
+        }
+        if moved.len() == before {
+            return None;
+        }
+    }
+    (!moved.is_empty()).then_some(moved)
+}
 
 /// placelab's patch: whether a new variable is still to be stored generically.
 fn learning_left(state: &ContextState) -> bool {
