@@ -150,7 +150,7 @@ fn environment_help() -> String {
         ),
         (
             "PLACELAB_ANALYZER_QUIET=SECONDS",
-            "a kernel ends rust-analyzer this long after its last use (120)",
+            "rust-analyzer's idle seconds in a kernel (default 120)",
         ),
         (
             "PLACELAB_NO_KERNEL_CACHE=1",

@@ -14,7 +14,10 @@
 //    asserts on what they show: the card's device and shape, the strip's cuda:0 row;
 // 5. runs the second cell the same way, waits for its plot (image/svg+xml) and asserts on the
 //    SVG's caption, axis labels and the cpu → cuda:0 series;
-// 6. keeps target/browser-artefacts/{notebook.png, output.png, output.html, plot.png,
+// 6. (placelab only) types `Tensor::ze` in the third cell and presses Tab: the completer must
+//    offer `zeros` (the kernel's rust-analyzer process answers); then, on `Tensor::zeros`,
+//    Shift+Tab: the tooltip must show its documentation;
+// 7. keeps target/browser-artefacts/{notebook.png, output.png, output.html, plot.png,
 //    readme.png, jupyter.log} (failure.png instead when it fails; readme.png, the README's
 //    picture, only when every check passed) and shuts the server and its kernels down.
 // Exits 0 when every check passed, 1 with the reason otherwise.
@@ -344,6 +347,40 @@ async function runPlotCell(server, page, { notebook, cell: first }) {
   return { cell, output, rendered: rendered.first(), image: image.first() };
 }
 
+// Tab and Shift+Tab in the third cell, as a person would: the completer offers `zeros` for
+// `Tensor::ze` (the Tab starts the kernel's rust-analyzer process, seconds), and the tooltip
+// shows the documentation of `Tensor::zeros`.
+async function completeAndInspect(page, notebook) {
+  const cell = notebook.locator('.jp-CodeCell').nth(2);
+  const editor = cell.locator('.cm-content');
+  await editor.waitFor({ state: 'visible', timeout: 30_000 });
+  await editor.click();
+  await page.keyboard.type('Tensor::ze');
+  log('Tab after `Tensor::ze`');
+  await page.keyboard.press('Tab');
+  const offered = page.locator('.jp-Completer .jp-Completer-item', { hasText: 'zeros' });
+  const until = Date.now() + 120_000;
+  // One candidate alone is inserted without a list.
+  while (!(await offered.count()) && !normalize(await editor.innerText()).startsWith('Tensor::zeros')) {
+    if (Date.now() > until) fail(`Tab after Tensor::ze offered no zeros within 120 s (the cell reads ${normalize(await editor.innerText())})`);
+    await sleep(250);
+  }
+  log('the completer offers zeros');
+  await page.keyboard.press('Escape');
+  await editor.click();
+  await page.keyboard.press('Control+A');
+  await page.keyboard.type('Tensor::zeros');
+  log('Shift+Tab on `Tensor::zeros`');
+  await page.keyboard.press('Shift+Tab');
+  const tooltip = page.locator('.jp-Tooltip');
+  await tooltip.first().waitFor({ state: 'visible', timeout: 60_000 })
+    .catch(() => fail('Shift+Tab on Tensor::zeros showed no tooltip within 60 s'));
+  const text = normalize(await tooltip.first().innerText());
+  if (!text.includes('zeros')) fail(`the tooltip for Tensor::zeros does not name it: ${text.slice(0, 300)}`);
+  log(`the tooltip shows: ${text.slice(0, 80)}`);
+  await page.keyboard.press('Escape');
+}
+
 // Waits until every one of `wanted` ({ loc, name }) is in `cell`'s output, failing when the
 // cell finishes without them, JupyterLab shows a dialog, the server ends, the cell never
 // starts or `timeoutMs` passes.
@@ -595,7 +632,8 @@ async function main() {
     const readme = await readmeShot(page, found.notebook, [found.cell, plot.cell],
       found.notebook.locator('.jp-Cell').nth(2));
     log(`README picture: ${path.relative(repo, readme)} (cp ${path.relative(repo, readme)} notebooks/screenshot.png refreshes the README's copy)`);
-    log('PASS: the notebook shows the tensor card on cuda:0 (simulated), f32[1000, 1000], the memory strip\'s cuda:0 row, and the :plot transfers SVG');
+    if (!args.stock) await completeAndInspect(page, found.notebook);
+    log(`PASS: the notebook shows the tensor card on cuda:0 (simulated), f32[1000, 1000], the memory strip's cuda:0 row, and the :plot transfers SVG${args.stock ? '' : '; Tab completes Tensor::ze and Shift+Tab shows Tensor::zeros'}`);
     return 0;
   } catch (e) {
     console.error(`\nlab.mjs: FAIL: ${e instanceof TestFailure ? e.message : e.stack || e}`);

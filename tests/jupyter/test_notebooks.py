@@ -461,7 +461,7 @@ def test_02_moving_tensors():
     assert run.text("both").strip() == "(cpu, cuda:0)"
     not_in_place = run.error("not-in-place")
     assert not_in_place.ename == "CompileError", not_in_place
-    assert "unused `placelab::Tensor` that must be used" in not_in_place.evalue, not_in_place.evalue
+    assert "unused `Tensor` that must be used" in not_in_place.evalue, not_in_place.evalue
     assert "leave the original unchanged" in "\n".join(not_in_place.traceback), not_in_place.traceback
     assert "last .to(): cuda:0 → cpu" in run.card("back")
     assert run.text("same-device").strip().splitlines()[-1] == "(true, cuda:0)", run.text("same-device")
