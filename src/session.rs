@@ -378,8 +378,8 @@ impl Session {
         self.stand_ins = call;
     }
 
-    /// Loads rust-analyzer now (the engine's and std's sources, 8–10 s of CPU on a 2-core
-    /// machine, `benches/session.rs`), so that the next completion answers at once: the REPL
+    /// Loads rust-analyzer now, in its process (the engine's and std's sources: about 3 s on a
+    /// 2-core machine, `benches/session.rs`), so that the next completion answers at once: the REPL
     /// does it after the start, while the user reads or types. Changes no state.
     pub fn warm_up(&mut self) {
         let code = "let warm_up = Tensor::randn([1], &Device::Cpu)?;\nwarm_up.";
@@ -387,7 +387,7 @@ impl Session {
     }
 
     /// Whether rust-analyzer holds the engine's and std's sources: loaded by the first
-    /// completion or inspection (cells take their variables' types from rustc), and kept until
+    /// completion or inspection (cells take their variables' types from the run), and kept until
     /// [`Session::release_analyzer`].
     pub fn analyzer_loaded(&self) -> bool {
         self.ctx.analyzer_loaded()
