@@ -4,10 +4,11 @@
 # `keep_warm_target` (on the way out, however the run ended) moves it back. KEY is made of what
 # decides whether the compiled dependencies still fit: Cargo.lock, the toolchain (`rustc -vV`,
 # `cargo -V`) and the vendored evcxr's files. With the same key a run finds the dependencies
-# compiled, the venvs made (target/*-venv, remade if the clone is elsewhere: their markers hold
-# their path) and the cells' engine of target/placelab-session-cache built; the workspace's own
-# crates are compiled again, as their sources in a clone are newer than anything built. With an
-# empty ~/.cache (the cold path) the run builds everything and leaves its target there.
+# compiled, the venvs and npm folders made (moved to this clone's path: relocate_installs) with
+# what they keep (NVRTC's CUBINs), and the cells' engine of target/placelab-session-cache built;
+# the workspace's own crates are compiled again, as their sources in a clone are newer than
+# anything built. With an empty ~/.cache (the cold path) the run builds everything and leaves its
+# target there.
 #
 # A move, not a link: relative paths through a linked `target` (a cell's run paths, `..` in
 # the tests' paths) would resolve from the cache's folder. So the cache must be on the clone's
@@ -45,13 +46,41 @@ take_warm_target() {
         # paths (other hashes) do not pile up.
         find vendor -exec touch -h -d @1 {} +
         cargo clean -q -p placelab -p placelab-frontend
+        relocate_installs "$(cat target/.placelab-ci-clone 2>/dev/null)" "$PWD"
     else
         echo "warm-target: cold: no $warm_dir (its target/ is kept there at the end)"
     fi
 }
 
+# relocate_installs OLD NEW: the venvs and npm folders under target/ (each has a marker:
+# placelab-install-complete from engine/tests/support/venv.rs, .placelab-stamp from
+# tests/support/pinned.sh), made by a clone at OLD, now belong to the clone at NEW. A venv's
+# scripts, its pyvenv.cfg and its marker name its path; nothing else in it does (pip writes
+# relative paths), so rewriting those is the move. Without it each would be made again, and
+# NVRTC's venv would lose the CUBINs it keeps: 3-4 minutes of a run on two cores.
+relocate_installs() {
+    local old="$1" new="$2" marker dir
+    [ -n "$old" ] && [ "$old" != "$new" ] || return 0
+    local from to
+    from=$(printf '%s/' "$old" | sed 's/[][\.*^$|]/\\&/g')
+    to=$(printf '%s/' "$new" | sed 's/[\\&|]/\\&/g')
+    find target -maxdepth 3 \( -name placelab-install-complete -o -name .placelab-stamp \) -type f |
+        while IFS= read -r marker; do
+            dir="${marker%/*}"
+            {
+                printf '%s\n' "$marker"
+                [ -f "$dir/pyvenv.cfg" ] && printf '%s\n' "$dir/pyvenv.cfg"
+                [ -d "$dir/bin" ] && find "$dir/bin" -maxdepth 1 -type f
+            } | xargs -r -d '\n' grep -lIF -e "$old/" -- | xargs -r -d '\n' sed -i "s|$from|$to|g" -- ||
+                true # grep finds none where nothing names the old path
+        done
+    echo "warm-target: the venvs and npm folders of $old moved to $new"
+}
+
 keep_warm_target() {
     [ -n "$warm_dir" ] && [ -d target ] || return 0
+    # Where the venvs were made: the next clone moves them from here (relocate_installs).
+    printf '%s\n' "$PWD" > target/.placelab-ci-clone
     # Another key's folder is of no more use.
     local old
     for old in "$warm_cache"/target-*; do
@@ -64,8 +93,48 @@ keep_warm_target() {
     fi
 }
 
-# Run rather than sourced: say how it is used.
+# `.ci/warm-target.sh --self-test`: a venv and an npm folder made at one clone's path (a path
+# with a dot and a bar in it: sed's pattern) work at another's after relocate_installs, and what does
+# not name the old path is left as it was.
+self_test() {
+    local tmp old new
+    tmp=$(mktemp -d)
+    old="$tmp/ci.1|a" new="$tmp/clone&2"
+    mkdir -p "$old/target/classroom" "$new"
+    python3 -m venv --without-pip "$old/target/jupyter-venv"
+    printf '#!%s\nprint("ran")\n' "$old/target/jupyter-venv/bin/python" >"$old/target/jupyter-venv/bin/tool"
+    chmod +x "$old/target/jupyter-venv/bin/tool"
+    printf 'pins\nat %s\n' "$old/engine/../target/jupyter-venv" >"$old/target/jupyter-venv/placelab-install-complete"
+    mkdir -p "$old/target/classroom/node/node_modules/x"
+    printf 'abc at %s\n' "$old/target/classroom/node" >"$old/target/classroom/node/.placelab-stamp"
+    printf 'names %s/\n' "$old" >"$old/target/classroom/node/node_modules/x/index.js"
+    mv "$old/target" "$new/target"
+    (cd "$new" && relocate_installs "$old" "$new" >/dev/null)
+    local venv="$new/target/jupyter-venv" failed=""
+    [ "$("$venv/bin/tool")" = ran ] || failed+=" the script did not run from its new path;"
+    grep -qxF "at $new/engine/../target/jupyter-venv" "$venv/placelab-install-complete" ||
+        failed+=" the venv's marker;"
+    grep -qF "$new/target/jupyter-venv" "$venv/pyvenv.cfg" || failed+=" pyvenv.cfg;"
+    grep -qxF "abc at $new/target/classroom/node" "$new/target/classroom/node/.placelab-stamp" ||
+        failed+=" the npm folder's stamp;"
+    grep -qF "$old/" "$new/target/classroom/node/node_modules/x/index.js" ||
+        failed+=" a package's file was rewritten;"
+    rm -rf "$tmp"
+    if [ -n "$failed" ]; then
+        echo "warm-target --self-test: FAILED:$failed" >&2
+        return 1
+    fi
+    echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path"
+}
+
+# Run rather than sourced: the self-test, or say how it is used.
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    if [ "${1:-}" = --self-test ]; then
+        set -euo pipefail
+        self_test
+        exit
+    fi
     echo "usage: . .ci/warm-target.sh; take_warm_target; trap keep_warm_target EXIT (as .ci/run does)" >&2
+    echo "       .ci/warm-target.sh --self-test" >&2
     exit 2
 fi

@@ -16,19 +16,33 @@ fn a_class_logs_in_through_jupyterhub_and_shares_one_engine() {
         return;
     }
     let _one = one_kernel_at_a_time();
-    // The admin's prebuild finds the engine fresh when it starts from this machine's build.
+    // The admin's prebuild finds the engine fresh when it starts from this machine's build: a
+    // copy of the session cache's engine (under a second), made anew each run. A copy kept from
+    // an earlier run (CI's warm target/) would be stale, and the prebuild would build the engine
+    // a second time in this run.
     warm_session_cache();
     let engine = target().join("classroom/engine");
-    if !engine.join("work").exists() {
-        std::fs::create_dir_all(engine.parent().unwrap()).unwrap();
-        let _ = std::fs::remove_dir_all(&engine);
-        let copied = Command::new("cp")
-            .args(["-a", "--reflink=auto"])
-            .arg(session_cache().join("engine"))
+    std::fs::create_dir_all(engine.parent().unwrap()).unwrap();
+    if engine.exists() {
+        // The shared engine is read-only, as the prebuild leaves it.
+        let writable = Command::new("chmod")
+            .arg("-R")
+            .arg("u+w")
             .arg(&engine)
             .status();
-        assert!(copied.is_ok_and(|s| s.success()), "cannot copy the engine");
+        assert!(
+            writable.is_ok_and(|s| s.success()),
+            "cannot make {engine:?} writable"
+        );
+        std::fs::remove_dir_all(&engine)
+            .unwrap_or_else(|e| panic!("cannot remove the last run's {engine:?}: {e}"));
     }
+    let copied = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(session_cache().join("engine"))
+        .arg(&engine)
+        .status();
+    assert!(copied.is_ok_and(|s| s.success()), "cannot copy the engine");
     let learners = std::env::var("PLACELAB_CLASS_SIZE").unwrap_or_else(|_| "2".into());
     let out = crate::user_command(root().join("tests/classroom/run.sh"))
         .args(["--learners", &learners])
