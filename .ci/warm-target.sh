@@ -6,9 +6,9 @@
 # `cargo -V`) and the vendored evcxr's files. With the same key a run finds the dependencies
 # compiled, the venvs and npm folders made (moved to this clone's path: relocate_installs) with
 # what they keep (NVRTC's CUBINs), and the cells' engine of target/placelab-session-cache built;
-# the workspace's own crates are compiled again, as their sources in a clone are newer than
-# anything built. With an empty ~/.cache (the cold path) the run builds everything and leaves its
-# target there.
+# of the workspace's own crates, those with a file changed since are compiled again
+# (date_unchanged_files). With an empty ~/.cache (the cold path) the run builds everything and
+# leaves its target there.
 #
 # A move, not a link: relative paths through a linked `target` (a cell's run paths, `..` in
 # the tests' paths) would resolve from the cache's folder. So the cache must be on the clone's
@@ -40,16 +40,33 @@ take_warm_target() {
     warm_dir="$warm_cache/target-$key"
     if mv -T "$warm_dir" target 2>/dev/null; then
         echo "warm-target: warm: target/ from $warm_dir"
-        # The vendored crate is a path dependency, judged by its files' times, which a clone
-        # sets to now: set them to long ago (its content is part of the key). The last run's
-        # outputs of the workspace's own crates are stale: let them go, so that clones at other
-        # paths (other hashes) do not pile up.
-        find vendor -exec touch -h -d @1 {} +
-        cargo clean -q -p placelab -p placelab-frontend
+        date_unchanged_files
         relocate_installs "$(cat target/.placelab-ci-clone 2>/dev/null)" "$PWD"
     else
         echo "warm-target: cold: no $warm_dir (its target/ is kept there at the end)"
     fi
+}
+
+# Cargo judges the workspace's crates (and a cells' engine built from them) by their files'
+# times, which a clone sets to now, so every crate would be compiled again. The last run wrote
+# down what it built from (`git ls-files -s`: each file's content hash); a file whose content is
+# the same gets a time long ago, and one that changed keeps the clone's. So a crate is compiled
+# again exactly when one of its files changed: a commit that leaves engine/ alone compiles
+# neither the engine nor its tests, nor the cells' engine in the tests' session cache.
+date_unchanged_files() {
+    local built=target/.placelab-ci-files
+    if [ ! -f "$built" ]; then
+        # Kept before the list was: the vendored crate only (its content is part of the key).
+        find vendor -exec touch -h -d @1 {} +
+        return 0
+    fi
+    local same=target/.placelab-ci-same
+    LC_ALL=C comm -z -12 <(LC_ALL=C sort -z "$built") <(git ls-files -s -z | LC_ALL=C sort -z) |
+        cut -z -f2- >"$same"
+    xargs -0 -r touch -h -d @1 -- <"$same"
+    echo "warm-target: $(tr -cd '\0' <"$same" | wc -c) of $(git ls-files -z | tr -cd '\0' | wc -c)" \
+        "files as the last run built them, dated long ago"
+    rm -f "$same"
 }
 
 # relocate_installs OLD NEW: the venvs and npm folders under target/ (each has a marker:
@@ -79,8 +96,10 @@ relocate_installs() {
 
 keep_warm_target() {
     [ -n "$warm_dir" ] && [ -d target ] || return 0
-    # Where the venvs were made: the next clone moves them from here (relocate_installs).
+    # Where the venvs were made: the next clone moves them from here (relocate_installs). What
+    # target/ was built from: the next clone dates its unchanged files from it.
     printf '%s\n' "$PWD" > target/.placelab-ci-clone
+    git ls-files -s -z > target/.placelab-ci-files
     # Another key's folder is of no more use.
     local old
     for old in "$warm_cache"/target-*; do
@@ -94,8 +113,8 @@ keep_warm_target() {
 }
 
 # `.ci/warm-target.sh --self-test`: a venv and an npm folder made at one clone's path (a path
-# with a dot and a bar in it: sed's pattern) work at another's after relocate_installs, and what does
-# not name the old path is left as it was.
+# with a dot and a bar in it: sed's pattern) work at another's after relocate_installs, and what
+# does not name the old path is left as it was; date_unchanged_files dates only what is unchanged.
 self_test() {
     local tmp old new
     tmp=$(mktemp -d)
@@ -119,12 +138,23 @@ self_test() {
         failed+=" the npm folder's stamp;"
     grep -qF "$old/" "$new/target/classroom/node/node_modules/x/index.js" ||
         failed+=" a package's file was rewritten;"
+    # A file whose content the last run built from is dated long ago; a changed one is not.
+    local repo="$tmp/repo"
+    git init -q "$repo"
+    (
+        cd "$repo" && mkdir target && printf 'a\n' >same.rs && printf 'b\n' >changed.rs &&
+            git add . && git ls-files -s -z >target/.placelab-ci-files &&
+            printf 'c\n' >changed.rs && git add changed.rs && date_unchanged_files >/dev/null
+    )
+    [ "$(stat -c %Y "$repo/same.rs")" = 1 ] || failed+=" an unchanged file was not dated long ago;"
+    [ "$(stat -c %Y "$repo/changed.rs")" != 1 ] || failed+=" a changed file was dated long ago;"
     rm -rf "$tmp"
     if [ -n "$failed" ]; then
         echo "warm-target --self-test: FAILED:$failed" >&2
         return 1
     fi
-    echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path"
+    echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path; only" \
+        "unchanged files dated long ago"
 }
 
 # Run rather than sourced: the self-test, or say how it is used.
