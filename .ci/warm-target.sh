@@ -49,10 +49,12 @@ take_warm_target() {
 
 # Cargo judges the workspace's crates (and a cells' engine built from them) by their files'
 # times, which a clone sets to now, so every crate would be compiled again. The last run wrote
-# down what it built from (`git ls-files -s`: each file's content hash); a file whose content is
-# the same gets a time long ago, and one that changed keeps the clone's. So a crate is compiled
-# again exactly when one of its files changed: a commit that leaves engine/ alone compiles
-# neither the engine nor its tests, nor the cells' engine in the tests' session cache.
+# down each file's content hash (`git ls-files -s`) and the time its clone gave it
+# (note_built_files); a file whose content is the same gets that time back, and one that changed
+# keeps the clone's. Cargo then sees what it would see had the last run's checkout stayed and
+# been updated in place: a crate is compiled again when one of its files changed, or when the
+# last run ended before it built it. A commit that leaves engine/ alone compiles neither the
+# engine nor its tests, nor the cells' engine in the tests' session cache.
 date_unchanged_files() {
     local built=target/.placelab-ci-files
     if [ ! -f "$built" ]; then
@@ -60,13 +62,26 @@ date_unchanged_files() {
         find vendor -exec touch -h -d @1 {} +
         return 0
     fi
-    local same=target/.placelab-ci-same
-    LC_ALL=C comm -z -12 <(LC_ALL=C sort -z "$built") <(git ls-files -s -z | LC_ALL=C sort -z) |
-        cut -z -f2- >"$same"
-    xargs -0 -r touch -h -d @1 -- <"$same"
-    echo "warm-target: $(tr -cd '\0' <"$same" | wc -c) of $(git ls-files -z | tr -cd '\0' | wc -c)" \
-        "files as the last run built them, dated long ago"
-    rm -f "$same"
+    local -A was
+    local entry same=0 total=0
+    while IFS= read -r -d '' entry; do
+        was["${entry%$'\t'*}"]="${entry##*$'\t'}"
+    done <"$built"
+    while IFS= read -r -d '' entry; do
+        total=$((total + 1))
+        [ -n "${was[$entry]:-}" ] || continue
+        touch -h -d "@${was[$entry]}" -- "${entry#*$'\t'}"
+        same=$((same + 1))
+    done < <(git ls-files -s -z)
+    echo "warm-target: $same of $total files as the last run had them, with their times"
+}
+
+# What target/ was built from: each tracked file's `git ls-files -s` entry and its time.
+note_built_files() {
+    local entry
+    git ls-files -s -z | while IFS= read -r -d '' entry; do
+        printf '%s\t%s\0' "$entry" "$(stat -c %.9Y -- "${entry#*$'\t'}")"
+    done >target/.placelab-ci-files
 }
 
 # relocate_installs OLD NEW: the venvs and npm folders under target/ (each has a marker:
@@ -99,7 +114,7 @@ keep_warm_target() {
     # Where the venvs were made: the next clone moves them from here (relocate_installs). What
     # target/ was built from: the next clone dates its unchanged files from it.
     printf '%s\n' "$PWD" > target/.placelab-ci-clone
-    git ls-files -s -z > target/.placelab-ci-files
+    note_built_files
     # Another key's folder is of no more use.
     local old
     for old in "$warm_cache"/target-*; do
@@ -114,7 +129,8 @@ keep_warm_target() {
 
 # `.ci/warm-target.sh --self-test`: a venv and an npm folder made at one clone's path (a path
 # with a dot and a bar in it: sed's pattern) work at another's after relocate_installs, and what
-# does not name the old path is left as it was; date_unchanged_files dates only what is unchanged.
+# does not name the old path is left as it was; date_unchanged_files gives back the times of the
+# unchanged files only.
 self_test() {
     local tmp old new
     tmp=$(mktemp -d)
@@ -138,23 +154,26 @@ self_test() {
         failed+=" the npm folder's stamp;"
     grep -qF "$old/" "$new/target/classroom/node/node_modules/x/index.js" ||
         failed+=" a package's file was rewritten;"
-    # A file whose content the last run built from is dated long ago; a changed one is not.
+    # A file the last run had with the same content gets its time back; a changed one keeps
+    # the clone's.
     local repo="$tmp/repo"
     git init -q "$repo"
     (
         cd "$repo" && mkdir target && printf 'a\n' >same.rs && printf 'b\n' >changed.rs &&
-            git add . && git ls-files -s -z >target/.placelab-ci-files &&
-            printf 'c\n' >changed.rs && git add changed.rs && date_unchanged_files >/dev/null
+            git add . && touch -d @1000.5 same.rs changed.rs && note_built_files &&
+            touch same.rs changed.rs && printf 'c\n' >changed.rs && git add changed.rs &&
+            date_unchanged_files >/dev/null
     )
-    [ "$(stat -c %Y "$repo/same.rs")" = 1 ] || failed+=" an unchanged file was not dated long ago;"
-    [ "$(stat -c %Y "$repo/changed.rs")" != 1 ] || failed+=" a changed file was dated long ago;"
+    [ "$(stat -c %.9Y "$repo/same.rs")" = 1000.500000000 ] ||
+        failed+=" an unchanged file did not get its time back;"
+    [ "$(stat -c %Y "$repo/changed.rs")" != 1000 ] || failed+=" a changed file got the old time;"
     rm -rf "$tmp"
     if [ -n "$failed" ]; then
         echo "warm-target --self-test: FAILED:$failed" >&2
         return 1
     fi
-    echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path; only" \
-        "unchanged files dated long ago"
+    echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path; the" \
+        "unchanged files got their times back"
 }
 
 # Run rather than sourced: the self-test, or say how it is used.
