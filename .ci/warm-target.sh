@@ -72,14 +72,22 @@ date_unchanged_files() {
         [ -n "${was[$entry]:-}" ] || continue
         touch -h -d "@${was[$entry]}" -- "${entry#*$'\t'}"
         same=$((same + 1))
-    done < <(git ls-files -s -z)
-    echo "warm-target: $same of $total files as the last run had them, with their times"
+    done < <(tracked_entries)
+    echo "warm-target: $same of $total files and folders as the last run had them, with their times"
 }
 
-# What target/ was built from: each tracked file's `git ls-files -s` entry and its time.
+# Each tracked file's `git ls-files -s` entry (its content hash), and each folder's tree entry:
+# a build script's `rerun-if-changed` on a folder (engine/build.rs: ../kernels) sees the
+# folder's own time too, and a folder's tree hash is the same only when nothing below it changed.
+tracked_entries() {
+    git ls-files -s -z
+    git ls-tree -r -d -z HEAD
+}
+
+# What target/ was built from: each tracked entry (tracked_entries) and its path's time.
 note_built_files() {
     local entry
-    git ls-files -s -z | while IFS= read -r -d '' entry; do
+    tracked_entries | while IFS= read -r -d '' entry; do
         printf '%s\t%s\0' "$entry" "$(stat -c %.9Y -- "${entry#*$'\t'}")"
     done >target/.placelab-ci-files
 }
@@ -159,13 +167,16 @@ self_test() {
     local repo="$tmp/repo"
     git init -q "$repo"
     (
-        cd "$repo" && mkdir target && printf 'a\n' >same.rs && printf 'b\n' >changed.rs &&
-            git add . && touch -d @1000.5 same.rs changed.rs && note_built_files &&
-            touch same.rs changed.rs && printf 'c\n' >changed.rs && git add changed.rs &&
-            date_unchanged_files >/dev/null
+        cd "$repo" && mkdir target kept && printf 'a\n' >same.rs && printf 'b\n' >changed.rs &&
+            printf 'k\n' >kept/k.cu && git add . && git -c user.name=t -c user.email=t@t commit -qm 1 &&
+            touch -d @1000.5 same.rs changed.rs kept && note_built_files &&
+            touch same.rs changed.rs kept && printf 'c\n' >changed.rs &&
+            git -c user.name=t -c user.email=t@t commit -qam 2 && date_unchanged_files >/dev/null
     )
     [ "$(stat -c %.9Y "$repo/same.rs")" = 1000.500000000 ] ||
         failed+=" an unchanged file did not get its time back;"
+    [ "$(stat -c %.9Y "$repo/kept")" = 1000.500000000 ] ||
+        failed+=" an unchanged folder did not get its time back;"
     [ "$(stat -c %Y "$repo/changed.rs")" != 1000 ] || failed+=" a changed file got the old time;"
     rm -rf "$tmp"
     if [ -n "$failed" ]; then
