@@ -70,7 +70,7 @@ date_unchanged_files() {
     while IFS= read -r -d '' entry; do
         total=$((total + 1))
         [ -n "${was[$entry]:-}" ] || continue
-        touch -h -d "@${was[$entry]}" -- "${entry#*$'\t'}"
+        touch -c -h -d "@${was[$entry]}" -- "${entry#*$'\t'}"
         same=$((same + 1))
     done < <(tracked_entries)
     echo "warm-target: $same of $total files and folders as the last run had them, with their times"
