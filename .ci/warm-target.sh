@@ -97,7 +97,8 @@ note_built_files() {
 # tests/support/pinned.sh), made by a clone at OLD, now belong to the clone at NEW. A venv's
 # scripts, its pyvenv.cfg and its marker name its path; nothing else in it does (pip writes
 # relative paths), so rewriting those is the move. Without it each would be made again, and
-# NVRTC's venv would lose the CUBINs it keeps: 3-4 minutes of a run on two cores.
+# NVRTC's venv would lose the CUBINs it keeps (kernels_nvrtc took 210 s of a warm run that way,
+# seconds with the venv moved: benches/RESULTS.md, "CI in lanes").
 relocate_installs() {
     local old="$1" new="$2" marker dir
     [ -n "$old" ] && [ "$old" != "$new" ] || return 0
@@ -184,7 +185,7 @@ self_test() {
         return 1
     fi
     echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path; the" \
-        "unchanged files got their times back"
+        "unchanged files and folders got their times back"
 }
 
 # Run rather than sourced: the self-test, or say how it is used.
