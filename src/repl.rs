@@ -111,7 +111,9 @@ pub fn run(banner: String, prepared: Prepared) -> i32 {
     );
     let history = super::setup::cache_dir().join("history.txt");
     let _ = editor.load_history(&history);
+    let keep_output = KeepOutputOnCtrlC::set();
     let code = read_eval_print(&mut editor, &evaluator, colour, &typed_ahead);
+    drop(keep_output);
     let _ = std::fs::create_dir_all(super::setup::cache_dir());
     let _ = editor.save_history(&history);
     drop(editor);
@@ -139,6 +141,49 @@ impl ConditionalEventHandler for TypedAheadEof {
             false => Cmd::Noop,
         })
     }
+}
+
+/// While a cell runs the terminal is in cooked mode, where Ctrl-C by default also discards the
+/// output the terminal has not shown yet: a second Ctrl-C erased the stopped cell's error and
+/// memory strip (the terminal test saw it on a loaded machine), and one Ctrl-C the last lines a
+/// cell printed. NOFLSH keeps them; the input typed ahead, which the flush also dropped, is
+/// dropped by `drop_typed_ahead` after an interrupted cell. The terminal's flags come back at
+/// the end.
+struct KeepOutputOnCtrlC(Option<libc::termios>);
+
+impl KeepOutputOnCtrlC {
+    fn set() -> KeepOutputOnCtrlC {
+        let mut read = std::mem::MaybeUninit::<libc::termios>::uninit();
+        // SAFETY: tcgetattr fills the termios, or fails (stdin is not a terminal) and it is not
+        // read.
+        let saved = unsafe {
+            match libc::tcgetattr(0, read.as_mut_ptr()) {
+                0 => read.assume_init(),
+                _ => return KeepOutputOnCtrlC(None),
+            }
+        };
+        let mut kept = saved;
+        kept.c_lflag |= libc::NOFLSH;
+        // SAFETY: flags read from this terminal, one more bit set.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &kept) };
+        KeepOutputOnCtrlC(Some(saved))
+    }
+}
+
+impl Drop for KeepOutputOnCtrlC {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.0 {
+            // SAFETY: the flags this terminal had when the REPL began.
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, saved) };
+        }
+    }
+}
+
+/// What was typed while a cell ran that a Ctrl-C stopped is dropped, as a terminal without
+/// NOFLSH drops it: the user stopped the work, not only its first cell.
+fn drop_typed_ahead() {
+    // SAFETY: discards stdin's pending input; fails harmlessly when stdin is not a terminal.
+    unsafe { libc::tcflush(0, libc::TCIFLUSH) };
 }
 
 /// Whether input is already waiting on stdin (typed while a cell ran). `poll`, not `FIONREAD`:
@@ -203,7 +248,11 @@ fn read_eval_print(
                 return 1;
             }
         }
+        let sigints = super::interrupter::sigints();
         let report = evaluator.execute(&line, status_line(colour));
+        if super::interrupter::sigints() != sigints {
+            drop_typed_ahead();
+        }
         if colour && report.duration >= LIVE_AFTER {
             print!("\r\x1b[K");
         }
