@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Keeps a CI run's `target` folder for the next run on this machine: on a fresh clone,
-# `take_warm_target` moves ~/.cache/placelab-ci/target-KEY into place as `target`, and
+# Keeps a CI run's `target` folder for the next run on this machine at the same path: on a fresh
+# clone, `take_warm_target` moves ~/.cache/placelab-ci/target-KEY into place as `target`, and
 # `keep_warm_target` (on the way out, however the run ended) moves it back. KEY is made of what
 # decides whether the compiled dependencies still fit: Cargo.lock, the toolchain (`rustc -vV`,
-# `cargo -V`) and the vendored evcxr's files. With the same key a run finds the dependencies
-# compiled, the venvs and npm folders made (moved to this clone's path: relocate_installs) with
-# what they keep (NVRTC's CUBINs), and the cells' engine of target/placelab-session-cache built;
-# of the workspace's own crates, those with a file changed since are compiled again
-# (date_unchanged_files). With an empty ~/.cache (the cold path) the run builds everything and
-# leaves its target there.
+# `cargo -V`), the vendored evcxr's files, and the clone's absolute path. With the same key a
+# run finds the dependencies compiled, the venvs and npm folders made with what they keep
+# (NVRTC's CUBINs), and the cells' engine of target/placelab-session-cache built; of the
+# workspace's own crates, those with a file changed since are compiled again
+# (date_unchanged_files). With no folder for its key (the cold path) the run builds everything
+# and leaves its target there.
+#
+# Why the path: what was compiled at one path names it, and Cargo does not see that as a change.
+# A test binary holds `env!("CARGO_BIN_EXE_placelab")`, the venvs their own paths; a target
+# built at /tmp/w5 and taken at /check/work/main with no source changed ran no test at all
+# ("No such file or directory" for the binary: the refused landing of 1e7f595,
+# benches/RESULTS.md "CI in lanes"). So a target is taken only at the path that built it.
 #
 # A move, not a link: relative paths through a linked `target` (a cell's run paths, `..` in
 # the tests' paths) would resolve from the cache's folder. So the cache must be on the clone's
@@ -19,6 +25,9 @@
 
 warm_cache="${XDG_CACHE_HOME:-$HOME/.cache}/placelab-ci"
 warm_dir=""
+# Folders kept for other paths (another clone, CI's and a developer's), the newest first; older
+# ones are removed. Each is a whole target/, about 4.3 GiB.
+warm_other_paths_kept=1
 
 take_warm_target() {
     if [ -e target ] || [ -L target ]; then
@@ -30,21 +39,24 @@ take_warm_target() {
         echo "warm-target: $warm_cache is on another file system than $PWD: nothing is kept (cold)"
         return 0
     fi
-    local key
-    key=$({
+    warm_dir="$warm_cache/target-$(warm_key)"
+    if mv -T "$warm_dir" target 2>/dev/null; then
+        echo "warm-target: warm: target/ from $warm_dir"
+        date_unchanged_files
+    else
+        echo "warm-target: cold: no $warm_dir for $PWD (its target/ is kept there at the end)"
+    fi
+}
+
+# What a kept target/ must have been built with to be taken here (see the top).
+warm_key() {
+    {
         cat Cargo.lock
         rustc -vV
         cargo -V
         find vendor -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
-    } | sha256sum | cut -c1-16)
-    warm_dir="$warm_cache/target-$key"
-    if mv -T "$warm_dir" target 2>/dev/null; then
-        echo "warm-target: warm: target/ from $warm_dir"
-        date_unchanged_files
-        relocate_installs "$(cat target/.placelab-ci-clone 2>/dev/null)" "$PWD"
-    else
-        echo "warm-target: cold: no $warm_dir (its target/ is kept there at the end)"
-    fi
+        printf 'built at %s\n' "$PWD"
+    } | sha256sum | cut -c1-16
 }
 
 # Cargo judges the workspace's crates (and a cells' engine built from them) by their files'
@@ -92,43 +104,13 @@ note_built_files() {
     done >target/.placelab-ci-files
 }
 
-# relocate_installs OLD NEW: the venvs and npm folders under target/ (each has a marker:
-# placelab-install-complete from engine/tests/support/venv.rs, .placelab-stamp from
-# tests/support/pinned.sh), made by a clone at OLD, now belong to the clone at NEW. A venv's
-# scripts, its pyvenv.cfg and its marker name its path; nothing else in it does (pip writes
-# relative paths), so rewriting those is the move. Without it each would be made again, and
-# NVRTC's venv would lose the CUBINs it keeps (kernels_nvrtc took 210 s of a warm run that way,
-# seconds with the venv moved: benches/RESULTS.md, "CI in lanes").
-relocate_installs() {
-    local old="$1" new="$2" marker dir
-    [ -n "$old" ] && [ "$old" != "$new" ] || return 0
-    local from to
-    from=$(printf '%s/' "$old" | sed 's/[][\.*^$|]/\\&/g')
-    to=$(printf '%s/' "$new" | sed 's/[\\&|]/\\&/g')
-    find target -maxdepth 3 \( -name placelab-install-complete -o -name .placelab-stamp \) -type f |
-        while IFS= read -r marker; do
-            dir="${marker%/*}"
-            {
-                printf '%s\n' "$marker"
-                [ -f "$dir/pyvenv.cfg" ] && printf '%s\n' "$dir/pyvenv.cfg"
-                [ -d "$dir/bin" ] && find "$dir/bin" -maxdepth 1 -type f
-            } | xargs -r -d '\n' grep -lIF -e "$old/" -- | xargs -r -d '\n' sed -i "s|$from|$to|g" -- ||
-                true # grep finds none where nothing names the old path
-        done
-    echo "warm-target: the venvs and npm folders of $old moved to $new"
-}
-
 keep_warm_target() {
     [ -n "$warm_dir" ] && [ -d target ] || return 0
-    # Where the venvs were made: the next clone moves them from here (relocate_installs). What
-    # target/ was built from: the next clone dates its unchanged files from it.
+    # Where target/ was built (forget_other_targets reads it) and from what: the next clone
+    # dates its unchanged files from it.
     printf '%s\n' "$PWD" > target/.placelab-ci-clone
     note_built_files
-    # Another key's folder is of no more use.
-    local old
-    for old in "$warm_cache"/target-*; do
-        [ "$old" = "$warm_dir" ] || [ ! -e "$old" ] || rm -rf "$old"
-    done
+    forget_other_targets
     if mv -T target "$warm_dir" 2>/dev/null; then
         echo "warm-target: target/ kept in $warm_dir for the next run"
     else
@@ -136,33 +118,60 @@ keep_warm_target() {
     fi
 }
 
-# `.ci/warm-target.sh --self-test`: a venv and an npm folder made at one clone's path (a path
-# with a dot and a bar in it: sed's pattern) work at another's after relocate_installs, and what
-# does not name the old path is left as it was; date_unchanged_files gives back the times of the
-# unchanged files only.
+# Removes the kept folders no run will take: this path's under another key (an older Cargo.lock
+# or toolchain) and any that does not say where it was built; of other paths' folders, all but
+# the newest $warm_other_paths_kept (by when each was kept).
+forget_other_targets() {
+    local marker old others=0
+    for old in "$warm_cache"/target-*; do
+        [ -e "$old/.placelab-ci-clone" ] || [ "$old" = "$warm_dir" ] || rm -rf "$old"
+    done
+    local newest_first
+    newest_first=$(ls -dt "$warm_cache"/target-*/.placelab-ci-clone 2>/dev/null || true)
+    while IFS= read -r marker; do
+        old="${marker%/*}"
+        [ -n "$marker" ] && [ "$old" != "$warm_dir" ] || continue
+        if [ "$(cat "$marker")" != "$PWD" ] && [ "$others" -lt "$warm_other_paths_kept" ]; then
+            others=$((others + 1))
+        else
+            rm -rf "$old"
+        fi
+    done <<<"$newest_first"
+}
+
+# `.ci/warm-target.sh --self-test`: a target/ kept at one clone's path is taken at that path
+# again and never at another; a third path forgets the older of the other two; and
+# date_unchanged_files gives back the times of the unchanged files only.
 self_test() {
-    local tmp old new
+    local tmp failed=""
     tmp=$(mktemp -d)
-    old="$tmp/ci.1|a" new="$tmp/clone&2"
-    mkdir -p "$old/target/classroom" "$new"
-    python3 -m venv --without-pip "$old/target/jupyter-venv"
-    printf '#!%s\nprint("ran")\n' "$old/target/jupyter-venv/bin/python" >"$old/target/jupyter-venv/bin/tool"
-    chmod +x "$old/target/jupyter-venv/bin/tool"
-    printf 'pins\nat %s\n' "$old/engine/../target/jupyter-venv" >"$old/target/jupyter-venv/placelab-install-complete"
-    mkdir -p "$old/target/classroom/node/node_modules/x"
-    printf 'abc at %s\n' "$old/target/classroom/node" >"$old/target/classroom/node/.placelab-stamp"
-    printf 'names %s/\n' "$old" >"$old/target/classroom/node/node_modules/x/index.js"
-    mv "$old/target" "$new/target"
-    (cd "$new" && relocate_installs "$old" "$new" >/dev/null)
-    local venv="$new/target/jupyter-venv" failed=""
-    [ "$("$venv/bin/tool")" = ran ] || failed+=" the script did not run from its new path;"
-    grep -qxF "at $new/engine/../target/jupyter-venv" "$venv/placelab-install-complete" ||
-        failed+=" the venv's marker;"
-    grep -qF "$new/target/jupyter-venv" "$venv/pyvenv.cfg" || failed+=" pyvenv.cfg;"
-    grep -qxF "abc at $new/target/classroom/node" "$new/target/classroom/node/.placelab-stamp" ||
-        failed+=" the npm folder's stamp;"
-    grep -qF "$old/" "$new/target/classroom/node/node_modules/x/index.js" ||
-        failed+=" a package's file was rewritten;"
+    git init -q "$tmp/origin"
+    (
+        cd "$tmp/origin" && printf 'lock\n' >Cargo.lock && mkdir vendor && printf 'v\n' >vendor/v &&
+            git add . && git -c user.name=t -c user.email=t@t commit -qm 1
+    )
+    # A run as .ci/run makes it (its own shell, `set -e`, keeping target/ on the way out): a
+    # fresh clone at $1 takes what is kept for it, says what it found, builds (a file naming its
+    # path) and keeps its target/.
+    local script
+    script=$(realpath "${BASH_SOURCE[0]}")
+    ci_run_at() {
+        rm -rf "$1" && git clone -q "$tmp/origin" "$1" || return 1
+        (cd "$1" && XDG_CACHE_HOME="$tmp" bash -c '
+            set -euo pipefail
+            . "$1"
+            take_warm_target >/dev/null
+            trap "keep_warm_target >/dev/null" EXIT
+            cat target/built 2>/dev/null || true
+            mkdir -p target
+            printf "%s\n" "$PWD" >target/built' ci-run "$script")
+    }
+    [ -z "$(ci_run_at "$tmp/ci")" ] || failed+=" the first run was not cold;"
+    [ -z "$(ci_run_at "$tmp/dev")" ] || failed+=" a target/ built at another path was taken;"
+    [ "$(ci_run_at "$tmp/ci")" = "$tmp/ci" ] || failed+=" the target/ built at this path was not taken;"
+    ci_run_at "$tmp/third" >/dev/null || failed+=" a run failed;"
+    [ "$(ls -d "$tmp"/placelab-ci/target-* | wc -l)" = 2 ] || failed+=" not two folders kept after a third path;"
+    [ "$(ci_run_at "$tmp/ci")" = "$tmp/ci" ] || failed+=" the newest other path's target/ was forgotten;"
     # A file the last run had with the same content gets its time back; a changed one keeps
     # the clone's.
     local repo="$tmp/repo"
@@ -184,8 +193,8 @@ self_test() {
         echo "warm-target --self-test: FAILED:$failed" >&2
         return 1
     fi
-    echo "warm-target --self-test: a venv and an npm folder moved to a new clone's path; the" \
-        "unchanged files and folders got their times back"
+    echo "warm-target --self-test: a kept target/ taken at its own path only, two paths kept;" \
+        "the unchanged files and folders got their times back"
 }
 
 # Run rather than sourced: the self-test, or say how it is used.
