@@ -4,10 +4,13 @@
 //! the wall time the caller waited), a non-blocking upload (the call's time against the copy's),
 //! with two GPUs a copy between them peer to peer against one staged through pinned host memory,
 //! a few kernels and GEMMs timed with a synchronize, whole SGD steps and pinned-memory workloads
-//! (per call, synchronised once after many), and notebook 04's training step profiled op by op
+//! (per call, synchronised once after many), a copy beside a GEMM on one stream and on two
+//! (`gpu_overlap.rs`), and notebook 04's training step profiled op by op
 //! (CUDA events). Where the GPU is in placelab's table
 //! (`placelab::cost`), each line also carries the cost model's prediction (`predicted_ms`), so
 //! `gpu-check.sh` can report the model's error on this machine.
+
+mod gpu_overlap;
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -552,5 +555,6 @@ fn main() -> Result<()> {
     ops()?;
     whole_steps()?;
     sweeps()?;
+    gpu_overlap::overlap()?;
     profiled_steps()
 }

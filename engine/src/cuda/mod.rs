@@ -15,6 +15,7 @@ pub use crate::device::registry::{
     is_available, no_real_gpu_reason, parse_emulated, parse_simulated, real_device_count,
     unavailable_reason,
 };
+pub use crate::storage::stream::{Event, Stream, current_stream, default_stream, with_stream};
 pub use devices::{DeviceList, device_name, devices, versions_line};
 
 use crate::device::error::{Error, Result};

@@ -1,10 +1,11 @@
 //! Devices: the `Device` value (`value.rs`), what backs it (`kind.rs`: one `DeviceKind`), the
 //! one `Error` every layer returns (`error.rs`, which names devices), shapes and strides
 //! (`layout.rs`), the SIGINT flag every wait checks (`interrupt.rs`), reading a device from text
-//! (`parse.rs`), the registry of what exists in this process (`registry.rs`: real GPUs probed
+//! (`parse.rs`), the stream each thread queues a device's work on (`current_stream.rs`), the registry of what exists in this process (`registry.rs`: real GPUs probed
 //! without panicking, or stand-ins), the panic guard around cudarc's loader (`guard.rs`), and
 //! the default device.
 
+pub(crate) mod current_stream;
 mod default;
 pub mod error;
 pub(crate) mod guard;

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::base::dtype::DType;
+use crate::device::current_stream::{StreamId, current};
 use crate::device::error::{Error, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
@@ -107,13 +108,18 @@ pub(crate) fn device_memory(device: Device) -> Result<Shared> {
 }
 
 /// A block of device memory held by one tensor storage; dropping it returns the block to the
-/// device's cache at once.
+/// device's cache: at once, or once the other streams that used it (`record_stream`) are done
+/// with the work they had queued.
 pub(crate) struct Block {
     addr: usize,
     size: usize,
     id: u64,
     device: Device,
     mem: Shared,
+    /// The stream it was allocated on, whose pool it returns to.
+    stream: StreamId,
+    /// Other streams that use it (`record_stream`).
+    uses: Mutex<Vec<StreamId>>,
 }
 
 impl Block {
@@ -147,10 +153,11 @@ impl Block {
                 shape: vec![numel],
             })?;
         let mem = device_memory(device)?;
+        let stream = current(device);
         let mut m = lock(&mem);
         let (addr, size) = m
             .alloc
-            .malloc(requested)
+            .malloc_on(requested, stream)
             .map_err(|oom| match oom.driver_error {
                 Some(msg) => Error::Cuda {
                     op: "allocate",
@@ -198,7 +205,19 @@ impl Block {
             id,
             device,
             mem,
+            stream,
+            uses: Mutex::default(),
         })
+    }
+
+    /// Marks the block as used by `stream`'s work too (`Tensor::record_stream`): once freed, it
+    /// is reused only after the work `stream` has queued by then is done. Its own stream needs
+    /// no mark: its order keeps the uses apart.
+    pub(crate) fn record_stream(&self, stream: StreamId) {
+        let mut uses = lock(&self.uses);
+        if stream != self.stream && !uses.contains(&stream) {
+            uses.push(stream);
+        }
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {
@@ -225,14 +244,35 @@ impl Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
+        let uses = std::mem::take(self.uses.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let pending = match (self.device, uses.is_empty()) {
+            (Device::Cuda(i), false) => stream_uses_done(self.device, i, &uses),
+            _ => Vec::new(),
+        };
         let mut m = lock(&self.mem);
-        m.alloc.free(self.addr);
+        m.alloc.free_after(self.addr, pending);
         m.live.remove(&self.id);
         let allocated = crate::profile::recording().then(|| m.alloc.allocated_bytes());
         drop(m);
         if let Some(allocated) = allocated {
             crate::profile::block_freed(self.device, (self.id, self.size), allocated);
         }
+    }
+}
+
+/// What a block's other streams have queued by now, for `free_after`: on a GPU (real or
+/// emulated) an event on each; a simulated device has run their work already.
+fn stream_uses_done(
+    device: Device,
+    index: usize,
+    uses: &[StreamId],
+) -> Vec<Box<dyn caching::PendingUse>> {
+    if !device.kind().is_ok_and(DeviceKind::runs_gpu_backend) {
+        return Vec::new();
+    }
+    match crate::backend::gpu::runtime::gpu(index) {
+        Ok(g) => g.work_queued_on(uses),
+        Err(_) => Vec::new(), // the device is gone, and its work with it
     }
 }
 

@@ -10,6 +10,7 @@ mod ops;
 mod optim;
 mod random;
 mod reduce;
+pub(crate) mod stream;
 
 use std::sync::{Arc, Mutex};
 
@@ -73,6 +74,31 @@ impl Drop for Storage {
         }
         for f in pending {
             f.wait_done();
+        }
+    }
+}
+
+impl Storage {
+    /// Marks the bytes as used by `stream`'s work too (`Tensor::record_stream`): freed, they are
+    /// reused only once the work `stream` has queued by then is done. `stream` must be of the
+    /// storage's device.
+    pub(crate) fn record_stream(&self, stream: &stream::Stream) -> Result<()> {
+        let mismatch = |what: &str| crate::device::error::Error::InvalidArgument {
+            op: "record_stream",
+            msg: format!(
+                "{what} is on {} and {stream:?} is of {}: record a stream of the tensor's own device (`cuda::current_stream(&t.device())`), as PyTorch requires",
+                self.device(),
+                stream.device()
+            ),
+        };
+        match &self.backing {
+            Backing::Host(b) | Backing::Cuda(b) if b.device() == stream.device() => {
+                b.record_stream(stream.number());
+                Ok(())
+            }
+            // A pinned tensor's copies are waited for before its memory is reused (`PinnedHost`).
+            Backing::Pinned(_) if stream.device().is_cpu() => Ok(()),
+            _ => Err(mismatch("the tensor")),
         }
     }
 }

@@ -288,6 +288,16 @@ impl Tensor {
         self.device().is_cpu()
     }
 
+    /// Tells the caching allocator that `stream` uses this tensor too
+    /// (`tensor.record_stream(stream)`): when the tensor is freed, its block is reused only
+    /// once the work queued on `stream` by then is done. Needed for a tensor made on one stream
+    /// and used on another: without it the block could be handed out again while that stream
+    /// still reads it. Recording the tensor's own stream does nothing; `stream` must be of the
+    /// tensor's device.
+    pub fn record_stream(&self, stream: &crate::storage::stream::Stream) -> Result<()> {
+        self.0.storage.record_stream(stream)
+    }
+
     /// Whether this CPU tensor sits in page-locked memory (see `pin_memory`).
     pub fn is_pinned(&self) -> bool {
         self.0.storage.pinned

@@ -2,9 +2,16 @@
 //! batches, as PyTorch's `DataLoader` over a `TensorDataset`: shuffled each epoch if asked,
 //! assembled in pinned memory if asked (`pin_memory=True`), and moved to a device with the next
 //! batch's copy queued while the current one is used (`non_blocking=True` with prefetching).
+//! The prefetched copies go on a side stream of the device, so that on a GPU they run beside
+//! the step's kernels rather than between them; a batch handed out makes the consumer's stream
+//! wait for its copy, and tells the allocator that stream uses it (`record_stream`), as the
+//! prefetchers written for PyTorch do.
+
+use std::sync::OnceLock;
 
 use crate::device::Device;
 use crate::device::error::{Error, Result};
+use crate::storage::stream::{Event, Stream, current_stream, with_stream};
 use crate::tensor::Tensor;
 use crate::tensor::autograd::no_grad;
 
@@ -18,6 +25,8 @@ pub struct DataLoader {
     shuffle: bool,
     pin_memory: bool,
     device: Option<Device>,
+    /// The side stream pinned batches are copied on, made for the first.
+    copies: OnceLock<Stream>,
 }
 
 impl DataLoader {
@@ -53,6 +62,7 @@ impl DataLoader {
             shuffle: false,
             pin_memory: false,
             device: None,
+            copies: OnceLock::new(),
         })
     }
 
@@ -80,11 +90,24 @@ impl DataLoader {
     }
 
     /// Delivers every batch on `device`. From pinned batches the copy is queued without waiting
-    /// (`non_blocking=True`), and the next batch is assembled and queued as soon as one is handed
-    /// out, so its copy overlaps the work on the current one.
+    /// (`non_blocking=True`) on a side stream of the device, and the next batch is assembled and
+    /// queued as soon as one is handed out, so its copy overlaps the work on the current one.
     pub fn to_device(mut self, device: &Device) -> DataLoader {
         self.device = Some(*device);
+        self.copies = OnceLock::new();
         self
+    }
+
+    /// The side stream of `device` the copies go on.
+    fn copy_stream(&self, device: &Device) -> Result<&Stream> {
+        if let Some(s) = self.copies.get() {
+            return Ok(s);
+        }
+        let _ = self.copies.set(Stream::new(device)?);
+        Ok(self
+            .copies
+            .get()
+            .expect("set just above, by this call or another"))
     }
 
     /// The number of batches in an epoch.
@@ -120,8 +143,9 @@ impl DataLoader {
         })
     }
 
-    /// Rows `start..start + len` (in the epoch's order), pinned and moved as configured.
-    fn batch(&self, order: Option<&[usize]>, start: usize) -> Result<(Tensor, Tensor)> {
+    /// Rows `start..start + len` (in the epoch's order), pinned and moved as configured; with
+    /// the event its copies end at, when they were queued on the side stream.
+    fn batch(&self, order: Option<&[usize]>, start: usize) -> Result<Batch> {
         let len = self.batch_size.min(self.samples() - start);
         let (x, y) = no_grad(|| match order {
             Some(order) => {
@@ -142,11 +166,32 @@ impl DataLoader {
             (x, y)
         };
         match &self.device {
-            Some(d) if self.pin_memory => Ok((x.to_non_blocking(d)?, y.to_non_blocking(d)?)),
-            Some(d) => Ok((x.to(d)?, y.to(d)?)),
-            None => Ok((x, y)),
+            Some(d) if self.pin_memory => {
+                let side = self.copy_stream(d)?;
+                let moved = with_stream(side, || {
+                    Ok::<_, Error>((x.to_non_blocking(d)?, y.to_non_blocking(d)?))
+                })?;
+                Ok((moved, Some(side.record_event()?)))
+            }
+            Some(d) => Ok(((x.to(d)?, y.to(d)?), None)),
+            None => Ok(((x, y), None)),
         }
     }
+}
+
+/// A batch, and the event its copies on the side stream end at (if they went there).
+type Batch = ((Tensor, Tensor), Option<Event>);
+
+/// Hands a batch to the consumer: its stream waits for the batch's copies, and the allocator
+/// learns that stream uses the tensors made on the side stream.
+fn hand_out(((x, y), copied): Batch) -> Result<(Tensor, Tensor)> {
+    if let Some(copied) = copied {
+        let consumer = current_stream(&x.device())?;
+        copied.wait(&consumer)?;
+        x.record_stream(&consumer)?;
+        y.record_stream(&consumer)?;
+    }
+    Ok((x, y))
 }
 
 /// The batches of one epoch (`DataLoader::epoch`).
@@ -155,7 +200,7 @@ pub struct Batches<'a> {
     order: Option<Vec<usize>>,
     next: usize,
     /// The batch assembled (and its copy queued) before it was asked for.
-    ahead: Option<(Tensor, Tensor)>,
+    ahead: Option<Batch>,
 }
 
 impl Iterator for Batches<'_> {
@@ -181,6 +226,6 @@ impl Iterator for Batches<'_> {
                 Err(e) => return Some(Err(e)),
             }
         }
-        Some(Ok(current))
+        Some(hand_out(current))
     }
 }

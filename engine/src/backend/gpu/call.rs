@@ -57,6 +57,9 @@ pub enum DriverError {
     MixedKinds(&'static str),
     /// An event's time was read before the stream reached it.
     EventNotReached,
+    /// A stream number the device never made (a stream of the device as it was before a
+    /// change of the stand-ins made it another).
+    NoSuchStream(u32),
 }
 
 impl std::fmt::Display for DriverError {
@@ -68,6 +71,10 @@ impl std::fmt::Display for DriverError {
                 write!(f, "{what} between a real GPU and an emulated one")
             }
             DriverError::EventNotReached => f.write_str("the stream has not reached the event yet"),
+            DriverError::NoSuchStream(id) => write!(
+                f,
+                "the device has no stream {id}: it was made by the device before a change of the stand-ins (cuda::simulate or cuda::emulate); make the stream again"
+            ),
         }
     }
 }

@@ -71,7 +71,8 @@ impl Checks {
         // Page-locked memory from the driver is reachable from every device at the address the
         // host uses (unified addressing, which every 64-bit CUDA platform has).
         let base = block as u64;
-        driver.mark_block(block as usize, bytes, true);
+        // On the stream the first checking kernel is about to be queued on.
+        driver.mark_block(block as usize, bytes, true, driver.current());
         self.slots = Some(base);
         Ok(base)
     }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,11 +21,18 @@ use super::blas_lt::{self, LtHandle};
 use super::call::{DriverError, DriverResult, Gemm, Grid};
 use super::nvrtc::{self, KernelSource};
 use crate::base::dtype::DType;
+use crate::device::Device;
+use crate::device::current_stream::{StreamId, current, pool_slot};
 use crate::device::guard::guarded;
 
 pub(crate) struct CudaDriver {
+    index: usize,
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    /// The device's streams by number: the default (legacy) stream first, then those made by
+    /// `new_stream` (non-blocking, as PyTorch's side streams are).
+    streams: Mutex<Vec<Arc<CudaStream>>>,
+    /// Side streams asked for so far (`new_stream`).
+    streams_asked: AtomicU64,
     cc: (i32, i32),
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
@@ -82,14 +90,16 @@ impl CudaDriver {
             .map_err(|e| {
                 DriverError::Cuda(format!("the driver could not create its context: {e}"))
             })?;
-        // One stream per device and no cudarc-managed slices: its per-slice event tracking would
-        // only cost time.
+        // No cudarc-managed slices: its per-slice event tracking would only cost time (the
+        // caching allocator orders memory between streams itself, as PyTorch's does).
         unsafe { ctx.disable_event_tracking() };
         let cc = ctx.compute_capability().map_err(msg)?;
         let stream = ctx.default_stream();
         Ok(CudaDriver {
+            index,
             ctx,
-            stream,
+            streams: Mutex::new(vec![stream]),
+            streams_asked: AtomicU64::new(0),
             cc,
             modules: Mutex::default(),
             functions: Mutex::default(),
@@ -100,6 +110,34 @@ impl CudaDriver {
 
     fn bind(&self) -> DriverResult<()> {
         self.ctx.bind_to_thread().map_err(msg)
+    }
+
+    /// Stream `id` of this device.
+    fn stream_of(&self, id: StreamId) -> DriverResult<Arc<CudaStream>> {
+        lock(&self.streams)
+            .get(id as usize)
+            .cloned()
+            .ok_or(DriverError::NoSuchStream(id))
+    }
+
+    /// The stream the calling thread queues this device's work on (`current_stream`).
+    fn stream(&self) -> DriverResult<Arc<CudaStream>> {
+        self.stream_of(current(Device::Cuda(self.index)))
+    }
+
+    /// A side stream (non-blocking) from the device's pool (`pool_slot`); its number.
+    pub(crate) fn new_stream(&self) -> DriverResult<StreamId> {
+        let id = pool_slot(self.streams_asked.fetch_add(1, Ordering::Relaxed));
+        let mut streams = lock(&self.streams);
+        if streams.len() <= id as usize {
+            self.bind()?;
+            streams.push(self.ctx.new_stream().map_err(msg)?);
+        }
+        Ok(id)
+    }
+
+    pub(crate) fn stream_count(&self) -> usize {
+        lock(&self.streams).len()
     }
 
     /// The kernel `name` of `source`, compiling and loading the file on first use.
@@ -150,6 +188,11 @@ impl CudaDriver {
         }
     }
 
+    /// The device's number (`cuda:index`).
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
     pub(crate) fn name(&self) -> DriverResult<String> {
         self.ctx.name().map_err(msg)
     }
@@ -170,8 +213,8 @@ impl CudaDriver {
     }
 
     pub(crate) unsafe fn free(&self, ptr: u64, _bytes: usize) {
-        // A kernel still queued may read the block: wait for the stream first. A failure here
-        // leaves the segment with the driver until the process ends.
+        // A kernel still queued on any stream may read the block: wait for the device first. A
+        // failure here leaves the segment with the driver until the process ends.
         if self.synchronize().is_ok() {
             let _ = unsafe { result::free_sync(ptr) };
         }
@@ -198,12 +241,14 @@ impl CudaDriver {
 
     pub(crate) unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> DriverResult<()> {
         self.bind()?;
-        unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) }.map_err(msg)
+        let stream = self.stream()?;
+        unsafe { result::memcpy_htod_async(dst, src, stream.cu_stream()) }.map_err(msg)
     }
 
     pub(crate) unsafe fn copy_dtoh(&self, dst: &mut [u8], src: u64) -> DriverResult<()> {
         self.bind()?;
-        unsafe { result::memcpy_dtoh_async(dst, src, self.stream.cu_stream()) }.map_err(msg)
+        let stream = self.stream()?;
+        unsafe { result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }.map_err(msg)
     }
 
     pub(crate) unsafe fn copy_peer(
@@ -214,6 +259,7 @@ impl CudaDriver {
         bytes: usize,
     ) -> DriverResult<()> {
         self.bind()?;
+        let stream = self.stream()?;
         unsafe {
             result::memcpy_peer_async(
                 to.ctx.cu_ctx(),
@@ -221,7 +267,7 @@ impl CudaDriver {
                 self.ctx.cu_ctx(),
                 src,
                 bytes,
-                self.stream.cu_stream(),
+                stream.cu_stream(),
             )
         }
         .map_err(msg)
@@ -260,19 +306,30 @@ impl CudaDriver {
         Ok(CudaEvent(e))
     }
 
-    pub(crate) fn record(&self, e: &CudaEvent) -> DriverResult<()> {
+    pub(crate) fn record_on(&self, e: &CudaEvent, stream: StreamId) -> DriverResult<()> {
         self.bind()?;
-        e.0.record(&self.stream).map_err(msg)
+        let stream = self.stream_of(stream)?;
+        e.0.record(&stream).map_err(msg)
     }
 
-    pub(crate) fn wait_event(&self, e: &CudaEvent) -> DriverResult<()> {
+    pub(crate) fn wait_event_on(&self, stream: StreamId, e: &CudaEvent) -> DriverResult<()> {
         self.bind()?;
-        self.stream.wait(&e.0).map_err(msg)
+        self.stream_of(stream)?.wait(&e.0).map_err(msg)
     }
 
+    /// Waits for the work queued on every stream of the device (`cuCtxSynchronize`).
     pub(crate) fn synchronize(&self) -> DriverResult<()> {
+        self.ctx.synchronize().map_err(msg)
+    }
+
+    pub(crate) fn stream_is_idle(&self, stream: StreamId) -> DriverResult<bool> {
         self.bind()?;
-        self.stream.synchronize().map_err(msg)
+        let s = self.stream_of(stream)?;
+        match unsafe { sys::cuStreamQuery(s.cu_stream()) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            status => Err(DriverError::Cuda(format!("cuStreamQuery: {status:?}"))),
+        }
     }
 
     pub(crate) unsafe fn launch(
@@ -284,7 +341,8 @@ impl CudaDriver {
     ) -> DriverResult<()> {
         let f = self.function(source, name)?;
         self.bind()?;
-        let mut b = self.stream.launch_builder(&f);
+        let stream = self.stream()?;
+        let mut b = stream.launch_builder(&f);
         for a in args {
             match a {
                 Arg::U64(v) => b.arg(v),
@@ -310,6 +368,8 @@ impl CudaDriver {
         let slot = unsafe { self.cublas((ws, ws_bytes)) }?;
         let handle = *slot.as_ref().expect("created above").handle();
         self.bind()?;
+        // SAFETY: the caller vouches for the workspace.
+        let (ws, ws_bytes) = unsafe { self.on_current_stream(handle, (ws, ws_bytes)) }?;
         if c.bias != 0 {
             // SAFETY: as for the cuBLAS call below.
             return unsafe { self.gemm_with_bias(c, (ws, ws_bytes)) };
@@ -367,8 +427,39 @@ impl CudaDriver {
         .map_err(|e| DriverError::Cuda(e.to_string()))
     }
 
-    /// The device's cuBLAS handle, locked: made at the first GEMM, on the device's stream and
-    /// with the workspace `(ws, ws_bytes)`.
+    /// Sets cuBLAS's `handle` to queue on the calling thread's current stream, with the
+    /// workspace that stream may use; returns that workspace. The one workspace belongs to the
+    /// default stream: a GEMM on a side stream may run while one on the default stream uses it,
+    /// so side streams' GEMMs get none (PyTorch keeps a workspace per stream instead).
+    ///
+    /// # Safety
+    /// `handle` is live; `ws` is live device memory of `ws_bytes`.
+    unsafe fn on_current_stream(
+        &self,
+        handle: blas_sys::cublasHandle_t,
+        (ws, ws_bytes): (u64, usize),
+    ) -> DriverResult<(u64, usize)> {
+        let id = current(Device::Cuda(self.index));
+        let (ws, ws_bytes) = if id == 0 { (ws, ws_bytes) } else { (0, 0) };
+        let stream = self.stream_of(id)?.cu_stream();
+        // SAFETY: a live handle, stream and workspace (or none).
+        for status in unsafe {
+            [
+                blas_sys::cublasSetStream_v2(handle, stream as _),
+                blas_sys::cublasSetWorkspace_v2(handle, ws as *mut _, ws_bytes),
+            ]
+        } {
+            if status != blas_sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                return Err(DriverError::Cuda(format!(
+                    "setting cuBLAS's stream: {status:?}"
+                )));
+            }
+        }
+        Ok((ws, ws_bytes))
+    }
+
+    /// The device's cuBLAS handle, locked: made at the first GEMM (each GEMM sets its stream and
+    /// workspace).
     ///
     /// # Safety
     /// As `gemm`: the workspace is live device memory, kept as long as the handle lives.
@@ -378,7 +469,8 @@ impl CudaDriver {
     ) -> DriverResult<std::sync::MutexGuard<'_, Option<ManuallyDrop<CudaBlas>>>> {
         let mut slot = lock(&self.blas);
         if slot.is_none() {
-            let blas = guarded("loading cuBLAS", || CudaBlas::new(self.stream.clone()))
+            let default = self.stream_of(0)?;
+            let blas = guarded("loading cuBLAS", || CudaBlas::new(default))
                 .map_err(DriverError::Cuda)?
                 .map_err(|e| DriverError::Cuda(e.to_string()))?;
             let blas = ManuallyDrop::new(blas);
@@ -402,7 +494,7 @@ impl CudaDriver {
             *lt = Some(guarded("loading cuBLASLt", LtHandle::new).map_err(DriverError::Cuda)??);
         }
         let lt = lt.as_ref().expect("created above");
-        let stream = self.stream.cu_stream() as *mut std::ffi::c_void;
+        let stream = self.stream()?.cu_stream() as *mut std::ffi::c_void;
         // SAFETY: the caller vouches for the operands, bias and workspace.
         unsafe { blas_lt::gemm_with_bias(lt, stream, c, ws) }
     }

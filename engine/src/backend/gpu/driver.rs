@@ -6,8 +6,10 @@
 //! method to give it. The rest of `gpu/` (launch geometry, argument packing, the kernels' views,
 //! GEMM operand mapping, timed and ordered copies) is shared by every kind.
 //!
-//! Each device has one stream: everything queued on it runs in order, and the host only waits
-//! where a method says so. Errors are a `DriverError` (`call.rs`, with what a call takes); the caller names the op and
+//! Each device has streams, numbered from its default stream, 0: what is queued on one runs in
+//! order, and the host only waits where a method says so. A method that queues work queues it
+//! on the calling thread's current stream of the device (`device::current_stream`); the `_on`
+//! methods name a stream. Errors are a `DriverError` (`call.rs`, with what a call takes); the caller names the op and
 //! the device.
 //! Every `unsafe` method takes device addresses the caller vouches for: live blocks of this
 //! device (or, for host slices, memory that stays valid as documented).
@@ -20,6 +22,8 @@ pub use super::call::{DriverError, Gemm, Grid};
 use super::cuda_driver::{CudaDriver, CudaEvent};
 use super::emulated::{EmulatedDriver, EmulatedEvent};
 use super::nvrtc::KernelSource;
+use crate::device::Device;
+use crate::device::current_stream::{StreamId, current};
 
 /// The driver behind one CUDA device.
 pub(crate) enum Driver {
@@ -90,10 +94,37 @@ impl Driver {
     /// or returned (its whole size). Only the emulator acts on it: under AddressSanitizer a
     /// kernel may touch only the bytes a tensor asked for, in the stream's order, as a GPU's
     /// caching allocator reuses memory.
-    pub(crate) fn mark_block(&self, addr: usize, bytes: usize, usable: bool) {
+    pub(crate) fn mark_block(&self, addr: usize, bytes: usize, usable: bool, stream: StreamId) {
         match self {
             Driver::Cuda(_) => {}
-            Driver::Emulated(d) => d.mark_block(addr, bytes, usable),
+            Driver::Emulated(d) => d.mark_block(addr, bytes, usable, stream),
+        }
+    }
+
+    /// A new stream of the device, running beside its others; its number.
+    pub(crate) fn new_stream(&self) -> DriverResult<StreamId> {
+        each_kind!(self, Driver, d => d.new_stream())
+    }
+
+    /// How many streams the device has made, its default stream included.
+    pub(crate) fn stream_count(&self) -> usize {
+        each_kind!(self, Driver, d => d.stream_count())
+    }
+
+    /// Whether everything queued on `stream` so far has finished (never waits).
+    pub(crate) fn stream_is_idle(&self, stream: StreamId) -> DriverResult<bool> {
+        each_kind!(self, Driver, d => d.stream_is_idle(stream))
+    }
+
+    /// Holds `stream` until the returned `Hold` is dropped, as a long kernel would: the work
+    /// queued on it after waits, the device's other streams go on. Emulated devices only: a
+    /// test and a lesson make a race certain with it.
+    pub(crate) fn hold(&self, stream: StreamId) -> DriverResult<super::emulated::Hold> {
+        match self {
+            Driver::Cuda(_) => Err(DriverError::Cuda(
+                "holding a stream is for emulated devices: on a GPU, queue a long kernel (a large matmul) instead".into(),
+            )),
+            Driver::Emulated(d) => d.hold(stream),
         }
     }
 
@@ -161,30 +192,46 @@ impl Driver {
         }
     }
 
-    /// Records `event` at the current end of this device's stream.
+    /// The calling thread's current stream of this device.
+    pub(crate) fn current(&self) -> StreamId {
+        let index = each_kind!(self, Driver, d => d.index());
+        current(Device::Cuda(index))
+    }
+
+    /// Records `event` at the current end of this device's current stream.
     pub(crate) fn record(&self, event: &Event) -> DriverResult<()> {
+        self.record_on(event, self.current())
+    }
+
+    /// Records `event` at the current end of `stream`.
+    pub(crate) fn record_on(&self, event: &Event, stream: StreamId) -> DriverResult<()> {
         match (self, event) {
-            (Driver::Cuda(d), Event::Cuda(e)) => d.record(e),
-            (Driver::Emulated(d), Event::Emulated(e)) => d.record(e),
+            (Driver::Cuda(d), Event::Cuda(e)) => d.record_on(e, stream),
+            (Driver::Emulated(d), Event::Emulated(e)) => d.record_on(e, stream),
             (Driver::Cuda(_), Event::Emulated(_)) | (Driver::Emulated(_), Event::Cuda(_)) => {
                 Err(DriverError::MixedKinds("an event recorded"))
             }
         }
     }
 
-    /// Makes this device's stream wait (without blocking the host) until `event`, possibly of
-    /// another device, is reached.
+    /// Makes this device's current stream wait (without blocking the host) until `event`,
+    /// possibly of another device, is reached.
     pub(crate) fn wait_event(&self, event: &Event) -> DriverResult<()> {
+        self.wait_event_on(self.current(), event)
+    }
+
+    /// Makes `stream` wait (without blocking the host) until `event` is reached.
+    pub(crate) fn wait_event_on(&self, stream: StreamId, event: &Event) -> DriverResult<()> {
         match (self, event) {
-            (Driver::Cuda(d), Event::Cuda(e)) => d.wait_event(e),
-            (Driver::Emulated(d), Event::Emulated(e)) => d.wait_event(e),
+            (Driver::Cuda(d), Event::Cuda(e)) => d.wait_event_on(stream, e),
+            (Driver::Emulated(d), Event::Emulated(e)) => d.wait_event_on(stream, e),
             (Driver::Cuda(_), Event::Emulated(_)) | (Driver::Emulated(_), Event::Cuda(_)) => {
                 Err(DriverError::MixedKinds("a stream waiting for an event"))
             }
         }
     }
 
-    /// Waits until all work queued on the stream has finished.
+    /// Waits until all work queued on every stream of the device has finished.
     pub(crate) fn synchronize(&self) -> DriverResult<()> {
         each_kind!(self, Driver, d => d.synchronize())
     }

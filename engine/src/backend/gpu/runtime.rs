@@ -1,20 +1,22 @@
 //! One CUDA device as the engine uses it: the driver behind it (a real GPU's, or the emulator's;
 //! `driver.rs` is the seam), created on first use and timed, since that one-time cost must never
 //! be counted as a transfer; the cuBLAS workspace taken at its first GEMM; and the raw allocator
-//! under the caching allocator. Everything queued on a device runs on its one stream, in order.
+//! under the caching allocator. Work is queued on the calling thread's current stream of the
+//! device; the waits here (`wait_interruptibly`, a cell's end) wait for every stream.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::args::Arg;
-use super::call::{DriverError, Grid};
+use super::call::{DriverError, DriverResult as DriverResultOf, Grid};
 use super::checks::Checks;
 use super::cuda_driver::CudaDriver;
 use super::driver::{Driver, Event};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
-use crate::backend::alloc::caching::RawAllocator;
+use crate::backend::alloc::caching::{PendingUse, RawAllocator};
+use crate::device::current_stream::StreamId;
 use crate::device::error::{Error, Reported, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
@@ -32,9 +34,9 @@ pub(crate) struct Gpu {
     peers: Mutex<HashMap<usize, bool>>,
     /// Index checks kernels make as they run, read at the host's next wait (`checks.rs`).
     pub(super) checks: Mutex<Checks>,
-    /// The event `wait_interruptibly` records and polls, kept between waits (creating and
-    /// destroying one per wait cost every `item()` two more driver calls).
-    idle_event: Mutex<Option<Event>>,
+    /// The events `wait_interruptibly` records and polls, one per stream, kept between waits
+    /// (creating and destroying one per wait cost every `item()` two more driver calls).
+    idle_events: Mutex<Vec<Event>>,
 }
 
 /// Device memory for cuBLAS: its address, its size, and what keeps it allocated.
@@ -100,7 +102,7 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
         workspace: Mutex::default(),
         peers: Mutex::default(),
         checks: Mutex::default(),
-        idle_event: Mutex::default(),
+        idle_events: Mutex::default(),
     });
     lock(unreported_setups()).push((index, context_setup));
     let stale = map.insert(index, Stamped::new(kind, seen, g.clone()));
@@ -130,7 +132,7 @@ pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
         workspace: Mutex::default(),
         peers: Mutex::default(),
         checks: Mutex::default(),
-        idle_event: Mutex::default(),
+        idle_events: Mutex::default(),
     }
 }
 
@@ -252,13 +254,12 @@ impl Gpu {
     /// release, an in-flight copy) wait to the end.
     pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
         let checks_before = lock(&self.checks).queued();
-        let done = self.event_after_queued_work(op)?;
+        let done = self.events_after_queued_work(op)?;
         if let Waited::Interrupted = wait_for(&done, None) {
             return Err(Error::Interrupted);
         }
         // Reports a failure of the queued work, if any, then of the checks its kernels made.
-        done.synchronize().map_err(|e| self.err(op, e))?;
-        lock(&self.idle_event).get_or_insert(done);
+        self.keep_reached(op, done)?;
         // Checks another thread queued meanwhile belong to kernels queued after the event: the
         // slots are read from host memory, without the stream's order, so wait for those too.
         if lock(&self.checks).queued() != checks_before {
@@ -267,16 +268,34 @@ impl Gpu {
         self.read_checks(Reported::AtNextWait)
     }
 
-    /// An event recorded after the work queued so far: the one the last wait kept, or a new one
-    /// (two threads waiting at once each get an event).
-    fn event_after_queued_work(&self, op: &'static str) -> Result<Event> {
-        let kept = lock(&self.idle_event).take();
-        let done = match kept {
-            Some(e) => e,
-            None => self.driver.new_event().map_err(|e| self.err(op, e))?,
-        };
-        self.driver.record(&done).map_err(|e| self.err(op, e))?;
+    /// An event recorded after the work queued so far on each stream of the device: those the
+    /// last wait kept, or new ones (two threads waiting at once each get their own).
+    fn events_after_queued_work(&self, op: &'static str) -> Result<Vec<Event>> {
+        let streams = self.driver.stream_count();
+        let mut done = std::mem::take(&mut *lock(&self.idle_events));
+        while done.len() < streams {
+            done.push(self.driver.new_event().map_err(|e| self.err(op, e))?);
+        }
+        for (stream, event) in done.iter().enumerate() {
+            let stream = stream as StreamId;
+            self.driver
+                .record_on(event, stream)
+                .map_err(|e| self.err(op, e))?;
+        }
         Ok(done)
+    }
+
+    /// Reports a failure of the work before `done` (all reached), and keeps them for the next
+    /// wait.
+    fn keep_reached(&self, op: &'static str, done: Vec<Event>) -> Result<()> {
+        for event in &done {
+            event.synchronize().map_err(|e| self.err(op, e))?;
+        }
+        let mut kept = lock(&self.idle_events);
+        if kept.len() < done.len() {
+            *kept = done;
+        }
+        Ok(())
     }
 
     /// The end of a REPL cell: if kernels' index checks are still to be read, waits up to
@@ -290,7 +309,7 @@ impl Gpu {
         if queued == 0 {
             return Ok(CellEndWait::Read);
         }
-        let done = self.event_after_queued_work(OP)?;
+        let done = self.events_after_queued_work(OP)?;
         match wait_for(&done, Some(Instant::now() + limit)) {
             Waited::Reached => {}
             Waited::TimedOut => return Ok(CellEndWait::StillRunning),
@@ -303,8 +322,7 @@ impl Gpu {
         if lock(&self.checks).queued() != queued {
             return Ok(CellEndWait::StillRunning);
         }
-        done.synchronize().map_err(|e| self.err(OP, e))?;
-        lock(&self.idle_event).get_or_insert(done);
+        self.keep_reached(OP, done)?;
         self.read_checks(Reported::AtCellEnd)
             .map(|()| CellEndWait::Read)
     }
@@ -341,11 +359,65 @@ impl Gpu {
         }
     }
 
+    /// Waits for the work queued on `stream` so far, stopping at the user's interrupt as
+    /// `wait_interruptibly` does (`cuda::Stream::synchronize`).
+    pub(crate) fn wait_stream_interruptibly(
+        &self,
+        op: &'static str,
+        stream: StreamId,
+    ) -> Result<()> {
+        let done = self.driver.new_event().map_err(|e| self.err(op, e))?;
+        self.driver
+            .record_on(&done, stream)
+            .map_err(|e| self.err(op, e))?;
+        self.wait_event_interruptibly(op, &done)
+    }
+
+    /// Waits for `event` (of this device) to be reached, stopping at the user's interrupt.
+    pub(crate) fn wait_event_interruptibly(&self, op: &'static str, event: &Event) -> Result<()> {
+        if let Waited::Interrupted = wait_for(std::slice::from_ref(event), None) {
+            return Err(Error::Interrupted);
+        }
+        event.synchronize().map_err(|e| self.err(op, e))
+    }
+
+    /// An event at the current end of each of `streams`: a block those streams used, freed now,
+    /// is reused once all are reached (PyTorch's `insert_events`). Where an event cannot be made
+    /// the device is waited for instead, and nothing is left pending.
+    pub(crate) fn work_queued_on(&self, streams: &[StreamId]) -> Vec<Box<dyn PendingUse>> {
+        let events: DriverResultOf<Vec<_>> = streams
+            .iter()
+            .map(|&s| {
+                let e = self.driver.new_event()?;
+                self.driver.record_on(&e, s)?;
+                Ok(Box::new(QueuedWork(e)) as Box<dyn PendingUse>)
+            })
+            .collect();
+        events.unwrap_or_else(|_| {
+            let _ = self.driver.synchronize();
+            Vec::new()
+        })
+    }
+
     /// Waits for all work queued on the device.
     pub(crate) fn synchronize(&self) -> Result<()> {
         self.driver
             .synchronize()
             .map_err(|e| self.err("synchronize", e))
+    }
+}
+
+/// The work a stream had queued when a block it used was freed (`Gpu::work_queued_on`).
+struct QueuedWork(Event);
+
+impl PendingUse for QueuedWork {
+    fn is_done(&self) -> bool {
+        self.0.is_complete()
+    }
+
+    fn wait(&self) {
+        // A failure of that work is reported by the next wait of the device's own.
+        let _ = self.0.synchronize();
     }
 }
 
@@ -362,20 +434,25 @@ enum Waited {
 /// interrupt between slices. For its first 20 ms it wakes the moment the event is reached (a
 /// busy loop on a real GPU, as `torch.cuda.synchronize`'s default wait is); after that it looks
 /// every 200 µs, so that a long queue does not hold a core for its whole length.
-fn wait_for(done: &Event, deadline: Option<Instant>) -> Waited {
+fn wait_for(done: &[Event], deadline: Option<Instant>) -> Waited {
     const BUSY_FOR: Duration = Duration::from_millis(20);
     const SLICE: Duration = Duration::from_millis(1);
     const NAP: Duration = Duration::from_micros(200);
     let start = Instant::now();
+    let mut left = done.iter().peekable();
     loop {
+        let Some(next) = left.peek() else {
+            return Waited::Reached;
+        };
         let reached = if start.elapsed() < BUSY_FOR {
-            done.wait_up_to(SLICE)
+            next.wait_up_to(SLICE)
         } else {
             std::thread::sleep(NAP);
-            done.is_complete()
+            next.is_complete()
         };
         if reached {
-            return Waited::Reached;
+            left.next();
+            continue;
         }
         if crate::device::interrupt::is_requested() {
             return Waited::Interrupted;
@@ -466,12 +543,12 @@ impl RawAllocator for CudaMemory {
         self.failure.take().map(|e| e.to_string())
     }
 
-    fn lent(&mut self, addr: usize, requested: usize) {
-        self.gpu.driver.mark_block(addr, requested, true);
+    fn lent(&mut self, addr: usize, requested: usize, stream: StreamId) {
+        self.gpu.driver.mark_block(addr, requested, true, stream);
     }
 
-    fn returned(&mut self, addr: usize, size: usize) {
-        self.gpu.driver.mark_block(addr, size, false);
+    fn returned(&mut self, addr: usize, size: usize, stream: StreamId) {
+        self.gpu.driver.mark_block(addr, size, false, stream);
     }
 
     fn free(&mut self, addr: usize, size: usize) {

@@ -6,8 +6,16 @@
 //! rounded up to 2 MiB); best fit by (size, address); a block is split when the rest is
 //! ≥ 512 B (small pool) or > 1 MiB (large pool); freed blocks merge with free neighbours of
 //! the same segment; `empty_cache` returns every wholly free segment to the raw allocator.
+//!
+//! Streams, as PyTorch's: each segment belongs to the stream it was made for, and a block is
+//! reused only by allocations on that stream, whose order keeps its old and new uses apart. A
+//! block that other streams used too (`record_stream`) is freed with a `PendingUse` per stream
+//! and goes back to its pool once all are done (`free_after`); its bytes leave
+//! `allocated_bytes` at the free, as in PyTorch, and stay reserved.
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use crate::device::current_stream::{DEFAULT_STREAM, StreamId};
 
 pub const MIN_BLOCK_SIZE: usize = 512;
 pub const SMALL_SIZE: usize = 1 << 20;
@@ -28,11 +36,26 @@ pub trait RawAllocator: Send {
     fn take_failure(&mut self) -> Option<String> {
         None
     }
-    /// `requested` bytes at `addr` were lent to a tensor. The emulator uses this and `returned`
-    /// to let kernels touch only those bytes under AddressSanitizer.
-    fn lent(&mut self, _addr: usize, _requested: usize) {}
-    /// The block of `size` bytes at `addr` came back from its tensor.
-    fn returned(&mut self, _addr: usize, _size: usize) {}
+    /// `requested` bytes at `addr` were lent to a tensor, for work on `stream`. The emulator
+    /// uses this and `returned` to let kernels touch only those bytes under AddressSanitizer.
+    fn lent(&mut self, _addr: usize, _requested: usize, _stream: StreamId) {}
+    /// The block of `size` bytes at `addr` came back to `stream`'s pool.
+    fn returned(&mut self, _addr: usize, _size: usize, _stream: StreamId) {}
+}
+
+/// The work another stream had queued when a block it used was freed (PyTorch records an event
+/// on that stream): the block is reused only once every one is done.
+pub trait PendingUse: Send {
+    /// Whether the stream has done that work (never waits).
+    fn is_done(&self) -> bool;
+    /// Waits until it has (or failed).
+    fn wait(&self);
+}
+
+/// A block freed while other streams may still use it (`free_after`).
+struct Pending {
+    addr: usize,
+    uses: Vec<Box<dyn PendingUse>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +76,8 @@ struct BlockInfo {
 struct SegmentInfo {
     size: usize,
     pool: Pool,
+    /// The stream whose allocations its blocks serve.
+    stream: StreamId,
 }
 
 /// The allocator's counters, named as in `torch.cuda.memory_stats()`.
@@ -94,9 +119,12 @@ pub struct CachingAllocator {
     raw: Box<dyn RawAllocator>,
     blocks: BTreeMap<usize, BlockInfo>,
     segments: BTreeMap<usize, SegmentInfo>,
-    /// Free blocks of each pool ordered by (size, address): best fit is the first ≥ the request.
-    free_small: BTreeSet<(usize, usize)>,
-    free_large: BTreeSet<(usize, usize)>,
+    /// Free blocks of each pool ordered by (stream, size, address): best fit is the first of
+    /// the stream's ≥ the request.
+    free_small: BTreeSet<(StreamId, usize, usize)>,
+    free_large: BTreeSet<(StreamId, usize, usize)>,
+    /// Blocks freed while other streams may still use them, oldest first.
+    pending: Vec<Pending>,
     stats: MemoryStats,
 }
 
@@ -135,6 +163,7 @@ impl CachingAllocator {
             segments: BTreeMap::new(),
             free_small: BTreeSet::new(),
             free_large: BTreeSet::new(),
+            pending: Vec::new(),
             stats: MemoryStats::default(),
         }
     }
@@ -159,27 +188,43 @@ impl CachingAllocator {
         self.raw.mem_info()
     }
 
-    fn free_set(&mut self, pool: Pool) -> &mut BTreeSet<(usize, usize)> {
+    fn free_set(&mut self, pool: Pool) -> &mut BTreeSet<(StreamId, usize, usize)> {
         match pool {
             Pool::Small => &mut self.free_small,
             Pool::Large => &mut self.free_large,
         }
     }
 
-    /// Hands out a block of at least `requested` bytes; returns its address and rounded size.
-    /// `requested == 0` gets no block (address 0, size 0) and changes no counter.
+    /// `malloc_on` the default stream.
     pub fn malloc(&mut self, requested: usize) -> Result<(usize, usize), OutOfMemory> {
+        self.malloc_on(requested, DEFAULT_STREAM)
+    }
+
+    /// Hands out a block of at least `requested` bytes for work on `stream`; returns its address
+    /// and rounded size. `requested == 0` gets no block (address 0, size 0) and changes no
+    /// counter.
+    pub fn malloc_on(
+        &mut self,
+        requested: usize,
+        stream: StreamId,
+    ) -> Result<(usize, usize), OutOfMemory> {
         if requested == 0 {
             return Ok((0, 0));
         }
+        self.release_done();
         let size = round_size(requested);
         let pool = pool_for(size);
-        let addr = match self.free_set(pool).range((size, 0)..).next().copied() {
-            Some((_, addr)) => addr,
-            None => self.new_segment(requested, size, pool)?,
+        let fit = self
+            .free_set(pool)
+            .range((stream, size, 0)..=(stream, usize::MAX, usize::MAX))
+            .next()
+            .copied();
+        let addr = match fit {
+            Some((_, _, addr)) => addr,
+            None => self.new_segment(requested, size, pool, stream)?,
         };
         let found = self.blocks[&addr].size;
-        self.free_set(pool).remove(&(found, addr));
+        self.free_set(pool).remove(&(stream, found, addr));
         let block = self
             .blocks
             .get_mut(&addr)
@@ -198,7 +243,7 @@ impl CachingAllocator {
                 requested: 0,
             };
             self.blocks.insert(addr + size, rest);
-            self.free_set(pool).insert((remaining, addr + size));
+            self.free_set(pool).insert((stream, remaining, addr + size));
         }
         let block = self.blocks.get_mut(&addr).expect("block just taken");
         block.allocated = true;
@@ -210,7 +255,7 @@ impl CachingAllocator {
         s.allocations += 1;
         s.peak_allocated_bytes = s.peak_allocated_bytes.max(s.allocated_bytes);
         s.peak_allocations = s.peak_allocations.max(s.allocations);
-        self.raw.lent(addr, requested);
+        self.raw.lent(addr, requested, stream);
         Ok((addr, size))
     }
 
@@ -232,6 +277,7 @@ impl CachingAllocator {
         requested: usize,
         size: usize,
         pool: Pool,
+        stream: StreamId,
     ) -> Result<usize, OutOfMemory> {
         let seg_size = segment_size(size);
         let addr = match self.raw.alloc(seg_size) {
@@ -260,6 +306,7 @@ impl CachingAllocator {
             SegmentInfo {
                 size: seg_size,
                 pool,
+                stream,
             },
         );
         self.blocks.insert(
@@ -271,7 +318,7 @@ impl CachingAllocator {
                 requested: 0,
             },
         );
-        self.free_set(pool).insert((seg_size, addr));
+        self.free_set(pool).insert((stream, seg_size, addr));
         let s = &mut self.stats;
         s.reserved_bytes += seg_size;
         s.peak_reserved_bytes = s.peak_reserved_bytes.max(s.reserved_bytes);
@@ -280,25 +327,73 @@ impl CachingAllocator {
         Ok(addr)
     }
 
-    /// Returns a block to its pool at once, merging it with free neighbours of its segment.
+    /// Returns a block to its pool at once (`free_after` with no other stream's use).
     pub fn free(&mut self, addr: usize) {
+        self.free_after(addr, Vec::new());
+    }
+
+    /// Frees the block at `addr`: its bytes leave the allocated counts now; it goes back to its
+    /// pool once every one of `uses` is done (at once when there is none), merged with free
+    /// neighbours of its segment.
+    pub fn free_after(&mut self, addr: usize, uses: Vec<Box<dyn PendingUse>>) {
         if addr == 0 {
             return;
         }
-        let Some(block) = self.blocks.get_mut(&addr) else {
+        let Some(block) = self.blocks.get(&addr) else {
             debug_assert!(false, "free of an address the allocator never handed out");
             return;
         };
         debug_assert!(block.allocated, "double free");
-        block.allocated = false;
-        let (size, requested, segment) = (block.size, block.requested, block.segment);
-        self.raw.returned(addr, size);
-        let pool = self.segments[&segment].pool;
+        let (size, requested) = (block.size, block.requested);
         let s = &mut self.stats;
         s.allocated_bytes -= size;
         s.requested_bytes -= requested;
         s.allocations -= 1;
+        if uses.is_empty() {
+            self.release(addr);
+        } else {
+            self.pending.push(Pending { addr, uses });
+        }
+    }
 
+    /// Returns the pending blocks whose streams are done with them to their pools.
+    fn release_done(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let (done, waiting) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.uses.iter().all(|u| u.is_done()));
+        self.pending = waiting;
+        for p in done {
+            self.release(p.addr);
+        }
+    }
+
+    /// Waits for every pending block's streams and returns the blocks to their pools (before the
+    /// cache is released, as PyTorch's `synchronize_and_free_events`).
+    fn release_all_pending(&mut self) {
+        for p in std::mem::take(&mut self.pending) {
+            p.uses.iter().for_each(|u| u.wait());
+            self.release(p.addr);
+        }
+    }
+
+    /// How many freed blocks wait for other streams before they can be reused.
+    pub fn pending_frees(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Puts the block at `addr` back in its pool, merged with its free neighbours.
+    fn release(&mut self, addr: usize) {
+        let block = self
+            .blocks
+            .get_mut(&addr)
+            .expect("a freed block is in the block map");
+        block.allocated = false;
+        let (size, segment) = (block.size, block.segment);
+        let SegmentInfo { pool, stream, .. } = self.segments[&segment];
+        self.raw.returned(addr, size, stream);
         let mut start = addr;
         let mut total = size;
         // Merge with the following block.
@@ -307,7 +402,7 @@ impl CachingAllocator {
             && n.segment == segment
             && !n.allocated
         {
-            self.free_set(pool).remove(&(n.size, next));
+            self.free_set(pool).remove(&(stream, n.size, next));
             self.blocks.remove(&next);
             total += n.size;
         }
@@ -317,7 +412,7 @@ impl CachingAllocator {
             && !p.allocated
             && p_addr + p.size == addr
         {
-            self.free_set(pool).remove(&(p.size, p_addr));
+            self.free_set(pool).remove(&(stream, p.size, p_addr));
             self.blocks.remove(&addr);
             start = p_addr;
             total += p.size;
@@ -325,11 +420,12 @@ impl CachingAllocator {
         let merged = self.blocks.get_mut(&start).expect("merged block exists");
         merged.size = total;
         merged.requested = 0;
-        self.free_set(pool).insert((total, start));
+        self.free_set(pool).insert((stream, total, start));
     }
 
     /// Returns every wholly free segment to the raw allocator; returns the bytes released.
     pub fn empty_cache(&mut self) -> usize {
+        self.release_all_pending();
         let whole: Vec<(usize, SegmentInfo)> = self
             .segments
             .iter()
@@ -341,7 +437,8 @@ impl CachingAllocator {
             .collect();
         let mut released = 0;
         for (addr, seg) in whole {
-            self.free_set(seg.pool).remove(&(seg.size, addr));
+            self.free_set(seg.pool)
+                .remove(&(seg.stream, seg.size, addr));
             self.blocks.remove(&addr);
             self.segments.remove(&addr);
             self.raw.free(addr, seg.size);
@@ -400,6 +497,9 @@ pub struct BlockSpan {
 impl Drop for CachingAllocator {
     /// Returns the cached segments; only called once no block is live (blocks hold the allocator).
     fn drop(&mut self) {
+        for p in std::mem::take(&mut self.pending) {
+            p.uses.iter().for_each(|u| u.wait());
+        }
         for (&addr, seg) in &self.segments {
             self.raw.free(addr, seg.size);
         }
@@ -407,122 +507,4 @@ impl Drop for CachingAllocator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A raw allocator that hands out fake addresses from a fixed capacity.
-    struct Fake {
-        next: usize,
-        used: usize,
-        capacity: usize,
-    }
-    impl RawAllocator for Fake {
-        fn alloc(&mut self, size: usize) -> Option<usize> {
-            if self.used + size > self.capacity {
-                return None;
-            }
-            self.used += size;
-            self.next += size + (1 << 30);
-            Some(self.next)
-        }
-        fn free(&mut self, _addr: usize, size: usize) {
-            self.used -= size;
-        }
-        fn mem_info(&self) -> (usize, usize) {
-            (self.capacity - self.used, self.capacity)
-        }
-    }
-
-    fn alloc(capacity: usize) -> CachingAllocator {
-        CachingAllocator::new(Box::new(Fake {
-            next: 0,
-            used: 0,
-            capacity,
-        }))
-    }
-
-    #[test]
-    fn pytorch_worked_example() {
-        let mut a = alloc(1 << 40);
-        let (_one, s) = a.malloc(4).unwrap();
-        assert_eq!(s, 512);
-        assert_eq!(
-            (a.stats().allocated_bytes, a.stats().reserved_bytes),
-            (512, 2_097_152)
-        );
-        let (x, _) = a.malloc(4_000_000).unwrap();
-        assert_eq!(
-            (a.stats().allocated_bytes, a.stats().reserved_bytes),
-            (4_000_768, 23_068_672)
-        );
-        let (y, _) = a.malloc(4_000_000).unwrap();
-        assert_eq!(a.stats().allocated_bytes, 8_001_024);
-        assert_eq!(a.stats().reserved_bytes, 23_068_672);
-        a.free(x);
-        a.empty_cache();
-        assert_eq!(
-            (a.stats().allocated_bytes, a.stats().reserved_bytes),
-            (4_000_768, 23_068_672)
-        );
-        assert_eq!(a.stats().peak_allocated_bytes, 8_001_024);
-        a.reset_peak();
-        assert_eq!(a.stats().peak_allocated_bytes, 4_000_768);
-        a.free(y);
-        a.empty_cache();
-        assert_eq!(
-            (a.stats().allocated_bytes, a.stats().reserved_bytes),
-            (512, 2_097_152)
-        );
-    }
-
-    #[test]
-    fn segment_sizes() {
-        assert_eq!(segment_size(round_size(1 << 20)), SMALL_BUFFER);
-        assert_eq!(round_size((1 << 20) + 1), 1_049_088);
-        assert_eq!(segment_size(1_049_088), LARGE_BUFFER);
-        assert_eq!(segment_size(10 << 20), 10 << 20);
-        assert_eq!(segment_size(round_size(11_000_000)), 12 << 20);
-        let mut a = alloc(1 << 40);
-        a.malloc(3 << 30).unwrap();
-        assert_eq!(a.stats().reserved_bytes, 3_221_225_472);
-    }
-
-    #[test]
-    fn freed_blocks_are_reused_and_merged() {
-        let mut a = alloc(1 << 40);
-        let (p, _) = a.malloc(1000).unwrap();
-        let (q, _) = a.malloc(1000).unwrap();
-        assert_eq!(q, p + 1024);
-        a.free(p);
-        let (r, _) = a.malloc(600).unwrap();
-        assert_eq!(r, p, "best fit reuses the freed block");
-        a.free(r);
-        a.free(q);
-        // Everything merged back into one free 2 MiB block.
-        assert_eq!(
-            a.segments()[0].blocks,
-            vec![BlockSpan {
-                offset: 0,
-                size: SMALL_BUFFER,
-                allocated: false
-            }]
-        );
-        assert_eq!(a.stats().inactive_split_bytes, 0);
-    }
-
-    #[test]
-    fn out_of_memory_releases_cache_then_reports() {
-        let mut a = alloc(64 << 20);
-        let (x, _) = a.malloc(30 << 20).unwrap();
-        a.free(x);
-        assert_eq!(a.stats().reserved_bytes, 30 << 20);
-        // 40 MiB does not fit beside the cached 30 MiB segment: the cache is released first.
-        a.malloc(40 << 20).unwrap();
-        assert_eq!(a.stats().num_alloc_retries, 1);
-        assert_eq!(a.stats().reserved_bytes, 40 << 20);
-        let err = a.malloc(40 << 20).unwrap_err();
-        assert_eq!(err.requested, 40 << 20);
-        assert_eq!(err.free, 24 << 20);
-        assert_eq!(a.stats().num_ooms, 1);
-    }
-}
+mod tests;

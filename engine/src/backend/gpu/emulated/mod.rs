@@ -3,9 +3,11 @@
 //! - Device memory is host memory with a set capacity, under the same caching allocator.
 //! - Kernels are the real `kernels/*.cu`, compiled for the host by `build.rs`; a launch runs
 //!   its blocks in parallel, each block's threads as fibers with real `__syncthreads` barriers.
-//! - The stream is a worker thread: kernels, copies and event records run in order, and the host
-//!   goes on. A copy from pinned memory really is queued and overlaps; pageable memory is staged
-//!   (to the device) or waited for (to the host), as the CUDA driver does.
+//! - Each stream is a worker thread: kernels, copies and event records run in order, and the
+//!   host goes on; a device's streams run beside each other. A copy from pinned memory really is
+//!   queued and overlaps; pageable memory is staged (to the device) or waited for (to the host),
+//!   as the CUDA driver does. Copies take one of the device's two copy engines, one each way, as
+//!   a GPU's: two uploads on two streams run one after the other, an upload and a kernel at once.
 //! - Events are host timestamps taken when the stream reaches them.
 //! - GEMM is the one part not emulated: it runs the CPU backend's matmul (cuBLAS's source is not
 //!   public); f16/bf16 are multiplied in f32 and rounded once, as cuBLAS's 32-bit compute does.
@@ -17,6 +19,7 @@ mod library;
 mod stream;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use kernels::checks_bounds;
@@ -34,7 +37,8 @@ pub fn kernel_params(name: &str) -> Option<Vec<Param>> {
     kernels::kernels().ok()?.get(name).map(|k| k.params.clone())
 }
 pub(crate) use stream::Event as EmulatedEvent;
-use stream::Stream;
+pub use stream::Hold;
+use stream::{DeviceFailure, Stream};
 
 use super::args::{Arg, Param};
 use super::call::{DriverError, DriverResult, Gemm, Grid};
@@ -43,6 +47,8 @@ use crate::backend::alloc::caching::RawAllocator;
 use crate::backend::alloc::host::HostMemory;
 use crate::backend::cpu::matmul::{Matmul, Operand};
 use crate::base::dtype::DType;
+use crate::device::Device;
+use crate::device::current_stream::{StreamId, current, pool_slot};
 
 /// The compute capability an emulated device reports: an H100's, so that what depends on it
 /// (cuBLAS's workspace size) is what a learner's H100 shows.
@@ -56,8 +62,22 @@ pub const MAX_GRID_BLOCKS: usize = 1 << 10;
 
 pub(crate) struct EmulatedDriver {
     index: usize,
-    stream: Arc<Stream>,
+    /// The device's streams by number, the default stream first.
+    streams: Mutex<Vec<Arc<Stream>>>,
+    failure: DeviceFailure,
+    /// Side streams asked for so far (`new_stream`).
+    streams_asked: AtomicU64,
+    /// The copy engines, one each way (to the device; from it, peer copies too): a copy holds
+    /// its engine while it runs.
+    engines: Arc<[Mutex<()>; 2]>,
     memory: Mutex<HostMemory>,
+}
+
+/// The copy engine a copy takes (`EmulatedDriver::engines`).
+#[derive(Clone, Copy)]
+enum Engine {
+    ToDevice = 0,
+    FromDevice = 1,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,8 +153,16 @@ fn host_layout(bytes: usize) -> std::alloc::Layout {
 #[derive(Clone, Copy)]
 struct Addr(usize);
 
-/// Copies `len` bytes; the caller vouches for both ranges.
-fn memcpy(dst: Addr, src: Addr, len: usize) -> Result<(), String> {
+/// Copies `len` bytes on `engine`, waiting for it if another stream's copy holds it; the caller
+/// vouches for both ranges.
+fn memcpy(
+    engines: &[Mutex<()>; 2],
+    engine: Engine,
+    dst: Addr,
+    src: Addr,
+    len: usize,
+) -> Result<(), String> {
+    let _engine = lock(&engines[engine as usize]);
     if len > 0 {
         // SAFETY: see the callers: live, non-overlapping ranges of `len` bytes.
         unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, len) };
@@ -144,25 +172,74 @@ fn memcpy(dst: Addr, src: Addr, len: usize) -> Result<(), String> {
 
 impl EmulatedDriver {
     pub(crate) fn new(index: usize, capacity: usize) -> EmulatedDriver {
+        let failure = DeviceFailure::default();
         EmulatedDriver {
             index,
-            stream: Stream::start(format!("placelab-emulated-cuda{index}")),
+            streams: Mutex::new(vec![Stream::start(
+                format!("placelab-emulated-cuda{index}"),
+                failure.clone(),
+            )]),
+            failure,
+            streams_asked: AtomicU64::new(0),
+            engines: Arc::default(),
             memory: Mutex::new(HostMemory::simulated(capacity)),
         }
+    }
+
+    /// Stream `id` of this device.
+    fn stream_of(&self, id: StreamId) -> DriverResult<Arc<Stream>> {
+        lock(&self.streams)
+            .get(id as usize)
+            .cloned()
+            .ok_or(DriverError::NoSuchStream(id))
+    }
+
+    /// The stream the calling thread queues this device's work on (`current_stream`).
+    fn stream(&self) -> DriverResult<Arc<Stream>> {
+        self.stream_of(current(Device::Cuda(self.index)))
+    }
+
+    fn all_streams(&self) -> Vec<Arc<Stream>> {
+        lock(&self.streams).clone()
+    }
+
+    /// A side stream, running beside the others, from the device's pool (`pool_slot`); its
+    /// number.
+    pub(crate) fn new_stream(&self) -> DriverResult<StreamId> {
+        let id = pool_slot(self.streams_asked.fetch_add(1, Ordering::Relaxed));
+        let mut streams = lock(&self.streams);
+        if streams.len() <= id as usize {
+            let name = format!("placelab-emulated-cuda{}-s{id}", self.index);
+            streams.push(Stream::start(name, self.failure.clone()));
+        }
+        Ok(id)
+    }
+
+    /// Holds stream `id` until the `Hold` is dropped (`stream::Stream::hold`).
+    pub(crate) fn hold(&self, id: StreamId) -> DriverResult<Hold> {
+        self.stream_of(id)?.hold().map_err(DriverError::Emulator)
     }
 
     /// Under AddressSanitizer (`checks_bounds`): marks a block of this device as a tensor's
     /// (`usable`) or as freed, in its stream's order, as a GPU's caching allocator reuses
     /// memory: a kernel queued before the block was freed may still use it, and one queued after
     /// it was allocated again may use it from then on. Without ASan it does nothing.
-    pub(crate) fn mark_block(&self, addr: usize, size: usize, usable: bool) {
+    pub(crate) fn mark_block(&self, addr: usize, size: usize, usable: bool, stream: StreamId) {
         if size == 0 || !checks_bounds() {
             return;
         }
-        let _ = self.stream.enqueue(Box::new(move || {
+        let Ok(stream) = self.stream_of(stream) else {
+            return;
+        };
+        let _ = stream.enqueue(Box::new(move || {
             mark_usable(addr, size, usable);
             Ok(())
         }));
+    }
+
+    /// The device's number (`cuda:index`).
+    pub(crate) fn index(&self) -> usize {
+        self.index
     }
 
     pub(crate) fn name(&self) -> DriverResult<String> {
@@ -183,8 +260,8 @@ impl EmulatedDriver {
     }
 
     pub(crate) unsafe fn free(&self, ptr: u64, bytes: usize) {
-        // A kernel still queued may use the segment.
-        let _ = self.stream.synchronize();
+        // A kernel still queued on any stream may use the segment.
+        let _ = self.synchronize();
         mark_usable(ptr as usize, bytes, true);
         lock(&self.memory).free(ptr as usize, bytes);
     }
@@ -210,18 +287,22 @@ impl EmulatedDriver {
     }
 
     pub(crate) unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> DriverResult<()> {
-        let (dst, len) = (Addr(dst as usize), src.len());
+        let (dst, len, engines) = (Addr(dst as usize), src.len(), self.engines.clone());
+        let stream = self.stream()?;
         if is_pinned(src.as_ptr() as usize, len) {
             let src = Addr(src.as_ptr() as usize);
-            self.stream
-                .enqueue(Box::new(move || memcpy(dst, src, len)))
+            stream
+                .enqueue(Box::new(move || {
+                    memcpy(&engines, Engine::ToDevice, dst, src, len)
+                }))
                 .map_err(DriverError::Emulator)?;
         } else {
             // Pageable: staged before the call returns, so the caller may reuse `src` at once.
             let staged = src.to_vec();
-            self.stream
+            stream
                 .enqueue(Box::new(move || {
-                    memcpy(dst, Addr(staged.as_ptr() as usize), len)
+                    let src = Addr(staged.as_ptr() as usize);
+                    memcpy(&engines, Engine::ToDevice, dst, src, len)
                 }))
                 .map_err(DriverError::Emulator)?;
         }
@@ -232,15 +313,15 @@ impl EmulatedDriver {
         let len = dst.len();
         let pinned_dst = is_pinned(dst.as_ptr() as usize, len);
         let (dst, src) = (Addr(dst.as_mut_ptr() as usize), Addr(src as usize));
-        let ticket = self
-            .stream
-            .enqueue(Box::new(move || memcpy(dst, src, len)))
+        let (stream, engines) = (self.stream()?, self.engines.clone());
+        let ticket = stream
+            .enqueue(Box::new(move || {
+                memcpy(&engines, Engine::FromDevice, dst, src, len)
+            }))
             .map_err(DriverError::Emulator)?;
         if !pinned_dst {
             // Pageable: the call returns once the bytes have arrived.
-            self.stream
-                .wait_for(ticket)
-                .map_err(DriverError::Emulator)?;
+            stream.wait_for(ticket).map_err(DriverError::Emulator)?;
         }
         Ok(())
     }
@@ -258,9 +339,11 @@ impl EmulatedDriver {
                 self.index, to.index
             )));
         }
-        let (dst, src) = (Addr(dst as usize), Addr(src as usize));
-        self.stream
-            .enqueue(Box::new(move || memcpy(dst, src, bytes)))
+        let (dst, src, engines) = (Addr(dst as usize), Addr(src as usize), self.engines.clone());
+        self.stream()?
+            .enqueue(Box::new(move || {
+                memcpy(&engines, Engine::FromDevice, dst, src, bytes)
+            }))
             .map_err(DriverError::Emulator)?;
         Ok(())
     }
@@ -277,16 +360,36 @@ impl EmulatedDriver {
         Ok(EmulatedEvent::default())
     }
 
-    pub(crate) fn record(&self, event: &EmulatedEvent) -> DriverResult<()> {
-        event.record_on(&self.stream).map_err(DriverError::Emulator)
+    pub(crate) fn record_on(&self, event: &EmulatedEvent, stream: StreamId) -> DriverResult<()> {
+        event
+            .record_on(&self.stream_of(stream)?)
+            .map_err(DriverError::Emulator)
     }
 
-    pub(crate) fn wait_event(&self, event: &EmulatedEvent) -> DriverResult<()> {
-        stream::wait_event(&self.stream, event).map_err(DriverError::Emulator)
+    pub(crate) fn wait_event_on(
+        &self,
+        stream: StreamId,
+        event: &EmulatedEvent,
+    ) -> DriverResult<()> {
+        let stream = self.stream_of(stream)?;
+        stream::wait_event(&stream, event).map_err(DriverError::Emulator)
     }
 
+    /// Waits for the work queued on every stream of the device.
     pub(crate) fn synchronize(&self) -> DriverResult<()> {
-        self.stream.synchronize().map_err(DriverError::Emulator)
+        for s in self.all_streams() {
+            s.synchronize().map_err(DriverError::Emulator)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn stream_is_idle(&self, stream: StreamId) -> DriverResult<bool> {
+        Ok(self.stream_of(stream)?.is_idle())
+    }
+
+    /// How many streams the device has made, the default one included.
+    pub(crate) fn stream_count(&self) -> usize {
+        lock(&self.streams).len()
     }
 
     pub(crate) unsafe fn launch(
@@ -301,7 +404,7 @@ impl EmulatedDriver {
         let (name, args) = (name.to_string(), args.to_vec());
         // SAFETY: the caller vouches for the pointers; the stream runs the kernel after the
         // work queued before it, as a GPU's stream does.
-        self.stream
+        self.stream()?
             .enqueue(Box::new(move || unsafe {
                 kernels::run(&name, kernel, grid, args)
             }))
@@ -323,7 +426,7 @@ impl EmulatedDriver {
         }
         // SAFETY: the caller vouches for the operands; the stream orders the product after the
         // kernels that wrote them.
-        self.stream
+        self.stream()?
             .enqueue(Box::new(move || unsafe { host_gemm(&call) }))
             .map_err(DriverError::Emulator)?;
         Ok(())

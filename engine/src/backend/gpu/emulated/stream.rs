@@ -1,7 +1,8 @@
 //! An emulated device's stream: one worker thread that runs queued work in order, as a CUDA
-//! stream does, while the host goes on. Events are points in that order with a host timestamp.
-//! A failure of queued work (a kernel's) is sticky, as a CUDA context's is: every later call on
-//! the device reports it.
+//! stream does, while the host goes on; a device's streams run beside each other. Events are
+//! points in that order with a host timestamp. A failure of queued work (a kernel's) is sticky
+//! for the whole device, as a CUDA context's is: every later call on any of its streams reports
+//! it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +36,15 @@ pub(crate) struct Stream {
     queue: Mutex<Queue>,
     /// Signalled when a job is queued (to the worker) and when one finishes (to waiters).
     changed: Condvar,
+    /// The first failure on any stream of the device, shared by its streams.
+    device_failure: DeviceFailure,
+}
+
+/// The sticky failure of one emulated device, shared by its streams.
+pub(crate) type DeviceFailure = Arc<Mutex<Option<String>>>;
+
+fn failed(f: &DeviceFailure) -> Option<String> {
+    f.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 fn lock(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
@@ -42,12 +52,14 @@ fn lock(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
 }
 
 impl Stream {
-    /// A stream with its worker thread (named after the device). The worker holds only a weak
-    /// reference, and ends when the stream is dropped.
-    pub(crate) fn start(name: String) -> Arc<Stream> {
+    /// A stream with its worker thread (named after the device and stream), failing with the
+    /// device's other streams. The worker holds only a weak reference, and ends when the stream
+    /// is dropped.
+    pub(crate) fn start(name: String, device_failure: DeviceFailure) -> Arc<Stream> {
         let stream = Arc::new(Stream {
             queue: Mutex::default(),
             changed: Condvar::new(),
+            device_failure,
         });
         let weak = Arc::downgrade(&stream);
         std::thread::Builder::new()
@@ -72,10 +84,13 @@ impl Stream {
                         }
                     };
                     let Some(job) = job else { break };
-                    let failed = lock(&s.queue).failure.is_some();
-                    let result = if failed { Ok(()) } else { job() };
+                    let skip =
+                        lock(&s.queue).failure.is_some() || failed(&s.device_failure).is_some();
+                    let result = if skip { Ok(()) } else { job() };
                     let mut q = lock(&s.queue);
                     if let Err(e) = result {
+                        let mut device = s.device_failure.lock().unwrap_or_else(|e| e.into_inner());
+                        device.get_or_insert_with(|| e.clone());
                         q.failure.get_or_insert(e);
                     }
                     q.done += 1;
@@ -89,7 +104,8 @@ impl Stream {
 
     /// The sticky failure, if queued work has failed.
     pub(crate) fn failure(&self) -> Result<(), String> {
-        match &lock(&self.queue).failure {
+        let own = lock(&self.queue).failure.clone();
+        match own.or_else(|| failed(&self.device_failure)) {
             Some(e) => Err(format!("an earlier operation on the device failed: {e}")),
             None => Ok(()),
         }
@@ -97,10 +113,8 @@ impl Stream {
 
     /// Queues `job`; returns its ticket for `wait_for`.
     pub(crate) fn enqueue(&self, job: Job) -> Result<u64, String> {
+        self.failure()?;
         let mut q = lock(&self.queue);
-        if let Some(e) = &q.failure {
-            return Err(format!("an earlier operation on the device failed: {e}"));
-        }
         q.jobs.push_back(job);
         q.queued += 1;
         let ticket = q.queued;
@@ -145,6 +159,44 @@ impl Stream {
     pub(crate) fn synchronize(&self) -> Result<(), String> {
         let ticket = lock(&self.queue).queued;
         self.wait_for(ticket)
+    }
+
+    /// Whether everything queued so far has finished (never waits).
+    pub(crate) fn is_idle(&self) -> bool {
+        let q = lock(&self.queue);
+        q.done >= q.queued
+    }
+
+    /// Queues a job that holds the stream until the returned `Hold` is dropped: the work queued
+    /// after it waits, as behind a long kernel, while the device's other streams go on.
+    pub(crate) fn hold(&self) -> Result<Hold, String> {
+        let gate: Gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let held = gate.clone();
+        self.enqueue(Box::new(move || {
+            let (open, opened) = &*held;
+            let mut o = open.lock().unwrap_or_else(|e| e.into_inner());
+            while !*o {
+                o = opened.wait(o).unwrap_or_else(|e| e.into_inner());
+            }
+            Ok(())
+        }))?;
+        Ok(Hold { gate })
+    }
+}
+
+type Gate = Arc<(Mutex<bool>, Condvar)>;
+
+/// A stream held by `Stream::hold`; dropping it lets the stream go on.
+#[derive(Debug)]
+pub struct Hold {
+    gate: Gate,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let (open, opened) = &*self.gate;
+        *open.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        opened.notify_all();
     }
 }
 

@@ -1,0 +1,268 @@
+//! Streams and events as a learner uses them (`cuda::Stream`, `cuda::Event`, `with_stream`),
+//! on emulated GPUs, where each stream is a queue of its own and the races of real streams
+//! really happen: a missing `wait_stream` reads stale data, a block another stream still reads
+//! is not handed out again after `record_stream`, events time the work between them, misuse is
+//! an error that names the fix, and on the CPU every call is a no-op, as in PyTorch. A stream is
+//! held (`Stream::hold`, as behind a long kernel) so that each race has one outcome.
+
+#[path = "support/own_process.rs"]
+mod own_process;
+
+use own_process::in_own_process;
+use placelab::cuda::{self, Event, Stream, with_stream};
+use placelab::prelude::*;
+
+const GPU: Device = Device::Cuda(0);
+const N: usize = 4096;
+
+fn emulated() {
+    cuda::emulate(2, None).unwrap();
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+#[test]
+fn a_missing_wait_stream_reads_stale_data_and_wait_stream_makes_it_right() {
+    emulated();
+    let side = Stream::new(&GPU).unwrap();
+    let default = cuda::default_stream(&GPU).unwrap();
+    for wait in [false, true] {
+        let a = Tensor::zeros(N, GPU).unwrap();
+        let ones = Tensor::ones(N, GPU).unwrap();
+        let held = default.hold().unwrap();
+        a.assign_(&ones).unwrap(); // queued on the default stream, behind the hold
+        let b = with_stream(&side, || {
+            if wait {
+                side.wait_stream(&default)?;
+            }
+            a.mul(2.0)
+        })
+        .unwrap();
+        if wait {
+            drop(held);
+            side.synchronize().unwrap();
+        } else {
+            // The side stream reads `a` while the default stream is still held.
+            side.synchronize().unwrap();
+            drop(held);
+        }
+        let expected = if wait { 2.0 } else { 0.0 };
+        assert!(
+            values(&b).iter().all(|&v| v == expected),
+            "wait_stream {wait}: b should be {expected} everywhere, got {:?}",
+            &values(&b)[..4]
+        );
+    }
+}
+
+#[test]
+fn record_stream_keeps_a_block_from_reuse_until_the_other_stream_is_done() {
+    emulated();
+    let side = Stream::new(&GPU).unwrap();
+    let x = Tensor::full(N, 3.0, GPU).unwrap();
+    cuda::synchronize(0).unwrap();
+    let held = side.hold().unwrap();
+    let y = with_stream(&side, || {
+        side.wait_stream(&cuda::default_stream(&GPU)?)?;
+        x.mul(2.0) // reads x once the hold ends
+    })
+    .unwrap();
+    x.record_stream(&side).unwrap();
+    let before = cuda::memory_allocated(0).unwrap();
+    let (x_bytes, reserved) = (N * 4, cuda::memory_reserved(0).unwrap());
+    drop(x);
+    // PyTorch's counts: the bytes leave memory_allocated at once, the segment stays reserved.
+    assert_eq!(cuda::memory_allocated(0).unwrap(), before - x_bytes);
+    assert_eq!(cuda::memory_reserved(0).unwrap(), reserved);
+    // Without the rule this tensor would take x's block and write 7s where the side stream
+    // is about to read 3s.
+    let z = Tensor::full(N, 7.0, GPU).unwrap();
+    // z is written before the side stream goes on (the default stream is not held).
+    cuda::default_stream(&GPU).unwrap().synchronize().unwrap();
+    drop(held);
+    side.synchronize().unwrap();
+    assert!(
+        values(&y).iter().all(|&v| v == 6.0),
+        "the side stream read a reused block: y = {:?}",
+        &values(&y)[..4]
+    );
+    assert!(values(&z).iter().all(|&v| v == 7.0));
+}
+
+#[test]
+fn a_stream_made_current_takes_the_work_and_the_memory_of_its_scope() {
+    emulated();
+    let side = Stream::new(&GPU).unwrap();
+    assert_eq!(
+        cuda::current_stream(&GPU).unwrap(),
+        cuda::default_stream(&GPU).unwrap()
+    );
+    let pinned = Tensor::full(N, 5.0, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let held = side.hold().unwrap();
+    let on_gpu = with_stream(&side, || {
+        assert_eq!(cuda::current_stream(&GPU).unwrap(), side);
+        let elsewhere = std::thread::spawn(|| cuda::current_stream(&GPU).unwrap().id());
+        assert_eq!(
+            elsewhere.join().unwrap(),
+            0,
+            "the current stream is the thread's"
+        );
+        pinned.to_non_blocking(&GPU)
+    })
+    .unwrap();
+    assert_eq!(
+        cuda::current_stream(&GPU).unwrap().id(),
+        0,
+        "the scope's stream stays in it"
+    );
+    // The default stream is not behind the hold (other tests may queue on it: wait, then ask).
+    cuda::default_stream(&GPU).unwrap().synchronize().unwrap();
+    assert!(
+        !side.query().unwrap(),
+        "the copy went on the side stream, which is held"
+    );
+    drop(held);
+    side.synchronize().unwrap();
+    assert!(side.query().unwrap());
+    assert!(values(&on_gpu).iter().all(|&v| v == 5.0));
+}
+
+#[test]
+fn events_mark_points_in_a_stream_and_time_the_work_between_them() {
+    emulated();
+    let s = cuda::current_stream(&GPU).unwrap();
+    let (start, end) = (Event::new(), Event::new());
+    assert!(
+        end.query(),
+        "an event never recorded counts as reached, as in CUDA"
+    );
+    start.record(&s).unwrap();
+    let held = s.hold().unwrap();
+    let t = Tensor::ones(N, GPU).unwrap().mul(3.0).unwrap();
+    end.record(&s).unwrap();
+    start.synchronize().unwrap();
+    let held_from = std::time::Instant::now();
+    assert!(!end.query(), "the stream is held before the end event");
+    let e = start.elapsed_time(&end).unwrap_err().to_string();
+    assert!(e.contains("end.synchronize()"), "{e}");
+    // The host waits on events, not time: the stream is released once the host has seen that
+    // it cannot pass the hold.
+    while held_from.elapsed() < std::time::Duration::from_millis(20) {
+        assert!(!end.query());
+        std::thread::yield_now();
+    }
+    drop(held);
+    end.synchronize().unwrap();
+    assert!(end.query());
+    // start was reached before held_from, end after the release: at least the 20 ms between.
+    let ms = start.elapsed_time(&end).unwrap();
+    assert!(ms >= 20.0, "{ms} ms between the events");
+    assert!(values(&t).iter().all(|&v| v == 3.0));
+    // An event recorded on one stream, waited for by another: the second stream's work after
+    // the wait sees the first's.
+    let side = Stream::new(&GPU).unwrap();
+    let held = s.hold().unwrap();
+    let u = Tensor::zeros(N, GPU).unwrap();
+    u.assign_(&t).unwrap();
+    let ready = s.record_event().unwrap();
+    let w = with_stream(&side, || {
+        side.wait_event(&ready)?;
+        u.add(1.0)
+    })
+    .unwrap();
+    drop(held);
+    side.synchronize().unwrap();
+    assert!(values(&w).iter().all(|&v| v == 4.0));
+}
+
+#[test]
+fn misuse_is_an_error_that_names_the_fix() {
+    emulated();
+    let (zero, one) = (
+        Stream::new(&GPU).unwrap(),
+        Stream::new(&Device::Cuda(1)).unwrap(),
+    );
+    let e = Event::new();
+    let err = e.wait(&zero).unwrap_err().to_string();
+    assert!(
+        err.contains("never recorded") && err.contains("event.record(&stream)"),
+        "{err}"
+    );
+    let err = e.elapsed_time(&Event::new()).unwrap_err().to_string();
+    assert!(err.contains("both events must be recorded"), "{err}");
+    e.record(&zero).unwrap();
+    let err = e.record(&one).unwrap_err().to_string();
+    assert!(
+        err.contains("belongs to cuda:0") && err.contains("make a new Event for cuda:1"),
+        "{err}"
+    );
+    let other = one.record_event().unwrap();
+    e.synchronize().unwrap();
+    other.synchronize().unwrap();
+    let err = e.elapsed_time(&other).unwrap_err().to_string();
+    assert!(err.contains("cuda:0 and cuda:1"), "{err}");
+    let t = Tensor::ones(4, GPU).unwrap();
+    let err = t.record_stream(&one).unwrap_err().to_string();
+    assert!(
+        err.contains("record a stream of the tensor's own device"),
+        "{err}"
+    );
+    let err = Stream::new(&Device::Cpu)
+        .unwrap()
+        .hold()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nothing to hold"), "{err}");
+    // Waiting across devices is allowed, as in CUDA.
+    zero.wait_stream(&one).unwrap();
+    zero.synchronize().unwrap();
+}
+
+#[test]
+fn on_the_cpu_streams_and_events_are_no_ops() {
+    let cpu = Device::Cpu;
+    let s = Stream::new(&cpu).unwrap();
+    assert_eq!(cuda::current_stream(&cpu).unwrap(), s);
+    let (start, end) = (s.record_event().unwrap(), Event::new());
+    let t = with_stream(&s, || Tensor::ones(8, cpu).unwrap().mul(2.0).unwrap());
+    end.record(&s).unwrap();
+    s.wait_stream(&cuda::default_stream(&cpu).unwrap()).unwrap();
+    s.wait_event(&end).unwrap();
+    end.synchronize().unwrap();
+    s.synchronize().unwrap();
+    assert!(s.query().unwrap() && end.query());
+    assert!(start.elapsed_time(&end).unwrap() >= 0.0);
+    t.record_stream(&s).unwrap();
+    assert_eq!(values(&t), vec![2.0; 8]);
+}
+
+#[test]
+fn on_a_simulated_gpu_a_side_stream_has_its_own_pool_and_events_are_reached_at_once() {
+    if !in_own_process(
+        "on_a_simulated_gpu_a_side_stream_has_its_own_pool_and_events_are_reached_at_once",
+        &[],
+    ) {
+        return;
+    }
+    cuda::simulate(1, None).unwrap();
+    let side = Stream::new(&GPU).unwrap();
+    assert_eq!(side.id(), 1);
+    let a = Tensor::ones(N, GPU).unwrap();
+    drop(a);
+    let reserved = cuda::memory_reserved(0).unwrap();
+    // The default stream's cached block is not the side stream's: a new 2 MiB segment, as
+    // PyTorch's allocator keeps a pool per stream.
+    let b = with_stream(&side, || Tensor::ones(N, GPU).unwrap());
+    assert_eq!(cuda::memory_reserved(0).unwrap(), reserved + (2 << 20));
+    let e = side.record_event().unwrap();
+    assert!(e.query() && side.query().unwrap());
+    b.record_stream(&cuda::default_stream(&GPU).unwrap())
+        .unwrap();
+    drop(b);
+    assert_eq!(cuda::memory_allocated(0).unwrap(), 0);
+}
