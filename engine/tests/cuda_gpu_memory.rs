@@ -52,6 +52,18 @@ fn allocator_numbers_follow_pytorch_on_the_gpu() {
     drop((a, mib, over, m, p));
     cuda::empty_cache();
     steps.push(snapshot("del all; empty_cache()"));
+    // Streams: a pool per stream, and a block another stream used kept until it is done with it.
+    let side = cuda::Stream::new(&GPU).unwrap();
+    let q = cuda::with_stream(&side, || Tensor::zeros([1000, 1000], GPU).unwrap());
+    steps.push(snapshot("on a side stream: q = zeros(1000, 1000)"));
+    let r = Tensor::zeros([1000, 1000], GPU).unwrap();
+    steps.push(snapshot("r = zeros(1000, 1000)"));
+    r.record_stream(&side).unwrap();
+    drop(r);
+    steps.push(snapshot("r.record_stream(side); del r"));
+    drop(q);
+    cuda::empty_cache();
+    steps.push(snapshot("del q; empty_cache()"));
 
     if let Some(dir) = std::env::var_os("PLACELAB_GPU_OUT") {
         let path = std::path::Path::new(&dir).join("alloc_placelab.json");
@@ -78,6 +90,14 @@ fn allocator_numbers_follow_pytorch_on_the_gpu() {
         (at(6, "allocated"), at(6, "reserved")),
         (3_221_225_984, 3_223_322_624)
     );
+    // The side stream's tensor takes a segment of its own, not one the default stream cached;
+    // a freed block another stream used leaves memory_allocated at once and stays reserved.
+    let (before, one) = (at(11, "reserved"), 4_000_256);
+    assert_eq!(at(12, "reserved"), before + (20 << 20), "{}", steps[12]);
+    assert_eq!(at(13, "reserved"), before + (40 << 20), "{}", steps[13]);
+    assert_eq!(at(14, "allocated"), at(13, "allocated") - one);
+    assert_eq!(at(14, "reserved"), at(13, "reserved"));
+    assert_eq!(at(15, "reserved"), before, "{}", steps[15]);
     let cc = cuda::device_name(0).unwrap();
     eprintln!("{cc}: workspace step {}", steps[10]);
 }

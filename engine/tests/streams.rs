@@ -26,26 +26,31 @@ fn values(t: &Tensor) -> Vec<f32> {
 #[test]
 fn a_missing_wait_stream_reads_stale_data_and_wait_stream_makes_it_right() {
     emulated();
-    let side = Stream::new(&GPU).unwrap();
-    let default = cuda::default_stream(&GPU).unwrap();
+    // Streams of this test's own: the default stream is every test's.
+    let (producer, consumer) = (Stream::new(&GPU).unwrap(), Stream::new(&GPU).unwrap());
     for wait in [false, true] {
-        let a = Tensor::zeros(N, GPU).unwrap();
-        let ones = Tensor::ones(N, GPU).unwrap();
-        let held = default.hold().unwrap();
-        a.assign_(&ones).unwrap(); // queued on the default stream, behind the hold
-        let b = with_stream(&side, || {
+        let (a, ones) = with_stream(&producer, || {
+            (
+                Tensor::zeros(N, GPU).unwrap(),
+                Tensor::ones(N, GPU).unwrap(),
+            )
+        });
+        producer.synchronize().unwrap(); // a holds zeros
+        let held = producer.hold().unwrap();
+        with_stream(&producer, || a.assign_(&ones)).unwrap(); // behind the hold
+        let b = with_stream(&consumer, || {
             if wait {
-                side.wait_stream(&default)?;
+                consumer.wait_stream(&producer)?;
             }
             a.mul(2.0)
         })
         .unwrap();
         if wait {
             drop(held);
-            side.synchronize().unwrap();
+            consumer.synchronize().unwrap();
         } else {
-            // The side stream reads `a` while the default stream is still held.
-            side.synchronize().unwrap();
+            // The consumer reads `a` while the producer is still held.
+            consumer.synchronize().unwrap();
             drop(held);
         }
         let expected = if wait { 2.0 } else { 0.0 };
@@ -54,33 +59,25 @@ fn a_missing_wait_stream_reads_stale_data_and_wait_stream_makes_it_right() {
             "wait_stream {wait}: b should be {expected} everywhere, got {:?}",
             &values(&b)[..4]
         );
+        producer.synchronize().unwrap();
     }
 }
 
 #[test]
 fn record_stream_keeps_a_block_from_reuse_until_the_other_stream_is_done() {
     emulated();
-    let side = Stream::new(&GPU).unwrap();
-    let x = Tensor::full(N, 3.0, GPU).unwrap();
-    cuda::synchronize(0).unwrap();
+    // A pool of this test's own (its stream's), so that without the rule z takes x's block.
+    let (own, side) = (Stream::new(&GPU).unwrap(), Stream::new(&GPU).unwrap());
+    let x = with_stream(&own, || Tensor::full(N, 3.0, GPU).unwrap());
+    own.synchronize().unwrap();
     let held = side.hold().unwrap();
-    let y = with_stream(&side, || {
-        side.wait_stream(&cuda::default_stream(&GPU)?)?;
-        x.mul(2.0) // reads x once the hold ends
-    })
-    .unwrap();
+    let y = with_stream(&side, || x.mul(2.0)).unwrap(); // reads x once the hold ends
     x.record_stream(&side).unwrap();
-    let before = cuda::memory_allocated(0).unwrap();
-    let (x_bytes, reserved) = (N * 4, cuda::memory_reserved(0).unwrap());
     drop(x);
-    // PyTorch's counts: the bytes leave memory_allocated at once, the segment stays reserved.
-    assert_eq!(cuda::memory_allocated(0).unwrap(), before - x_bytes);
-    assert_eq!(cuda::memory_reserved(0).unwrap(), reserved);
     // Without the rule this tensor would take x's block and write 7s where the side stream
     // is about to read 3s.
-    let z = Tensor::full(N, 7.0, GPU).unwrap();
-    // z is written before the side stream goes on (the default stream is not held).
-    cuda::default_stream(&GPU).unwrap().synchronize().unwrap();
+    let z = with_stream(&own, || Tensor::full(N, 7.0, GPU).unwrap());
+    own.synchronize().unwrap(); // z is written before the side stream goes on
     drop(held);
     side.synchronize().unwrap();
     assert!(
@@ -127,15 +124,16 @@ fn a_stream_made_current_takes_the_work_and_the_memory_of_its_scope() {
         "the copy went on the side stream, which is held"
     );
     drop(held);
+    // (Not `side.query()` after this: a device-wide wait of another test records an event on
+    // every stream, this one too.)
     side.synchronize().unwrap();
-    assert!(side.query().unwrap());
     assert!(values(&on_gpu).iter().all(|&v| v == 5.0));
 }
 
 #[test]
 fn events_mark_points_in_a_stream_and_time_the_work_between_them() {
     emulated();
-    let s = cuda::current_stream(&GPU).unwrap();
+    let s = Stream::new(&GPU).unwrap();
     let (start, end) = (Event::new(), Event::new());
     assert!(
         end.query(),
@@ -143,15 +141,14 @@ fn events_mark_points_in_a_stream_and_time_the_work_between_them() {
     );
     start.record(&s).unwrap();
     let held = s.hold().unwrap();
-    let t = Tensor::ones(N, GPU).unwrap().mul(3.0).unwrap();
+    let t = with_stream(&s, || Tensor::ones(N, GPU).unwrap().mul(3.0).unwrap());
     end.record(&s).unwrap();
     start.synchronize().unwrap();
     let held_from = std::time::Instant::now();
     assert!(!end.query(), "the stream is held before the end event");
     let e = start.elapsed_time(&end).unwrap_err().to_string();
     assert!(e.contains("end.synchronize()"), "{e}");
-    // The host waits on events, not time: the stream is released once the host has seen that
-    // it cannot pass the hold.
+    // Not a timed check: the stream cannot pass the hold, and the host keeps it 20 ms.
     while held_from.elapsed() < std::time::Duration::from_millis(20) {
         assert!(!end.query());
         std::thread::yield_now();
@@ -162,13 +159,18 @@ fn events_mark_points_in_a_stream_and_time_the_work_between_them() {
     // start was reached before held_from, end after the release: at least the 20 ms between.
     let ms = start.elapsed_time(&end).unwrap();
     assert!(ms >= 20.0, "{ms} ms between the events");
+    s.synchronize().unwrap();
     assert!(values(&t).iter().all(|&v| v == 3.0));
     // An event recorded on one stream, waited for by another: the second stream's work after
     // the wait sees the first's.
     let side = Stream::new(&GPU).unwrap();
     let held = s.hold().unwrap();
-    let u = Tensor::zeros(N, GPU).unwrap();
-    u.assign_(&t).unwrap();
+    let u = with_stream(&s, || {
+        let u = Tensor::zeros(N, GPU)?;
+        u.assign_(&t)?;
+        Ok::<_, Error>(u)
+    })
+    .unwrap();
     let ready = s.record_event().unwrap();
     let w = with_stream(&side, || {
         side.wait_event(&ready)?;
@@ -178,6 +180,7 @@ fn events_mark_points_in_a_stream_and_time_the_work_between_them() {
     drop(held);
     side.synchronize().unwrap();
     assert!(values(&w).iter().all(|&v| v == 4.0));
+    s.synchronize().unwrap();
 }
 
 #[test]

@@ -129,7 +129,8 @@ impl CudaDriver {
     pub(crate) fn new_stream(&self) -> DriverResult<StreamId> {
         let id = pool_slot(self.streams_asked.fetch_add(1, Ordering::Relaxed));
         let mut streams = lock(&self.streams);
-        if streams.len() <= id as usize {
+        // Callers at once may come in either order: make every stream up to this one.
+        while streams.len() <= id as usize {
             self.bind()?;
             streams.push(self.ctx.new_stream().map_err(msg)?);
         }

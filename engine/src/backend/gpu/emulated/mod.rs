@@ -208,8 +208,9 @@ impl EmulatedDriver {
     pub(crate) fn new_stream(&self) -> DriverResult<StreamId> {
         let id = pool_slot(self.streams_asked.fetch_add(1, Ordering::Relaxed));
         let mut streams = lock(&self.streams);
-        if streams.len() <= id as usize {
-            let name = format!("placelab-emulated-cuda{}-s{id}", self.index);
+        // Callers at once may come in either order: make every stream up to this one.
+        while streams.len() <= id as usize {
+            let name = format!("placelab-emulated-cuda{}-s{}", self.index, streams.len());
             streams.push(Stream::start(name, self.failure.clone()));
         }
         Ok(id)
