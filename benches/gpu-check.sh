@@ -24,9 +24,14 @@ build() {
     mkdir -p "$BIN"
     local list
     # The engine alone (-p placelab): the GPU tests need none of the front end's crates.
+    # cargo's messages go to a log, said when the build fails (they would mix with the JSON).
     list=$(cargo test --release -p placelab --no-run --message-format=json \
-        --test cuda_gpu --test cuda_gpu_memory --test cuda_gpu_simulation 2>/dev/null; \
-        cargo bench -p placelab --no-run --message-format=json --bench gpu 2>/dev/null)
+        --test cuda_gpu --test cuda_gpu_memory --test cuda_gpu_simulation 2>"$BIN/build.log" &&
+        cargo bench -p placelab --no-run --message-format=json --bench gpu 2>>"$BIN/build.log") || {
+        tail -30 "$BIN/build.log" >&2
+        echo "gpu-check: the build failed (all of cargo's output: $BIN/build.log)" >&2
+        exit 1
+    }
     for name in cuda_gpu cuda_gpu_memory cuda_gpu_simulation gpu; do
         local exe
         exe=$(printf '%s\n' "$list" | python3 -c "

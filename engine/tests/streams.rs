@@ -269,3 +269,42 @@ fn on_a_simulated_gpu_a_side_stream_has_its_own_pool_and_events_are_reached_at_o
     drop(b);
     assert_eq!(cuda::memory_allocated(0).unwrap(), 0);
 }
+
+#[test]
+fn a_profile_draws_each_streams_work_in_a_lane_of_its_own() {
+    emulated();
+    let side = Stream::new(&GPU).unwrap();
+    let host = Tensor::ones(1 << 20, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let a = Tensor::randn([256, 256], GPU).unwrap();
+    let p = profile(|| {
+        let up = with_stream(&side, || host.to_non_blocking(&GPU))?;
+        let c = a.matmul(&a)?;
+        Ok((up, c))
+    });
+    let lanes = p.lanes();
+    let side_lane = format!("cuda:0 stream {}", side.id());
+    let names: Vec<&str> = lanes.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["host", "cuda:0 default", side_lane.as_str()],
+        "{lanes:?}"
+    );
+    assert!(
+        lanes[2]
+            .spans
+            .iter()
+            .all(|s| s.copy && s.op == "to (non-blocking)")
+    );
+    assert!(lanes[1].spans.iter().any(|s| !s.copy && s.op == "matmul"));
+    let hidden = p.copies_hidden().expect("a copy was timed");
+    assert!((0.0..=1.0).contains(&hidden), "{hidden}");
+    let text = p.lanes_text();
+    assert!(
+        text.contains(&side_lane) && text.contains("copies hidden behind compute: "),
+        "{text}"
+    );
+    eprintln!("{text}");
+}

@@ -6,6 +6,7 @@
 
 mod card;
 pub mod html;
+mod lanes;
 mod preview;
 mod profile_table;
 mod timeline;

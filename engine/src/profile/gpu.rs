@@ -14,9 +14,26 @@ use crate::device::error::Result;
 pub trait PendingGpuTime: Send {
     /// Whether the stream has reached the closing event (never waits).
     fn is_done(&self) -> bool;
-    /// The time between the events (`None` while the stream has not reached the closing one,
-    /// or when the device failed); never waits. The events are destroyed.
-    fn read(self: Box<Self>) -> Option<Duration>;
+    /// The time between the events, and from `origin` (its device's first event in the profile)
+    /// to the opening one (`None` while the stream has not reached the closing one, or when the
+    /// device failed); never waits. The events are destroyed.
+    fn read(self: Box<Self>, origin: Option<&dyn GpuOrigin>) -> Option<GpuTime>;
+}
+
+/// A device's first CUDA event in a profile, recorded as its first op began: what the other
+/// events' times are measured from (`PendingGpuTime::read`).
+pub trait GpuOrigin: Send {
+    /// For the implementation to find its own type again.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// An op's work on its GPU, read from its events.
+#[derive(Debug, Clone, Copy)]
+pub struct GpuTime {
+    /// From the opening event to the closing one.
+    pub time: Duration,
+    /// From the device's origin event to the opening one.
+    pub since_origin: Option<Duration>,
 }
 
 /// Ends a GPU op's timing: records the closing CUDA event behind its work, without waiting,
@@ -30,6 +47,24 @@ pub struct GpuClock {
     pub start: fn(Device) -> Finish,
     /// Waits for everything queued on the device's stream so far.
     pub wait: fn(Device) -> Result<()>,
+    /// Records the device's origin event now (`GpuOrigin`).
+    pub origin: fn(Device) -> Option<Box<dyn GpuOrigin>>,
+}
+
+/// A device's origin event and when the host recorded it, from the start of the profile: GPU
+/// times are placed on the host's clock as if the event was reached when it was recorded.
+pub(super) struct Origin {
+    pub(super) event: Box<dyn GpuOrigin>,
+    pub(super) at: Duration,
+}
+
+/// The op `op` ran, with its events read against its device's origin.
+fn store(op: &mut OpRecord, time: Option<GpuTime>, origin: Option<&Origin>) {
+    op.gpu_time = time.map(|t| t.time);
+    op.gpu_start = time
+        .and_then(|t| t.since_origin)
+        .zip(origin)
+        .map(|(since, o)| o.at + since);
 }
 
 /// An op whose GPU time is still to be read: its index among the profile's ops.
@@ -45,13 +80,19 @@ pub(super) const READ_REACHED_BEYOND: usize = 1024;
 /// Reads the oldest pending times, as far as the streams have reached them, into their ops
 /// without waiting (a stream reaches its events in order, so this stops at the first one not
 /// reached: one query per op while the GPU runs behind the host).
-pub(super) fn read_reached(ops: &mut [OpRecord], pending: &mut VecDeque<Pending>) {
+pub(super) fn read_reached(
+    ops: &mut [OpRecord],
+    pending: &mut VecDeque<Pending>,
+    origins: &BTreeMap<Device, Origin>,
+) {
     while let Some(p) = pending.pop_front() {
         if !p.time.is_done() {
             pending.push_front(p);
             return;
         }
-        ops[p.op].gpu_time = p.time.read();
+        let origin = origins.get(&ops[p.op].device);
+        let time = p.time.read(origin.map(|o| &*o.event));
+        store(&mut ops[p.op], time, origin);
     }
 }
 
@@ -62,13 +103,16 @@ pub(super) fn settle(
     ops: &mut [OpRecord],
     pending: VecDeque<Pending>,
     clocks: &BTreeMap<Device, GpuClock>,
+    origins: &BTreeMap<Device, Origin>,
 ) {
     for (device, clock) in clocks {
         // A failure here is the device's, and was (or will be) reported by the code's own ops.
         let _ = (clock.wait)(*device);
     }
     for p in pending {
-        ops[p.op].gpu_time = p.time.read();
+        let origin = origins.get(&ops[p.op].device);
+        let time = p.time.read(origin.map(|o| &*o.event));
+        store(&mut ops[p.op], time, origin);
     }
 }
 

@@ -15,6 +15,7 @@
 //! GPU each op also carries what the cost model predicts it would take there.
 
 mod gpu;
+mod lanes;
 mod record;
 mod rows;
 mod timeline;
@@ -27,7 +28,8 @@ use crate::cost::gpus::GpuSpec;
 use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
 
-pub use gpu::{Bound, Finish, GpuBusy, GpuClock, PendingGpuTime};
+pub use gpu::{Bound, Finish, GpuBusy, GpuClock, GpuOrigin, GpuTime, PendingGpuTime};
+pub use lanes::{Lane, Span};
 pub use record::{
     ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
     grad_fn, phase, profile, profile_as, profile_blocking, profile_value, recording,
@@ -169,6 +171,11 @@ pub struct OpRecord {
     /// On a GPU (real or emulated): its work's time on the stream, between CUDA events recorded
     /// before and after it (torch.profiler's CUDA time), read once the profiled code returned.
     pub gpu_time: Option<Duration>,
+    /// On a GPU: when its work began there, from the start of the profile (the device's first
+    /// event in the profile taken as reached when the host recorded it).
+    pub gpu_start: Option<Duration>,
+    /// The stream it was queued on (`cuda::current_stream` as it began; 0 on the CPU).
+    pub stream: u32,
     /// What it would take on the named GPU the device stands for.
     pub predicted: Option<Duration>,
     /// Bytes of the blocks it took from and gave back to its devices' allocators.

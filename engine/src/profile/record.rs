@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::gpu::{self, Finish, GpuClock, Pending};
+use super::gpu::{self, Finish, GpuClock, Origin, Pending};
 use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
 use crate::base::dtype::DType;
 use crate::cost::gpus::GpuSpec;
@@ -31,6 +31,8 @@ pub(super) struct Recording {
     /// The GPU ops whose CUDA events are still to be read, and how to wait for their devices.
     pending: std::collections::VecDeque<Pending>,
     clocks: std::collections::BTreeMap<Device, GpuClock>,
+    /// Each GPU's first event, recorded as its first op began.
+    origins: std::collections::BTreeMap<Device, Origin>,
     profile: Profile,
 }
 
@@ -46,6 +48,7 @@ impl Recording {
             grad_fn: None,
             pending: Default::default(),
             clocks: Default::default(),
+            origins: Default::default(),
             profile: Profile::default(),
         }
     }
@@ -54,7 +57,12 @@ impl Recording {
     /// for once, and the CUDA events of its ops are read.
     pub(super) fn finish(mut self, wall: Duration, failure: Option<String>) -> Profile {
         let used_gpu = !self.clocks.is_empty();
-        gpu::settle(&mut self.profile.ops, self.pending, &self.clocks);
+        gpu::settle(
+            &mut self.profile.ops,
+            self.pending,
+            &self.clocks,
+            &self.origins,
+        );
         Profile {
             wall,
             gpu_done: used_gpu.then(|| self.start.elapsed()),
@@ -125,6 +133,8 @@ pub struct OpScope {
     device: Device,
     /// The named GPU the device stands for, if it is a simulated one that does.
     stands_for: Option<&'static GpuSpec>,
+    /// The stream it was queued on.
+    stream: u32,
     start: Instant,
     /// On a GPU, the outermost op's: how its device is timed, and what records the closing
     /// CUDA event behind its work.
@@ -173,17 +183,32 @@ pub fn begin(
     });
     // The host clock starts before the first event is recorded: the GPU's time lies inside it.
     let start = Instant::now();
-    let gpu = gpu
-        .filter(|_| outermost)
-        .map(|clock| (clock, (clock.start)(device)));
+    let gpu = gpu.filter(|_| outermost).map(|clock| {
+        record_origin(device, clock);
+        (clock, (clock.start)(device))
+    });
     Some(OpScope {
         outermost,
         name,
         device,
         stands_for,
+        stream: crate::device::current_stream::current(device),
         start,
         gpu,
     })
+}
+
+/// Records `device`'s origin event, at its first op in the profile.
+fn record_origin(device: Device, clock: GpuClock) {
+    with_recording(|rec| {
+        if rec.origins.contains_key(&device) {
+            return;
+        }
+        if let Some(event) = (clock.origin)(device) {
+            let at = rec.start.elapsed();
+            rec.origins.insert(device, Origin { event, at });
+        }
+    });
 }
 
 impl OpenOp {
@@ -225,7 +250,7 @@ impl Drop for OpScope {
             let events = finish();
             if blocking {
                 let _ = (clock.wait)(self.device);
-                gpu_time = events.and_then(|e| e.read());
+                gpu_time = events;
             } else {
                 pending = events.map(|e| (clock, e));
             }
@@ -243,7 +268,9 @@ impl Drop for OpScope {
                 device: self.device,
                 start: self.start.saturating_duration_since(rec.start),
                 measured,
-                gpu_time,
+                gpu_time: None,
+                gpu_start: None,
+                stream: self.stream,
                 predicted,
                 allocated,
                 freed,
@@ -252,14 +279,19 @@ impl Drop for OpScope {
                 rec.profile.stands_for.insert(self.device, gpu);
             }
             rec.recorded += measured;
+            let op = rec.profile.ops.len();
             if let Some((clock, time)) = pending.take() {
-                let op = rec.profile.ops.len();
                 rec.clocks.insert(self.device, clock);
                 rec.pending.push_back(Pending { op, time });
             }
             rec.profile.ops.push(record);
+            if let Some(time) = gpu_time.take() {
+                // Blocking: read at once, against the device's origin.
+                rec.pending.push_front(Pending { op, time });
+                gpu::read_reached(&mut rec.profile.ops, &mut rec.pending, &rec.origins);
+            }
             if rec.pending.len() > gpu::READ_REACHED_BEYOND {
-                gpu::read_reached(&mut rec.profile.ops, &mut rec.pending);
+                gpu::read_reached(&mut rec.profile.ops, &mut rec.pending, &rec.origins);
             }
         });
     }
@@ -305,6 +337,8 @@ impl Drop for Frame {
                 start: self.start.saturating_duration_since(rec.start),
                 measured: own,
                 gpu_time: None,
+                gpu_start: None,
+                stream: 0,
                 predicted: None,
                 allocated: 0,
                 freed: 0,

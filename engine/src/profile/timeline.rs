@@ -64,6 +64,8 @@ pub(crate) mod tests {
             start: ms(start),
             measured: ms(took),
             gpu_time: None,
+            gpu_start: None,
+            stream: 0,
             predicted: None,
             allocated: 0,
             freed: 0,

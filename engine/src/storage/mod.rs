@@ -297,6 +297,7 @@ pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option
     let clock = profile::GpuClock {
         start: time_on_gpu,
         wait: wait_for_queued_work,
+        origin: gpu_origin,
     };
     profile::begin(name, device, work, on_gpu.then_some(clock))
 }
@@ -338,7 +339,26 @@ impl profile::PendingGpuTime for ClosedTiming {
         ClosedTiming::is_done(self)
     }
 
-    fn read(self: Box<Self>) -> Option<std::time::Duration> {
-        ClosedTiming::read(*self, "profile").ok()
+    fn read(self: Box<Self>, origin: Option<&dyn profile::GpuOrigin>) -> Option<profile::GpuTime> {
+        let origin = origin.and_then(|o| o.as_any().downcast_ref::<OriginEvent>());
+        let since_origin = origin.and_then(|o| self.since(&o.0).ok());
+        let time = ClosedTiming::read(*self, "profile").ok()?;
+        Some(profile::GpuTime { time, since_origin })
     }
+}
+
+/// A GPU's first event in a profile (`profile::GpuOrigin`).
+struct OriginEvent(crate::backend::gpu::copy::TimingEvent);
+
+impl profile::GpuOrigin for OriginEvent {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// Records `device`'s origin event on its current stream now (none when it cannot be made).
+fn gpu_origin(device: Device) -> Option<Box<dyn profile::GpuOrigin>> {
+    let g = crate::backend::gpu::runtime::gpu(gpu_index(device)).ok()?;
+    let event = crate::backend::gpu::copy::TimingEvent::record(&g, "profile").ok()?;
+    Some(Box::new(OriginEvent(event)))
 }

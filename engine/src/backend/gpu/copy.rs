@@ -88,6 +88,17 @@ impl OpenTiming {
     }
 }
 
+/// One timing event recorded on a GPU's current stream: what other events are timed from.
+pub(crate) struct TimingEvent(Event);
+
+impl TimingEvent {
+    pub(crate) fn record(g: &Arc<Gpu>, op: &'static str) -> Result<TimingEvent> {
+        let e = timing_event(g)?;
+        g.driver.record(&e).map_err(|e| g.err(op, e))?;
+        Ok(TimingEvent(e))
+    }
+}
+
 /// A profiled op's two timing events, both recorded: its time on the stream once the stream has
 /// reached the closing one. Dropping it destroys the events (CUDA lets an event be destroyed
 /// before the stream reaches it).
@@ -101,6 +112,15 @@ impl ClosedTiming {
     /// Whether the stream has reached the closing event (never waits).
     pub(crate) fn is_done(&self) -> bool {
         self.end.is_complete()
+    }
+
+    /// The time from `origin` to the opening event, both reached.
+    pub(crate) fn since(&self, origin: &TimingEvent) -> Result<Duration> {
+        let ms = self
+            .start
+            .elapsed_ms_since(&origin.0)
+            .map_err(|e| self.gpu.err("profile", e))?;
+        Ok(Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3))
     }
 
     /// The time between the events, once the stream has reached the closing one (the caller
