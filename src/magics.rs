@@ -81,6 +81,12 @@ pub const MAGICS: &[Magic] = &[
         run: profile,
     },
     Magic {
+        name: ":timeline",
+        usage: ":timeline CODE",
+        help: "run CODE once and draw its lanes of time: the host, then each GPU stream's kernels and copies (CUDA events on a GPU or an emulated one), with the share of the copies hidden behind compute; then CODE's value below it, or its error",
+        run: timeline,
+    },
+    Magic {
         name: ":fmt",
         usage: ":fmt FORMAT",
         help: "how a cell's last value prints: {:?} (default), {:#?}, or either with a precision ({:.3?})",
@@ -567,13 +573,29 @@ fn profile(s: &mut Session, code: &str) -> CellReport {
     s.run_code(&profile_cell(code))
 }
 
+/// `code` profiled, its lanes of time shown (`show::timelined`), then its value as the cell's;
+/// a failure fails the cell as under `:profile`.
+fn timeline(s: &mut Session, code: &str) -> CellReport {
+    if code.is_empty() {
+        return CellReport::error(
+            "usage: :timeline CODE, e.g. `:timeline let next = cuda::with_stream(&side, || batch.to_non_blocking(&gpu))?; let y = model.forward(&x)?;`",
+        );
+    }
+    s.run_code(&profiled_cell("timelined", code))
+}
+
 /// The cell `:profile CODE` runs: one expression, so nothing `code` declares becomes a session
 /// variable. `code` is a closure's body, so `?` works in it: statements, an expression or a
 /// block, its value (the block's) the cell's value; a last `let` without its `;` is forgiven,
 /// as in a cell.
 fn profile_cell(code: &str) -> String {
+    profiled_cell("profiled", code)
+}
+
+/// `code` as the closure `placelab::show::{runner}` profiles (`profile_cell` says how).
+fn profiled_cell(runner: &str, code: &str) -> String {
     let code = super::cell_check::forgive(code);
-    format!("placelab::show::profiled(|| -> placelab::Result<_> {{ Ok({{\n{code}\n}}) }})?")
+    format!("placelab::show::{runner}(|| -> placelab::Result<_> {{ Ok({{\n{code}\n}}) }})?")
 }
 
 /// evcxr's `:fmt`, kept in step with the prelude's `ShowDebug`, which prints most values in the
@@ -653,6 +675,10 @@ mod tests {
             "placelab::show::profiled(|| -> placelab::Result<_> { Ok({\nx.matmul(&y)?\n}) })?"
         );
         assert!(profile_cell("let y = x.relu()?").contains("{\nlet y = x.relu()?;\n}"));
+        assert_eq!(
+            profiled_cell("timelined", "x.matmul(&y)?"),
+            "placelab::show::timelined(|| -> placelab::Result<_> { Ok({\nx.matmul(&y)?\n}) })?"
+        );
         for code in [
             "{ let w = x.relu()?; w.sum_all()? }",
             "let l = f()?; l.backward()?;",

@@ -607,6 +607,14 @@ fn profile_shows_the_profile_then_the_codes_value() {
         "matmul",
         "Tensor f32[2, 2] · cuda:0 (simulated)",
     );
+    // `:timeline`: the lanes (the host's alone on a simulated device), then the value.
+    let lanes = cell(":timeline x.matmul(&y)?");
+    let card = lanes.find("Tensor f32[2, 2] · cuda:0 (simulated)");
+    let verdict = lanes.find("no copy on a GPU to hide (no GPU times");
+    assert!(
+        lanes.contains("\nhost ") && verdict.is_some() && verdict < card,
+        "the lanes, then the value:\n{lanes}"
+    );
     let sum = profile_then(
         ":profile { let mut w = Tensor::randn([512, 512], &d)?;",
         "relu",

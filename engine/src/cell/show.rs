@@ -2,7 +2,7 @@
 //! the front end when the probe runs) and `evcxr_display` (the value of a cell, as evcxr's
 //! content blocks); `clear_output()` takes back what a cell showed. A profile shows the same two
 //! ways, and `profiled` is what `:profile` runs: the profile shown, then the code's value. The
-//! cards themselves are `display`'s. Any other value with a `Debug` form is shown by
+//! cards themselves are `display`'s; `timelined` is what `:timeline` runs: the profile's lanes. Any other value with a `Debug` form is shown by
 //! `ShowDebug`, in the cell's first compile.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -120,6 +120,23 @@ impl Profile {
 pub fn profiled<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     let (profile, outcome) = crate::profile::profile_outcome(f);
     profile.show();
+    outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+impl Profile {
+    /// Prints the profile's lanes of time now (`Profile::lanes`): in a session an output of its
+    /// own (an SVG, and the text lanes), elsewhere the text.
+    pub fn show_lanes(&self) {
+        let text = self.lanes_text();
+        show_card(&text, || (text.clone(), self.lanes_svg()))
+    }
+}
+
+/// What `:timeline CODE` runs: `f` (the code) profiled, its lanes of time shown as an output of
+/// their own (`Profile::show_lanes`), then what `f` gave, as `profiled` does.
+pub fn timelined<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let (profile, outcome) = crate::profile::profile_outcome(f);
+    profile.show_lanes();
     outcome.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 

@@ -1,9 +1,11 @@
-//! A profile's lanes of time (`profile/lanes.rs`) as text: one row per engine, each a strip of
-//! cells across the profile's span, `█` where the lane computed and `▒` where it copied, then
-//! the share of the copies hidden behind compute.
+//! A profile's lanes of time (`profile/lanes.rs`), one row per engine: as text, a strip of
+//! cells across the profile's span, `█` where the lane computed and `▒` where it copied; as an
+//! SVG, a bar per op (its name and times on hover). Then the share of the copies hidden behind
+//! compute.
 
 use std::time::Duration;
 
+use super::html::el;
 use crate::base::units::human_duration;
 use crate::profile::{Lane, Profile};
 
@@ -34,21 +36,97 @@ fn strip(lane: &Lane, end: Duration) -> String {
         .collect()
 }
 
+/// The SVG's geometry: lane labels left of `LEFT`, lanes `ROW` pixels apart.
+const WIDTH: f64 = 640.0;
+const LEFT: f64 = 120.0;
+const ROW: f64 = 22.0;
+const COMPUTE: &str = "#1565c0";
+const COPY: &str = "#ef6c00";
+
+/// What the lanes show last: the copies' share hidden behind compute, or why there is none.
+fn verdict(p: &Profile, lanes: &[Lane]) -> String {
+    let mut v = match p.copies_hidden() {
+        Some(h) => format!("copies hidden behind compute: {:.0}%", h * 100.0),
+        None => "no copy on a GPU to hide".into(),
+    };
+    if lanes.len() == 1 {
+        v += " (no GPU times: a simulated device's work runs on the host)";
+    }
+    v
+}
+
+/// The end of the last span, at least the code's wall time.
+fn span_end(p: &Profile, lanes: &[Lane]) -> Duration {
+    lanes
+        .iter()
+        .flat_map(|l| l.spans.iter().map(|s| s.end))
+        .max()
+        .unwrap_or_default()
+        .max(p.wall())
+}
+
 impl Profile {
+    /// The lanes as an SVG: a row per engine, a bar per op (blue computing, orange copying),
+    /// each bar's op and times in its tooltip, the span's end under the rows, and the share of
+    /// the copies hidden behind compute.
+    pub fn lanes_svg(&self) -> String {
+        let lanes = self.lanes();
+        let end = span_end(self, &lanes);
+        let w = WIDTH - LEFT - 8.0;
+        let x = |t: Duration| LEFT + w * t.as_secs_f64() / end.as_secs_f64().max(1e-9);
+        let height = ROW * lanes.len() as f64 + 40.0;
+        let text = |x: f64, y: f64, words: &str| {
+            el("text")
+                .attr("x", &format!("{x:.1}"))
+                .attr("y", &format!("{y:.1}"))
+                .text(words)
+        };
+        let mut svg = el("svg")
+            .attr("xmlns", "http://www.w3.org/2000/svg")
+            .attr("width", &WIDTH.to_string())
+            .attr("height", &height.to_string())
+            .attr("font-family", "sans-serif")
+            .attr("font-size", "11");
+        for (i, lane) in lanes.iter().enumerate() {
+            let y = ROW * i as f64 + 4.0;
+            svg = svg.child(text(4.0, y + 13.0, &lane.name));
+            for s in &lane.spans {
+                let (x0, x1) = (x(s.start), x(s.end));
+                let tip = format!(
+                    "{} {} from {} to {}",
+                    if s.copy { "copy" } else { "op" },
+                    s.op,
+                    human_duration(s.start),
+                    human_duration(s.end)
+                );
+                svg = svg.child(
+                    el("rect")
+                        .attr("x", &format!("{x0:.1}"))
+                        .attr("y", &format!("{y:.1}"))
+                        .attr("width", &format!("{:.1}", (x1 - x0).max(0.5)))
+                        .attr("height", &format!("{:.1}", ROW - 6.0))
+                        .attr("fill", if s.copy { COPY } else { COMPUTE })
+                        .child(el("title").text(&tip)),
+                );
+            }
+        }
+        let bottom = ROW * lanes.len() as f64 + 16.0;
+        svg = svg
+            .child(text(LEFT, bottom, "0"))
+            .child(text(WIDTH - 8.0, bottom, &human_duration(end)).attr("text-anchor", "end"))
+            .child(text(4.0, bottom + 16.0, &verdict(self, &lanes)));
+        svg.into_string()
+    }
+
     /// The lanes as text: the host and each GPU stream over the profile's span, and how much of
     /// the copies' time another stream computed beside them.
     pub fn lanes_text(&self) -> String {
         let lanes = self.lanes();
-        let end = lanes
-            .iter()
-            .flat_map(|l| l.spans.iter().map(|s| s.end))
-            .max()
-            .unwrap_or_default()
-            .max(self.wall());
+        let end = span_end(self, &lanes);
         let width = lanes.iter().map(|l| l.name.len()).max().unwrap_or(4);
         let mut out = format!(
             "{:width$}  0 {:─^w$} {}\n",
-            "",
+            "lanes",
             "",
             human_duration(end),
             w = CELLS - 2
@@ -56,15 +134,7 @@ impl Profile {
         for lane in &lanes {
             out += &format!("{:width$}  {}\n", lane.name, strip(lane, end));
         }
-        out += "█ compute  ▒ copy";
-        if lanes.len() == 1 {
-            out += "  (no GPU times: a simulated device's work runs on the host)";
-        }
-        match self.copies_hidden() {
-            Some(h) => out += &format!("\ncopies hidden behind compute: {:.0}%", h * 100.0),
-            None => out += "\nno copy on a GPU to hide",
-        }
-        out
+        out + "█ compute  ▒ copy\n" + &verdict(self, &lanes)
     }
 }
 
@@ -76,8 +146,16 @@ mod tests {
     fn a_profile_without_gpu_times_says_its_lanes_are_the_hosts() {
         let text = crate::profile::example().lanes_text();
         assert!(text.lines().nth(1).unwrap().starts_with("host"), "{text}");
-        assert!(text.contains("no GPU times"), "{text}");
-        assert!(text.ends_with("no copy on a GPU to hide"), "{text}");
+        assert!(
+            text.ends_with("no copy on a GPU to hide (no GPU times: a simulated device's work runs on the host)"),
+            "{text}"
+        );
+        let svg = crate::profile::example().lanes_svg();
+        assert!(
+            svg.starts_with("<svg") && svg.contains(">host</text>"),
+            "{svg}"
+        );
+        assert_eq!(svg.matches("<rect").count(), 3, "a bar per op: {svg}");
         assert_eq!(Profile::default().lanes().len(), 1);
     }
 }
