@@ -98,17 +98,22 @@ def peer():
                           "direct_wall_gbps": nbytes / d / 1e6, "staged_wall_gbps": nbytes / s / 1e6}))
 
 
-def timed(name, flops, fn):
-    for _ in range(3):
+def median_ms(fn, warmups, reps):
+    """The median of `reps` runs of `fn`, each until the GPU is done, after `warmups` runs."""
+    for _ in range(warmups):
         fn()
     torch.cuda.synchronize()
     ms = []
-    for _ in range(20):
+    for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         torch.cuda.synchronize()
         ms.append((time.perf_counter() - t0) * 1e3)
-    m = statistics.median(ms)
+    return statistics.median(ms)
+
+
+def timed(name, flops, fn):
+    m = median_ms(fn, 3, 20)
     print(json.dumps({"bench": "op", "name": name, "ms": m, "tflops": flops / m / 1e9}))
 
 
@@ -221,15 +226,7 @@ def overlap():
     side = torch.cuda.Stream()
 
     def timed(run):
-        run()
-        torch.cuda.synchronize()
-        ms = []
-        for _ in range(7):
-            t0 = time.perf_counter()
-            run()
-            torch.cuda.synchronize()
-            ms.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(ms)
+        return median_ms(run, 1, 7)
 
     def two_streams():
         with torch.cuda.stream(side):

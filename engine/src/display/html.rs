@@ -59,6 +59,16 @@ pub fn el(tag: &'static str) -> El {
     }
 }
 
+/// An SVG of `width × height` pixels, its text in the sans-serif 11 px the drawings use.
+pub(crate) fn svg(width: f64, height: f64) -> El {
+    el("svg")
+        .attr("xmlns", "http://www.w3.org/2000/svg")
+        .attr("width", &width.to_string())
+        .attr("height", &height.to_string())
+        .attr("font-family", "sans-serif")
+        .attr("font-size", "11")
+}
+
 impl El {
     /// An attribute; its value is escaped (quotes included).
     pub fn attr(mut self, name: &'static str, value: &str) -> El {

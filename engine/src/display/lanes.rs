@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::html::el;
+use super::html::{el, svg};
 use crate::base::units::human_duration;
 use crate::profile::{Lane, Profile};
 
@@ -81,12 +81,7 @@ impl Profile {
                 .attr("y", &format!("{y:.1}"))
                 .text(words)
         };
-        let mut svg = el("svg")
-            .attr("xmlns", "http://www.w3.org/2000/svg")
-            .attr("width", &WIDTH.to_string())
-            .attr("height", &height.to_string())
-            .attr("font-family", "sans-serif")
-            .attr("font-size", "11");
+        let mut svg = svg(WIDTH, height);
         for (i, lane) in lanes.iter().enumerate() {
             let y = ROW * i as f64 + 4.0;
             svg = svg.child(text(4.0, y + 13.0, &lane.name));

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::html::{El, el};
+use super::html::{El, el, svg};
 use crate::base::units::{human_bytes, human_duration};
 use crate::device::Device;
 use crate::profile::{Peak, Phase, Profile};
@@ -168,12 +168,7 @@ impl Profile {
             w: WIDTH - LEFT - RIGHT,
             h: HEIGHT - TOP - BOTTOM,
         };
-        let mut svg = el("svg")
-            .attr("xmlns", "http://www.w3.org/2000/svg")
-            .attr("width", &WIDTH.to_string())
-            .attr("height", &HEIGHT.to_string())
-            .attr("font-family", "sans-serif")
-            .attr("font-size", "11");
+        let mut svg = svg(WIDTH, HEIGHT);
         for (phase, from, to) in self.phase_bands() {
             svg = svg.children(plot.band(phase, from, to));
         }
