@@ -308,3 +308,27 @@ fn a_profile_draws_each_streams_work_in_a_lane_of_its_own() {
     );
     eprintln!("{text}");
 }
+
+#[test]
+fn a_read_waits_for_its_own_stream_not_for_a_busy_side_stream() {
+    emulated();
+    let side = Stream::new(&GPU).unwrap();
+    let held = side.hold().unwrap();
+    // As PyTorch's `item()`: a wait for the current stream, which a side stream's long copy
+    // (a DataLoader's prefetch) does not hold up. Were it to wait for every stream, it would
+    // wait for the hold: a generous bound turns that hang into this test's failure.
+    let (sent, got) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let sum = Tensor::ones(N, GPU)
+            .and_then(|t| t.sum_all())
+            .and_then(|t| t.item::<f32>());
+        let _ = sent.send(sum.map_err(|e| e.to_string()));
+    });
+    let read = got.recv_timeout(std::time::Duration::from_secs(120));
+    drop(held);
+    assert_eq!(
+        read,
+        Ok(Ok(N as f32)),
+        "the read waited for the held side stream"
+    );
+}

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::base::dtype::DType;
-use crate::device::current_stream::{StreamId, current};
+use crate::device::current_stream::{DEFAULT_STREAM, StreamId, current};
 use crate::device::error::{Error, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
@@ -153,7 +153,11 @@ impl Block {
                 shape: vec![numel],
             })?;
         let mem = device_memory(device)?;
-        let stream = current(device);
+        // The engine's buffers (cuBLAS's workspace) serve the default stream's work alone.
+        let stream = match engine_buffer {
+            Some(_) => DEFAULT_STREAM,
+            None => current(device),
+        };
         let mut m = lock(&mem);
         let (addr, size) = m
             .alloc

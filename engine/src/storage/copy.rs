@@ -114,15 +114,15 @@ impl Storage {
         Ok((out, Some(CopyTime { wall, ..time })))
     }
 
-    /// Waits for the work queued on the GPUs that a copy of this storage to `device` goes
-    /// through, before the copy is queued: the wait a blocking copy makes, done so that an
+    /// Waits for the work queued on the current streams of the GPUs that a copy of this storage
+    /// to `device` goes through, before the copy is queued: the wait a blocking copy makes, done so that an
     /// interrupt ends it (nothing is queued yet that reads or writes host memory).
     fn wait_for_gpus_of_copy(&self, device: Device) -> Result<()> {
         for d in [self.device(), device] {
             if let Device::Cuda(i) = d
                 && is_gpu(d)
             {
-                crate::backend::gpu::runtime::gpu(i)?.wait_interruptibly(".to()")?;
+                crate::backend::gpu::runtime::gpu(i)?.wait_current_interruptibly(".to()")?;
             }
         }
         Ok(())

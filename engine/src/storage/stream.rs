@@ -140,6 +140,9 @@ impl Stream {
     /// Holds this stream, as a long kernel would, until the returned value is dropped: what is
     /// queued on it after waits, while the device's other streams go on. Emulated devices only:
     /// with it a test or a lesson makes a race between two streams certain instead of likely.
+    /// Drop it before anything waits for the whole device (`cuda::synchronize`, `empty_cache`,
+    /// an allocation that must release the cache): those wait for the held stream too, and only
+    /// `synchronize` can be interrupted.
     pub fn hold(&self) -> Result<crate::backend::gpu::emulated::Hold> {
         match &self.gpu {
             Some(g) => g.driver.hold(self.id).map_err(|e| g.err("Stream::hold", e)),
@@ -203,7 +206,8 @@ enum Recorded {
     Gpu {
         device: Device,
         gpu: Arc<Gpu>,
-        event: DriverEvent,
+        /// Shared, so that a wait for it holds no lock (`synchronize`).
+        event: Arc<DriverEvent>,
     },
     /// On the CPU or a simulated device, whose work before it is done: when it was recorded.
     Host { device: Device, at: Instant },
@@ -265,7 +269,7 @@ impl Event {
             *recorded = Some(Recorded::Gpu {
                 device: stream.device,
                 gpu: g.clone(),
-                event,
+                event: Arc::new(event),
             });
         }
         let Some(Recorded::Gpu { event, .. }) = &*recorded else {
@@ -302,11 +306,14 @@ impl Event {
     /// Waits on the host until the event is reached (`event.synchronize()`); an event never
     /// recorded is reached, as in CUDA. An interrupt stops the wait, not the work.
     pub fn synchronize(&self) -> Result<()> {
-        match &*lock(&self.recorded) {
-            Some(Recorded::Gpu { gpu, event, .. }) => {
-                gpu.wait_event_interruptibly("Event::synchronize", event)
-            }
-            _ => Ok(()),
+        // The wait holds no lock: `query` and `record` from other threads go on meanwhile.
+        let waited = match &*lock(&self.recorded) {
+            Some(Recorded::Gpu { gpu, event, .. }) => Some((gpu.clone(), event.clone())),
+            _ => None,
+        };
+        match waited {
+            Some((gpu, event)) => gpu.wait_event_interruptibly("Event::synchronize", &event),
+            None => Ok(()),
         }
     }
 
@@ -326,7 +333,15 @@ impl Event {
         if std::ptr::eq(self, end) {
             return Ok(0.0);
         }
-        let (start, stop) = (lock(&self.recorded), lock(&end.recorded));
+        // Locked in address order, so that `a.elapsed_time(&b)` and `b.elapsed_time(&a)` on two
+        // threads cannot wait for each other.
+        let (start, stop) = if std::ptr::from_ref(self) < std::ptr::from_ref(end) {
+            let start = lock(&self.recorded);
+            (start, lock(&end.recorded))
+        } else {
+            let stop = lock(&end.recorded);
+            (lock(&self.recorded), stop)
+        };
         let (Some(a), Some(b)) = (&*start, &*stop) else {
             return Err(misuse(
                 "both events must be recorded first (`start.record(&stream)?`, the work, then `end.record(&stream)?`), as in PyTorch".into(),

@@ -16,7 +16,7 @@ use super::driver::{Driver, Event};
 use super::emulated::EmulatedDriver;
 use super::nvrtc::KernelSource;
 use crate::backend::alloc::caching::{PendingUse, RawAllocator};
-use crate::device::current_stream::StreamId;
+use crate::device::current_stream::{STREAMS_PER_POOL, StreamId};
 use crate::device::error::{Error, Reported, Result};
 use crate::device::registry::{Stamped, setting};
 use crate::device::{Device, DeviceKind};
@@ -253,8 +253,25 @@ impl Gpu {
     /// H100. Only waits that release no memory use it; those that guard memory (a segment's
     /// release, an in-flight copy) wait to the end.
     pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
+        self.wait_streams_interruptibly(op, true)
+    }
+
+    /// `wait_interruptibly` for the calling thread's current stream of the device alone, as
+    /// PyTorch's blocking copy waits (a DataLoader's copy on a side stream does not hold up
+    /// `loss.item()`); for every stream while kernels' index checks are still to be read, since
+    /// a check's slot is read from host memory, safe only once its kernel's stream is waited for.
+    pub(crate) fn wait_current_interruptibly(&self, op: &'static str) -> Result<()> {
+        self.wait_streams_interruptibly(op, false)
+    }
+
+    fn wait_streams_interruptibly(&self, op: &'static str, every_stream: bool) -> Result<()> {
         let checks_before = lock(&self.checks).queued();
-        let done = self.events_after_queued_work(op)?;
+        let streams: Vec<StreamId> = if every_stream || checks_before > 0 {
+            (0..self.driver.stream_count() as StreamId).collect()
+        } else {
+            vec![self.driver.current()]
+        };
+        let done = self.events_after_queued_work(op, &streams)?;
         if let Waited::Interrupted = wait_for(&done, None) {
             return Err(Error::Interrupted);
         }
@@ -268,33 +285,37 @@ impl Gpu {
         self.read_checks(Reported::AtNextWait)
     }
 
-    /// An event recorded after the work queued so far on each stream of the device: those the
-    /// last wait kept, or new ones (two threads waiting at once each get their own).
-    fn events_after_queued_work(&self, op: &'static str) -> Result<Vec<Event>> {
-        let streams = self.driver.stream_count();
-        let mut done = std::mem::take(&mut *lock(&self.idle_events));
-        while done.len() < streams {
-            done.push(self.driver.new_event().map_err(|e| self.err(op, e))?);
-        }
-        for (stream, event) in done.iter().enumerate() {
-            let stream = stream as StreamId;
+    /// An event recorded after the work queued so far on each of `streams`: events the last
+    /// waits kept, or new ones (two threads waiting at once each get their own).
+    fn events_after_queued_work(
+        &self,
+        op: &'static str,
+        streams: &[StreamId],
+    ) -> Result<Vec<Event>> {
+        let mut done = Vec::with_capacity(streams.len());
+        for &stream in streams {
+            let kept = lock(&self.idle_events).pop();
+            let event = match kept {
+                Some(e) => e,
+                None => self.driver.new_event().map_err(|e| self.err(op, e))?,
+            };
             self.driver
-                .record_on(event, stream)
+                .record_on(&event, stream)
                 .map_err(|e| self.err(op, e))?;
+            done.push(event);
         }
         Ok(done)
     }
 
     /// Reports a failure of the work before `done` (all reached), and keeps them for the next
-    /// wait.
+    /// waits.
     fn keep_reached(&self, op: &'static str, done: Vec<Event>) -> Result<()> {
         for event in &done {
             event.synchronize().map_err(|e| self.err(op, e))?;
         }
         let mut kept = lock(&self.idle_events);
-        if kept.len() < done.len() {
-            *kept = done;
-        }
+        let room = (STREAMS_PER_POOL as usize + 1).saturating_sub(kept.len());
+        kept.extend(done.into_iter().take(room));
         Ok(())
     }
 
@@ -309,7 +330,8 @@ impl Gpu {
         if queued == 0 {
             return Ok(CellEndWait::Read);
         }
-        let done = self.events_after_queued_work(OP)?;
+        let every: Vec<StreamId> = (0..self.driver.stream_count() as StreamId).collect();
+        let done = self.events_after_queued_work(OP, &every)?;
         match wait_for(&done, Some(Instant::now() + limit)) {
             Waited::Reached => {}
             Waited::TimedOut => return Ok(CellEndWait::StillRunning),

@@ -332,8 +332,9 @@ impl CachingAllocator {
         self.free_after(addr, Vec::new());
     }
 
-    /// Frees the block at `addr`: its bytes leave the allocated counts now; it goes back to its
-    /// pool once every one of `uses` is done (at once when there is none), merged with free
+    /// Frees the block at `addr`: its bytes leave the allocated counts now (its requested bytes
+    /// once it is back in its pool, as in PyTorch); it goes back to its pool once every one of
+    /// `uses` is done (at once when there is none), merged with free
     /// neighbours of its segment.
     pub fn free_after(&mut self, addr: usize, uses: Vec<Box<dyn PendingUse>>) {
         if addr == 0 {
@@ -344,10 +345,9 @@ impl CachingAllocator {
             return;
         };
         debug_assert!(block.allocated, "double free");
-        let (size, requested) = (block.size, block.requested);
+        let size = block.size;
         let s = &mut self.stats;
         s.allocated_bytes -= size;
-        s.requested_bytes -= requested;
         s.allocations -= 1;
         if uses.is_empty() {
             self.release(addr);
@@ -392,6 +392,8 @@ impl CachingAllocator {
             .expect("a freed block is in the block map");
         block.allocated = false;
         let (size, segment) = (block.size, block.segment);
+        // As PyTorch's `free_block`: the requested bytes leave when the block is back in a pool.
+        self.stats.requested_bytes -= block.requested;
         let SegmentInfo { pool, stream, .. } = self.segments[&segment];
         self.raw.returned(addr, size, stream);
         let mut start = addr;

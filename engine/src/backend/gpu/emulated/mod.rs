@@ -175,10 +175,10 @@ impl EmulatedDriver {
         let failure = DeviceFailure::default();
         EmulatedDriver {
             index,
-            streams: Mutex::new(vec![Stream::start(
-                format!("placelab-emulated-cuda{index}"),
-                failure.clone(),
-            )]),
+            streams: Mutex::new(vec![
+                Stream::start(format!("placelab-emulated-cuda{index}"), failure.clone())
+                    .expect("the emulated device's default stream's worker thread starts"),
+            ]),
             failure,
             streams_asked: AtomicU64::new(0),
             engines: Arc::default(),
@@ -211,7 +211,10 @@ impl EmulatedDriver {
         // Callers at once may come in either order: make every stream up to this one.
         while streams.len() <= id as usize {
             let name = format!("placelab-emulated-cuda{}-s{}", self.index, streams.len());
-            streams.push(Stream::start(name, self.failure.clone()));
+            let stream = Stream::start(name, self.failure.clone()).map_err(|e| {
+                DriverError::Emulator(format!("the stream's worker thread did not start: {e}"))
+            })?;
+            streams.push(stream);
         }
         Ok(id)
     }
@@ -376,12 +379,14 @@ impl EmulatedDriver {
         stream::wait_event(&stream, event).map_err(DriverError::Emulator)
     }
 
-    /// Waits for the work queued on every stream of the device.
+    /// Waits for the work queued on every stream of the device, all of it even when one has
+    /// failed (a segment is released after this), then reports the first failure.
     pub(crate) fn synchronize(&self) -> DriverResult<()> {
-        for s in self.all_streams() {
-            s.synchronize().map_err(DriverError::Emulator)?;
-        }
-        Ok(())
+        let waited: Vec<_> = self.all_streams().iter().map(|s| s.synchronize()).collect();
+        waited
+            .into_iter()
+            .collect::<Result<(), String>>()
+            .map_err(DriverError::Emulator)
     }
 
     pub(crate) fn stream_is_idle(&self, stream: StreamId) -> DriverResult<bool> {

@@ -55,51 +55,50 @@ impl Stream {
     /// A stream with its worker thread (named after the device and stream), failing with the
     /// device's other streams. The worker holds only a weak reference, and ends when the stream
     /// is dropped.
-    pub(crate) fn start(name: String, device_failure: DeviceFailure) -> Arc<Stream> {
+    pub(crate) fn start(
+        name: String,
+        device_failure: DeviceFailure,
+    ) -> std::io::Result<Arc<Stream>> {
         let stream = Arc::new(Stream {
             queue: Mutex::default(),
             changed: Condvar::new(),
             device_failure,
         });
         let weak = Arc::downgrade(&stream);
-        std::thread::Builder::new()
-            .name(name)
-            .spawn(move || {
-                while let Some(s) = weak.upgrade() {
-                    let job = {
-                        let mut q = lock(&s.queue);
-                        loop {
-                            if let Some(j) = q.jobs.pop_front() {
-                                break Some(j);
-                            }
-                            // Wake now and then to notice a dropped stream.
-                            let (g, _) = s
-                                .changed
-                                .wait_timeout(q, std::time::Duration::from_millis(200))
-                                .unwrap_or_else(|e| e.into_inner());
-                            q = g;
-                            if q.jobs.is_empty() && Arc::strong_count(&s) == 1 {
-                                break None;
-                            }
-                        }
-                    };
-                    let Some(job) = job else { break };
-                    let skip =
-                        lock(&s.queue).failure.is_some() || failed(&s.device_failure).is_some();
-                    let result = if skip { Ok(()) } else { job() };
+        std::thread::Builder::new().name(name).spawn(move || {
+            while let Some(s) = weak.upgrade() {
+                let job = {
                     let mut q = lock(&s.queue);
-                    if let Err(e) = result {
-                        let mut device = s.device_failure.lock().unwrap_or_else(|e| e.into_inner());
-                        device.get_or_insert_with(|| e.clone());
-                        q.failure.get_or_insert(e);
+                    loop {
+                        if let Some(j) = q.jobs.pop_front() {
+                            break Some(j);
+                        }
+                        // Wake now and then to notice a dropped stream.
+                        let (g, _) = s
+                            .changed
+                            .wait_timeout(q, std::time::Duration::from_millis(200))
+                            .unwrap_or_else(|e| e.into_inner());
+                        q = g;
+                        if q.jobs.is_empty() && Arc::strong_count(&s) == 1 {
+                            break None;
+                        }
                     }
-                    q.done += 1;
-                    drop(q);
-                    s.changed.notify_all();
+                };
+                let Some(job) = job else { break };
+                let skip = lock(&s.queue).failure.is_some() || failed(&s.device_failure).is_some();
+                let result = if skip { Ok(()) } else { job() };
+                let mut q = lock(&s.queue);
+                if let Err(e) = result {
+                    let mut device = s.device_failure.lock().unwrap_or_else(|e| e.into_inner());
+                    device.get_or_insert_with(|| e.clone());
+                    q.failure.get_or_insert(e);
                 }
-            })
-            .expect("the emulated stream's worker thread starts");
-        stream
+                q.done += 1;
+                drop(q);
+                s.changed.notify_all();
+            }
+        })?;
+        Ok(stream)
     }
 
     /// The sticky failure, if queued work has failed.
