@@ -2,7 +2,8 @@
 //! `driver.rs` is the seam), created on first use and timed, since that one-time cost must never
 //! be counted as a transfer; the cuBLAS workspace taken at its first GEMM; and the raw allocator
 //! under the caching allocator. Work is queued on the calling thread's current stream of the
-//! device; the waits here (`wait_interruptibly`, a cell's end) wait for every stream.
+//! device; the waits here for the device (`wait_interruptibly`, a cell's end) wait for every
+//! stream, and a blocking read's (`wait_current_interruptibly`) for the current one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
