@@ -93,7 +93,7 @@ impl Storage {
         };
         match &self.backing {
             Backing::Host(b) | Backing::Cuda(b) if b.device() == stream.device() => {
-                b.record_stream(stream.number());
+                b.record_stream(stream.id());
                 Ok(())
             }
             // A pinned tensor's copies are waited for before its memory is reused (`PinnedHost`).

@@ -132,11 +132,6 @@ impl Stream {
         Ok(event)
     }
 
-    /// The number a block allocated now on this stream's device is kept under.
-    pub(crate) fn number(&self) -> StreamId {
-        self.id
-    }
-
     /// Holds this stream, as a long kernel would, until the returned value is dropped: what is
     /// queued on it after waits, while the device's other streams go on. Emulated devices only:
     /// with it a test or a lesson makes a race between two streams certain instead of likely.
