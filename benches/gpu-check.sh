@@ -108,7 +108,7 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     describe_run "$out"
     local status=0
-    "$BIN/cuda_gpu" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu.log" || status=1
+    "$BIN/cuda_gpu" --include-ignored --test-threads=1 --show-output 2>&1 | tee "$out/cuda_gpu.log" || status=1
     "$BIN/cuda_gpu_memory" --include-ignored --test-threads=1 2>&1 | tee "$out/cuda_gpu_memory.log" || status=1
     "$BIN/cuda_gpu_simulation" --include-ignored 2>&1 | tee "$out/cuda_gpu_simulation.log" || status=1
     python3 benches/torch_cuda_memory.py "$out/alloc_torch.json" || status=1

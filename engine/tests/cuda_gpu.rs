@@ -8,6 +8,7 @@ mod gpu;
 #[path = "support/torch_cases.rs"]
 mod torch_cases;
 
+use placelab::cuda::{Event, Stream, with_stream};
 use placelab::prelude::*;
 use placelab::transfer::{CopyMode, HostMemoryKind};
 
@@ -428,4 +429,119 @@ fn a_wrong_index_is_reported_by_the_gpu_at_the_next_wait() {
         .unwrap();
     let got = rows.index_select(0, &fine).unwrap();
     assert_eq!(got.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+}
+
+/// Work that keeps `stream` busy for a while, so that what is queued behind it waits: on a GPU
+/// an 8192² f32 GEMM queued on it (tens of milliseconds), on an emulated device a hold until
+/// the returned guard is dropped.
+fn keep_busy(stream: &Stream) -> Box<dyn std::any::Any> {
+    if gpu::real() {
+        with_stream(stream, || {
+            let g = Tensor::randn([8192, 8192], GPU).unwrap();
+            Box::new(g.matmul(&g).unwrap()) as Box<dyn std::any::Any>
+        })
+    } else {
+        Box::new(stream.hold().unwrap())
+    }
+}
+
+/// The two rules of work on two streams, on real hardware: a stream that reads what another
+/// writes waits for it (`wait_stream`), and a block another stream reads is not handed out
+/// again before that stream is done with it (`record_stream`). Each write comes behind long
+/// work, so that breaking either rule would read the wrong values.
+#[test]
+fn wait_stream_and_record_stream_keep_two_streams_right() {
+    let _serial = gpu::serial();
+    const N: usize = 1 << 20;
+    let (producer, consumer) = (Stream::new(&GPU).unwrap(), Stream::new(&GPU).unwrap());
+    let all = |t: &Tensor, v: f32| t.to_vec::<f32>().unwrap().iter().all(|&x| x == v);
+    let (a, ones) = with_stream(&producer, || {
+        (
+            Tensor::zeros(N, GPU).unwrap(),
+            Tensor::ones(N, GPU).unwrap(),
+        )
+    });
+    producer.synchronize().unwrap();
+    let busy = keep_busy(&producer);
+    with_stream(&producer, || a.assign_(&ones)).unwrap(); // behind the long work
+    let b = with_stream(&consumer, || {
+        consumer.wait_stream(&producer)?;
+        a.mul(2.0)
+    })
+    .unwrap();
+    drop(busy);
+    consumer.synchronize().unwrap();
+    assert!(
+        all(&b, 2.0),
+        "the consumer read a before the producer wrote it"
+    );
+
+    let x = with_stream(&producer, || Tensor::full(N, 3.0, GPU).unwrap());
+    producer.synchronize().unwrap();
+    let busy = keep_busy(&consumer);
+    let y = with_stream(&consumer, || x.mul(2.0)).unwrap(); // reads x behind the long work
+    x.record_stream(&consumer).unwrap();
+    drop(x);
+    // Without the rule z would take x's block from the producer's pool and write 7s there.
+    let z = with_stream(&producer, || Tensor::full(N, 7.0, GPU).unwrap());
+    producer.synchronize().unwrap();
+    drop(busy);
+    consumer.synchronize().unwrap();
+    assert!(all(&y, 6.0), "the consumer read a block handed out again");
+    assert!(all(&z, 7.0));
+}
+
+/// The lesson's claim on real hardware: an upload from pinned memory on a side stream runs on a
+/// copy engine while the default stream's GEMM runs, and the profile's lanes show it (the share
+/// of the copy's time hidden behind compute). Events time the copy on its stream.
+#[test]
+fn a_pinned_upload_on_a_side_stream_runs_beside_a_gemm() {
+    let _serial = gpu::serial();
+    // On a GPU: 256 MiB (about 5 ms over PCIe 5) beside an 8192² GEMM (tens of milliseconds).
+    let (elements, n) = if gpu::real() {
+        (64 << 20, 8192)
+    } else {
+        (1 << 20, 256)
+    };
+    let side = Stream::new(&GPU).unwrap();
+    let host = Tensor::randn([elements], Device::Cpu).unwrap();
+    let pinned = host.pin_memory().unwrap();
+    let a = Tensor::randn([n, n], GPU).unwrap();
+    // Warm: cuBLAS's handle made, each stream's blocks cached.
+    drop(a.matmul(&a).unwrap());
+    drop(with_stream(&side, || pinned.to_non_blocking(&GPU)).unwrap());
+    cuda::synchronize(0).unwrap();
+    let (start, end) = (Event::new(), Event::new());
+    let mut uploaded = None;
+    let p = profile(|| {
+        let up = with_stream(&side, || {
+            start.record(&side)?;
+            let up = pinned.to_non_blocking(&GPU)?;
+            end.record(&side)?;
+            Ok::<_, Error>(up)
+        })?;
+        let c = a.matmul(&a)?;
+        cuda::synchronize(0)?;
+        uploaded = Some(up);
+        Ok(c)
+    });
+    assert_eq!(p.failure(), None);
+    let up = uploaded.expect("the profiled code ran");
+    assert_eq!(up.to_vec::<f32>().unwrap(), host.to_vec::<f32>().unwrap());
+    let copy_ms = start.elapsed_time(&end).unwrap();
+    assert!(copy_ms > 0.0, "the copy's events: {copy_ms} ms");
+    let hidden = p.copies_hidden().expect("the copy was timed on its stream");
+    println!(
+        "{} MiB in {copy_ms:.3} ms ({:.1} GB/s) on stream {}; {:.0}% of it hidden behind the GEMM\n{}",
+        (elements * 4) >> 20,
+        (elements * 4) as f64 / (copy_ms as f64 * 1e6),
+        side.id(),
+        hidden * 100.0,
+        p.lanes_text()
+    );
+    if gpu::real() {
+        // The GEMM is several times longer than the copy and starts with it: nearly all of the
+        // copy runs beside it. Half is a margin no launch delay eats.
+        assert!(hidden > 0.5, "{:.0}% hidden", hidden * 100.0);
+    }
 }
