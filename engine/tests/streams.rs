@@ -271,7 +271,7 @@ fn on_a_simulated_gpu_a_side_stream_has_its_own_pool_and_events_are_reached_at_o
 }
 
 #[test]
-fn a_profile_draws_each_streams_work_in_a_lane_of_its_own() {
+fn a_profile_draws_each_streams_kernels_and_each_copy_engine_in_a_lane_of_its_own() {
     emulated();
     let side = Stream::new(&GPU).unwrap();
     let host = Tensor::ones(1 << 20, Device::Cpu)
@@ -285,11 +285,11 @@ fn a_profile_draws_each_streams_work_in_a_lane_of_its_own() {
         Ok((up, c))
     });
     let lanes = p.lanes();
-    let side_lane = format!("cuda:0 stream {}", side.id());
     let names: Vec<&str> = lanes.iter().map(|l| l.name.as_str()).collect();
+    // The side stream ran copies alone: they are on the copy engine's lane, not a stream's.
     assert_eq!(
         names,
-        ["host", "cuda:0 default", side_lane.as_str()],
+        ["host", "cuda:0 default", "cuda:0 copies HtoD"],
         "{lanes:?}"
     );
     assert!(
@@ -299,11 +299,12 @@ fn a_profile_draws_each_streams_work_in_a_lane_of_its_own() {
             .all(|s| s.copy && s.op == "to (non-blocking)")
     );
     assert!(lanes[1].spans.iter().any(|s| !s.copy && s.op == "matmul"));
+    assert_eq!(p.engine_lanes().predicted_for, None, "measured by events");
     let hidden = p.copies_hidden().expect("a copy was timed");
     assert!((0.0..=1.0).contains(&hidden), "{hidden}");
     let text = p.lanes_text();
     assert!(
-        text.contains(&side_lane) && text.contains("copies hidden behind compute: "),
+        text.contains("cuda:0 copies HtoD") && text.contains("copies hidden behind compute: "),
         "{text}"
     );
     eprintln!("{text}");
@@ -331,4 +332,51 @@ fn a_read_waits_for_its_own_stream_not_for_a_busy_side_stream() {
         Ok(Ok(N as f32)),
         "the read waited for the held side stream"
     );
+}
+
+/// A simulated GPU runs its work on the host as it is queued, so nothing overlaps there: its
+/// lanes are the cost model's prediction for the GPU it stands for, which keeps the waits the
+/// code asked for between streams.
+#[test]
+fn a_simulated_h100_predicts_the_lanes_and_keeps_the_waits_between_streams() {
+    let name = "a_simulated_h100_predicts_the_lanes_and_keeps_the_waits_between_streams";
+    if !in_own_process(name, &[]) {
+        return;
+    }
+    cuda::simulate_as(1, "h100").unwrap();
+    let side = Stream::new(&GPU).unwrap();
+    let host = Tensor::ones(4 << 20, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let a = Tensor::randn([2048, 2048], GPU).unwrap();
+    let run = |wait: bool| {
+        profile(|| {
+            let up = with_stream(&side, || host.to_non_blocking(&GPU))?;
+            if wait {
+                cuda::default_stream(&GPU)?.wait_stream(&side)?;
+            }
+            Ok((up, a.matmul(&a)?))
+        })
+    };
+    let beside = run(false).engine_lanes();
+    let gpu = beside.predicted_for.expect("predicted for the H100");
+    assert_eq!(gpu.key, "h100");
+    let names: Vec<&str> = beside.lanes.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["host", "cuda:0 default", "cuda:0 copies HtoD"]);
+    let hidden = beside.copies_hidden().unwrap();
+    assert!(hidden > 0.5, "16 MiB beside a 2048³ GEMM: {hidden}");
+    let after = run(true).engine_lanes();
+    let (copy, gemm) = (&after.lanes[2].spans[0], &after.lanes[1].spans[0]);
+    assert!(
+        gemm.start >= copy.end,
+        "the GEMM waited for the copy: {after:?}"
+    );
+    assert_eq!(after.copies_hidden(), Some(0.0));
+    let text = run(false).lanes_text();
+    assert!(
+        text.starts_with("predicted") && text.contains("predicted for an H100 SXM"),
+        "{text}"
+    );
+    eprintln!("{text}");
 }

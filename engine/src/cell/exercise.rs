@@ -33,6 +33,37 @@ pub fn check<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> V
     verdict
 }
 
+/// Compares a guessed number with `actual`, as `check` does, but right when the guess is within
+/// `share` of it (0.2: 20%): for times, which nobody guesses to the digit. Both print to two
+/// decimals.
+///
+/// ```
+/// use placelab::exercise::{check_near, Verdict};
+/// assert_eq!(check_near("the loop's time, ms", Some(1.5), 1.62, 0.2), Verdict::Right);
+/// ```
+pub fn check_near(what: &str, guess: Option<f64>, actual: f64, share: f64) -> Verdict {
+    let within = format!("within {:.0}% of", share * 100.0);
+    let (verdict, line) = match guess {
+        None => (
+            Verdict::NotWritten,
+            not_written(what, &format!("{actual:.2}")),
+        ),
+        Some(g) if (g - actual).abs() <= share * actual.abs() => (
+            Verdict::Right,
+            format!("{what}: {actual:.2}, {within} your {g:.2}."),
+        ),
+        Some(g) => (
+            Verdict::Wrong,
+            format!("{what}: {actual:.2}, not {within} your {g:.2}. Read on for why."),
+        ),
+    };
+    if verdict == Verdict::NotWritten {
+        crate::cell::show::fold_output();
+    }
+    println!("{line}");
+    verdict
+}
+
 /// The start of the message of a `todo!()` panic.
 const TODO: &str = "not yet implemented";
 
@@ -77,14 +108,19 @@ fn left_to_do(panic: &str) -> Option<String> {
     ))
 }
 
+/// What a check says when no guess was written: what ran (`shown`), and to write one first.
+fn not_written(what: &str, shown: &str) -> String {
+    format!(
+        "{what}: {shown}. You wrote no prediction: put yours in the cell above \
+         (`Some(…)` in place of `None`) before you read on, then run both cells again."
+    )
+}
+
 fn judge<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> (Verdict, String) {
     match guess {
         None => (
             Verdict::NotWritten,
-            format!(
-                "{what}: {actual:?}. You wrote no prediction: put yours in the cell above \
-                 (`Some(…)` in place of `None`) before you read on, then run both cells again."
-            ),
+            not_written(what, &format!("{actual:?}")),
         ),
         Some(g) if g == actual => (
             Verdict::Right,
@@ -130,6 +166,14 @@ mod tests {
         assert!(failed.is_err());
         let other = std::panic::catch_unwind(|| attempt(|| panic!("a real bug")));
         assert!(other.is_err(), "a panic that is no todo!() stays a panic");
+    }
+
+    #[test]
+    fn a_guessed_number_is_right_within_its_share() {
+        let what = "the loop's time, ms";
+        assert_eq!(check_near(what, Some(1.3), 1.62, 0.2), Verdict::Right);
+        assert_eq!(check_near(what, Some(1.2), 1.62, 0.2), Verdict::Wrong);
+        assert_eq!(check_near(what, None, 1.62, 0.2), Verdict::NotWritten);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::html::{el, svg};
 use crate::base::units::human_duration;
-use crate::profile::{Lane, Profile};
+use crate::profile::{Lane, Lanes, Profile};
 
 /// Cells across a lane.
 const CELLS: usize = 60;
@@ -43,26 +43,43 @@ const ROW: f64 = 22.0;
 const COMPUTE: &str = "#1565c0";
 const COPY: &str = "#ef6c00";
 
-/// What the lanes show last: the copies' share hidden behind compute, or why there is none.
-fn verdict(p: &Profile, lanes: &[Lane]) -> String {
-    let mut v = match p.copies_hidden() {
+/// What the lanes show last: the copies' share hidden behind compute, or why there is none,
+/// and whether the lanes are predicted.
+fn verdict(lanes: &Lanes) -> String {
+    let mut v = match lanes.copies_hidden() {
         Some(h) => format!("copies hidden behind compute: {:.0}%", h * 100.0),
         None => "no copy on a GPU to hide".into(),
     };
-    if lanes.len() == 1 {
-        v += " (no GPU times: a simulated device's work runs on the host)";
+    match lanes.predicted_for {
+        Some(gpu) => {
+            v += &format!(
+                " (predicted for an {} by placelab's cost model: a simulated device runs its work on the host)",
+                gpu.name
+            )
+        }
+        None if lanes.lanes.len() == 1 => {
+            v += " (no GPU times: a simulated device's work runs on the host)"
+        }
+        None => {}
     }
     v
 }
 
-/// The end of the last span, at least the code's wall time.
-fn span_end(p: &Profile, lanes: &[Lane]) -> Duration {
-    lanes
-        .iter()
-        .flat_map(|l| l.spans.iter().map(|s| s.end))
-        .max()
-        .unwrap_or_default()
-        .max(p.wall())
+/// The end of the last span; for measured lanes at least the code's wall time.
+fn span_end(p: &Profile, lanes: &Lanes) -> Duration {
+    let end = lanes.end();
+    match lanes.predicted_for {
+        Some(_) => end,
+        None => end.max(p.wall()),
+    }
+}
+
+/// The first column's heading: `lanes`, or `predicted` for a predicted timeline.
+fn heading(lanes: &Lanes) -> &'static str {
+    match lanes.predicted_for {
+        Some(_) => "predicted",
+        None => "lanes",
+    }
 }
 
 impl Profile {
@@ -70,11 +87,12 @@ impl Profile {
     /// each bar's op and times in its tooltip, the span's end under the rows, and the share of
     /// the copies hidden behind compute.
     pub fn lanes_svg(&self) -> String {
-        let lanes = self.lanes();
-        let end = span_end(self, &lanes);
+        let shown = self.engine_lanes();
+        let end = span_end(self, &shown);
+        let lanes = &shown.lanes;
         let w = WIDTH - LEFT - 8.0;
         let x = |t: Duration| LEFT + w * t.as_secs_f64() / end.as_secs_f64().max(1e-9);
-        let height = ROW * lanes.len() as f64 + 40.0;
+        let height = ROW * lanes.len() as f64 + 56.0;
         let text = |x: f64, y: f64, words: &str| {
             el("text")
                 .attr("x", &format!("{x:.1}"))
@@ -82,8 +100,9 @@ impl Profile {
                 .text(words)
         };
         let mut svg = svg(WIDTH, height);
+        svg = svg.child(text(4.0, 14.0, heading(&shown)));
         for (i, lane) in lanes.iter().enumerate() {
-            let y = ROW * i as f64 + 4.0;
+            let y = ROW * i as f64 + 20.0;
             svg = svg.child(text(4.0, y + 13.0, &lane.name));
             for s in &lane.spans {
                 let (x0, x1) = (x(s.start), x(s.end));
@@ -105,31 +124,35 @@ impl Profile {
                 );
             }
         }
-        let bottom = ROW * lanes.len() as f64 + 16.0;
+        let bottom = ROW * lanes.len() as f64 + 32.0;
         svg = svg
             .child(text(LEFT, bottom, "0"))
             .child(text(WIDTH - 8.0, bottom, &human_duration(end)).attr("text-anchor", "end"))
-            .child(text(4.0, bottom + 16.0, &verdict(self, &lanes)));
+            .child(text(4.0, bottom + 16.0, &verdict(&shown)));
         svg.into_string()
     }
 
     /// The lanes as text: the host and each GPU stream over the profile's span, and how much of
     /// the copies' time another stream computed beside them.
     pub fn lanes_text(&self) -> String {
-        let lanes = self.lanes();
-        let end = span_end(self, &lanes);
-        let width = lanes.iter().map(|l| l.name.len()).max().unwrap_or(4);
+        let shown = self.engine_lanes();
+        let end = span_end(self, &shown);
+        let lanes = &shown.lanes;
+        let width = (lanes.iter().map(|l| l.name.chars().count()))
+            .max()
+            .unwrap_or(4)
+            .max(heading(&shown).len());
         let mut out = format!(
             "{:width$}  0 {:─^w$} {}\n",
-            "lanes",
+            heading(&shown),
             "",
             human_duration(end),
             w = CELLS - 2
         );
-        for lane in &lanes {
+        for lane in lanes {
             out += &format!("{:width$}  {}\n", lane.name, strip(lane, end));
         }
-        out + "█ compute  ▒ copy\n" + &verdict(self, &lanes)
+        out + "█ compute  ▒ copy\n" + &verdict(&shown)
     }
 }
 

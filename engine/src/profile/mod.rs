@@ -14,11 +14,14 @@
 //! does: its host time then includes its GPU time. On a simulated device standing for a named
 //! GPU each op also carries what the cost model predicts it would take there.
 
+mod frame;
 mod gpu;
 mod lanes;
+mod predicted_lanes;
 mod record;
 mod rows;
 mod timeline;
+mod waits;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,14 +31,16 @@ use crate::cost::gpus::GpuSpec;
 use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
 
+pub use frame::{Frame, frame};
 pub use gpu::{Bound, Finish, GpuBusy, GpuClock, GpuOrigin, GpuTime, PendingGpuTime};
-pub use lanes::{Lane, Span};
+pub use lanes::{CopyDirection, Engine, Lane, Lanes, Span};
 pub use record::{
-    ACCUMULATE_GRAD, Frame, OpScope, PhaseGuard, begin, block_allocated, block_freed, frame,
-    grad_fn, phase, profile, profile_as, profile_blocking, profile_value, recording,
+    ACCUMULATE_GRAD, OpScope, PhaseGuard, begin, block_allocated, block_freed, grad_fn, phase,
+    profile, profile_as, profile_blocking, profile_value, recording,
 };
 pub(crate) use record::{profile_outcome, unpriced};
 pub use rows::Row;
+pub use waits::{stream_mark, stream_waited};
 
 /// A non-blocking copy's name in a profile, beside a blocking copy's `to`: the host only
 /// queues it.
@@ -176,11 +181,33 @@ pub struct OpRecord {
     pub gpu_start: Option<Duration>,
     /// The stream it was queued on (`cuda::current_stream` as it began; 0 on the CPU).
     pub stream: u32,
+    /// For a copy (`.to()`): the device it read from (`device` is the one it wrote to).
+    pub copied_from: Option<Device>,
     /// What it would take on the named GPU the device stands for.
     pub predicted: Option<Duration>,
     /// Bytes of the blocks it took from and gave back to its devices' allocators.
     pub allocated: u64,
     pub freed: u64,
+}
+
+/// Where a stream's work stood in a recording when an event was recorded on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamMark {
+    pub(super) recording: u64,
+    pub(super) device: Device,
+    pub(super) stream: u32,
+    pub(super) ops: usize,
+}
+
+/// A stream that waited for another: the ops of `stream` recorded from `from_op` on wait for
+/// the ops of `waited` among the first `after` (its work when the event was recorded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamWait {
+    pub device: Device,
+    pub stream: u32,
+    pub waited: u32,
+    pub after: usize,
+    pub from_op: usize,
 }
 
 /// Allocated bytes of one device just after a block was handed out or taken back.
@@ -242,6 +269,9 @@ pub struct Profile {
     /// Whether each GPU op waited for its work (`profile_blocking`).
     blocking: bool,
     stands_for: BTreeMap<Device, &'static GpuSpec>,
+    /// The waits of one stream for another's work (`wait_stream`, `Event::wait`) made while the
+    /// code ran, which a predicted timeline keeps.
+    waits: Vec<StreamWait>,
     failure: Option<String>,
 }
 

@@ -21,26 +21,30 @@ pub(super) fn lock() -> MutexGuard<'static, Option<Recording>> {
 }
 
 pub(super) struct Recording {
-    start: Instant,
+    /// Which recording this is (a stream's mark from another one means nothing here).
+    pub(super) id: u64,
+    pub(super) start: Instant,
     /// The measured time of everything recorded so far (what a frame subtracts).
-    recorded: Duration,
+    pub(super) recorded: Duration,
     /// The blocks made while recording and not yet freed, by device and block id.
     live: std::collections::HashMap<(Device, u64), MadeBlock>,
-    phase: Phase,
+    pub(super) phase: Phase,
     grad_fn: Option<&'static str>,
     /// The GPU ops whose CUDA events are still to be read, and how to wait for their devices.
     pending: std::collections::VecDeque<Pending>,
     clocks: std::collections::BTreeMap<Device, GpuClock>,
     /// Each GPU's first event, recorded as its first op began.
     origins: std::collections::BTreeMap<Device, Origin>,
-    profile: Profile,
+    pub(super) profile: Profile,
 }
 
 impl Recording {
     /// A recording whose times count from `start`, the instant the profiled code's wall time
     /// starts from too.
     pub(super) fn new(start: Instant) -> Recording {
+        static RECORDINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Recording {
+            id: RECORDINGS.fetch_add(1, Ordering::Relaxed),
             start,
             recorded: Duration::ZERO,
             live: Default::default(),
@@ -104,7 +108,7 @@ pub(crate) fn unpriced<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// Runs `f` on the recording, if one is running.
-fn with_recording(f: impl FnOnce(&mut Recording)) {
+pub(super) fn with_recording(f: impl FnOnce(&mut Recording)) {
     if recording()
         && let Some(rec) = lock().as_mut()
     {
@@ -135,6 +139,8 @@ pub struct OpScope {
     stands_for: Option<&'static GpuSpec>,
     /// The stream it was queued on.
     stream: u32,
+    /// For a copy: the device it reads from.
+    copied_from: Option<Device>,
     start: Instant,
     /// On a GPU, the outermost op's: how its device is timed, and what records the closing
     /// CUDA event behind its work.
@@ -193,6 +199,7 @@ pub fn begin(
         device,
         stands_for,
         stream: crate::device::current_stream::current(device),
+        copied_from: None,
         start,
         gpu,
     })
@@ -220,6 +227,11 @@ impl OpenOp {
 }
 
 impl OpScope {
+    /// Marks the op as a copy from `from` to its device.
+    pub fn copying_from(&mut self, from: Device) {
+        self.copied_from = Some(from);
+    }
+
     /// Adds what the op would take on the named GPU, once known (a copy's prediction).
     pub fn add_predicted(&mut self, predicted: Option<Duration>) {
         OPEN.with(|o| {
@@ -271,6 +283,7 @@ impl Drop for OpScope {
                 gpu_time: None,
                 gpu_start: None,
                 stream: self.stream,
+                copied_from: self.copied_from,
                 predicted,
                 allocated,
                 freed,
@@ -293,56 +306,6 @@ impl Drop for OpScope {
             if rec.pending.len() > gpu::READ_REACHED_BEYOND {
                 gpu::read_reached(&mut rec.profile.ops, &mut rec.pending, &rec.origins);
             }
-        });
-    }
-}
-
-/// Code around ops that is not an op itself (the autograd engine walking the graph): recorded
-/// when it drops as one row with its own time, the time of the ops inside it taken out, as
-/// PyTorch's profiler gives `autograd::engine::evaluate_function` its self time.
-pub struct Frame {
-    name: &'static str,
-    device: Device,
-    start: Instant,
-    recorded_before: Duration,
-}
-
-/// Starts the frame `name` on `device`, if a profile records and no op is open on this thread.
-pub fn frame(name: &'static str, device: Device) -> Option<Frame> {
-    if !recording() || OPEN.with(|o| o.borrow().is_some()) {
-        return None;
-    }
-    let mut recorded_before = Duration::ZERO;
-    with_recording(|rec| recorded_before = rec.recorded);
-    Some(Frame {
-        name,
-        device,
-        start: Instant::now(),
-        recorded_before,
-    })
-}
-
-impl Drop for Frame {
-    fn drop(&mut self) {
-        let elapsed = self.start.elapsed();
-        with_recording(|rec| {
-            let inside = rec.recorded.saturating_sub(self.recorded_before);
-            let own = elapsed.saturating_sub(inside);
-            rec.recorded += own;
-            rec.profile.ops.push(OpRecord {
-                name: self.name,
-                phase: rec.phase,
-                grad_fn: None,
-                device: self.device,
-                start: self.start.saturating_duration_since(rec.start),
-                measured: own,
-                gpu_time: None,
-                gpu_start: None,
-                stream: 0,
-                predicted: None,
-                allocated: 0,
-                freed: 0,
-            });
         });
     }
 }

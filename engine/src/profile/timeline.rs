@@ -66,6 +66,7 @@ pub(crate) mod tests {
             gpu_time: None,
             gpu_start: None,
             stream: 0,
+            copied_from: None,
             predicted: None,
             allocated: 0,
             freed: 0,

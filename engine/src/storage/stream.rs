@@ -18,6 +18,7 @@ use crate::backend::gpu::runtime::{Gpu, gpu};
 use crate::device::current_stream::{self, DEFAULT_STREAM, StreamId, pool_slot};
 use crate::device::error::{Error, Result};
 use crate::device::{Device, DeviceKind};
+use crate::profile;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -194,6 +195,8 @@ pub fn with_stream<R>(stream: &Stream, f: impl FnOnce() -> R) -> R {
 /// between two. It belongs to the device it is first recorded on.
 pub struct Event {
     recorded: Mutex<Option<Recorded>>,
+    /// Where its stream's work stood in the profile recording when it was recorded, if one was.
+    mark: Mutex<Option<profile::StreamMark>>,
 }
 
 enum Recorded {
@@ -227,6 +230,7 @@ impl Event {
     pub fn new() -> Event {
         Event {
             recorded: Mutex::new(None),
+            mark: Mutex::new(None),
         }
     }
 
@@ -234,6 +238,12 @@ impl Event {
     /// recording it again moves it there. PyTorch's `event.record()` with no stream is
     /// `event.record(&cuda::current_stream(&device)?)` here.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.record_driver_event(stream)?;
+        *lock(&self.mark) = profile::stream_mark(stream.device, stream.id);
+        Ok(())
+    }
+
+    fn record_driver_event(&self, stream: &Stream) -> Result<()> {
         let mut recorded = lock(&self.recorded);
         if let Some(r) = &*recorded
             && r.device() != stream.device
@@ -278,6 +288,14 @@ impl Event {
     /// Makes the work queued on `stream` from now on wait until the event is reached
     /// (`event.wait(stream)`); the host does not wait. The stream may be of another GPU.
     pub fn wait(&self, stream: &Stream) -> Result<()> {
+        self.wait_driver_event(stream)?;
+        if let Some(mark) = *lock(&self.mark) {
+            profile::stream_waited(mark, stream.device, stream.id);
+        }
+        Ok(())
+    }
+
+    fn wait_driver_event(&self, stream: &Stream) -> Result<()> {
         let recorded = lock(&self.recorded);
         let Some(r) = &*recorded else {
             return Err(Error::InvalidArgument {

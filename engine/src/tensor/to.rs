@@ -67,6 +67,7 @@ impl Tensor {
             // Profiled as an op of its own: the host only queues it (`NON_BLOCKING_TO`).
             let mut op = storage::profiled(t.to, NON_BLOCKING_TO, crate::profile::Work::Unpriced);
             if let Some(op) = op.as_mut() {
+                op.copying_from(t.from);
                 op.add_predicted(prediction(&t).map(|p| p.duration));
             }
             let start = Instant::now();
@@ -149,6 +150,9 @@ impl Tensor {
     /// Copies the contiguous `src` (this tensor's values) and records `t`, timed.
     fn blocking_copy(&self, src: &Tensor, mut t: Transfer, pinned_dst: bool) -> Result<Tensor> {
         let mut op = storage::profiled(t.to, "to", crate::profile::Work::Unpriced);
+        if let Some(op) = op.as_mut() {
+            op.copying_from(t.from);
+        }
         let start = Instant::now();
         let (storage, gpu_time) = src.storage().transfer(t.to, pinned_dst)?;
         let wall = start.elapsed();
