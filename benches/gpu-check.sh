@@ -8,7 +8,7 @@
 #                                  # PyTorch, write OUT/gpu-results.md (OUT defaults to $OUT or
 #                                  # target/gpu-check/out), and OUT/run.json: the GPU,
 #                                  # driver, host CPU, PyTorch and the commit measured
-#   benches/gpu-check.sh notebooks # on a GPU machine with Rust: the nine tutorials, checked,
+#   benches/gpu-check.sh notebooks # on a GPU machine with Rust: the ten tutorials, checked,
 #                                  # their executed copies in notebooks/executed-GPU/ (below)
 #
 # `run` checks every op against the CPU backend and PyTorch's reference cases, the allocator's
@@ -175,6 +175,13 @@ if overlap:
     for r in overlap:
         p = t.get(key(r))
         rows.append(f"| {r['kind']} | {r['ms']:.3f} | {p['ms']:.3f} |" if p else f"| {r['kind']} | {r['ms']:.3f} | – |")
+lesson = [r for r in ours if r["bench"] == "lesson"]
+if lesson:
+    rows += ["", "| notebook 9's loop (4 × 16 MiB, 2048³ f32) | placelab ms | PyTorch ms | lanes measured: ms, copies hidden | lanes predicted for this GPU |", "|---|---|---|---|---|"]
+    for r in lesson:
+        p = t.get(key(r))
+        predicted = f"{r['predicted_lanes_ms']:.3f} ms, {r['predicted_hidden'] * 100:.0f}%" if "predicted_lanes_ms" in r else "–"
+        rows.append(f"| {r['kind']} | {r['ms']:.3f} | {p['ms']:.3f} | {r['lanes_ms']:.3f} ms, {r['hidden'] * 100:.0f}% | {predicted} |" if p else f"| {r['kind']} | {r['ms']:.3f} | – | {r['lanes_ms']:.3f} ms, {r['hidden'] * 100:.0f}% | {predicted} |")
 profiled = [r for r in ours if r["bench"] == "profile"]
 if profiled:
     rows += ["", "| profiled MLP step (notebook 04), row | calls | CUDA events ms | model (error) |", "|---|---|---|---|"]
@@ -198,7 +205,7 @@ PY
     return "$status"
 }
 
-# `notebooks [--emulated]`: the nine tutorials run by `placelab run-notebook` on this machine's
+# `notebooks [--emulated]`: the ten tutorials run by `placelab run-notebook` on this machine's
 # GPU, each held to every assertion of tests/jupyter/test_notebooks.py that holds on a real GPU;
 # their executed copies go to notebooks/executed-GPU/ (`h200` for an NVIDIA H200). With
 # --emulated, the dry run: emulated devices, the copies left in target/gpu-check/. Unlike `run`

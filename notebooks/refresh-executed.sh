@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refreshes notebooks/executed/: the nine tutorials, each run top to bottom through the kernel
+# Refreshes notebooks/executed/: the ten tutorials, each run top to bottom through the kernel
 # by the notebook tests (which check what each teaches), kept with their outputs so that they
 # can be read on GitHub or in any viewer without running anything.
 #
