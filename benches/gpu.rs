@@ -556,5 +556,6 @@ fn main() -> Result<()> {
     whole_steps()?;
     sweeps()?;
     gpu_overlap::overlap()?;
+    gpu_overlap::lesson(spec())?;
     profiled_steps()
 }

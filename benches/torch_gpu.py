@@ -243,6 +243,34 @@ def overlap():
         print(json.dumps({"bench": "overlap", "kind": kind, "bytes": 256 << 20, "gemm_n": 4096, "ms": ms}))
 
 
+def lesson():
+    """benches/gpu_overlap.rs's `lesson` in PyTorch: notebook 9's four 16 MiB pinned batches,
+    each multiplied by a 2048^2 weight, on one stream and then prefetched on a side stream."""
+    w = torch.randn(2048, 2048, device=dev)
+    batches = [torch.randn(2048, 2048).pin_memory() for _ in range(4)]
+    side = torch.cuda.Stream()
+
+    def one_stream():
+        for b in batches:
+            b.to(dev, non_blocking=True) @ w
+
+    def prefetched():
+        with torch.cuda.stream(side):
+            x = batches[0].to(dev, non_blocking=True)
+        for i in range(len(batches)):
+            torch.cuda.current_stream().wait_stream(side)
+            x.record_stream(torch.cuda.current_stream())
+            nxt = None
+            if i + 1 < len(batches):
+                with torch.cuda.stream(side):
+                    nxt = batches[i + 1].to(dev, non_blocking=True)
+            x @ w
+            x = nxt
+
+    for kind, run in (("one_stream", one_stream), ("prefetched", prefetched)):
+        print(json.dumps({"bench": "lesson", "kind": kind, "bytes": 16 << 20, "ms": median_ms(run, 1, 7)}))
+
+
 if __name__ == "__main__":
     transfers()
     non_blocking()
@@ -252,3 +280,4 @@ if __name__ == "__main__":
     whole_steps()
     sweeps()
     overlap()
+    lesson()
