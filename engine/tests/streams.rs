@@ -380,3 +380,35 @@ fn a_simulated_h100_predicts_the_lanes_and_keeps_the_waits_between_streams() {
     );
     eprintln!("{text}");
 }
+
+/// `profile_as` prices a GPU's copies as well as its kernels, so that a real or emulated GPU's
+/// profile has predicted lanes beside its measured ones (`benches/gpu_overlap.rs` sets one
+/// against the other on a real GPU).
+#[test]
+fn profile_as_prices_copies_too_so_a_gpus_lanes_can_be_predicted() {
+    emulated();
+    let side = Stream::new(&GPU).unwrap();
+    let host = Tensor::ones(4 << 20, Device::Cpu)
+        .unwrap()
+        .pin_memory()
+        .unwrap();
+    let a = Tensor::randn([512, 512], GPU).unwrap();
+    let h100 = placelab::cost::find("h100").unwrap();
+    let p = placelab::profile::profile_as(h100, || {
+        let up = with_stream(&side, || host.to_non_blocking(&GPU))?;
+        Ok((up, a.matmul(&a)?))
+    });
+    assert_eq!(p.engine_lanes().predicted_for, None, "measured by events");
+    let predicted = p.predicted_lanes().expect("priced for an H100");
+    let copies = predicted
+        .iter()
+        .find(|l| l.name == "cuda:0 copies HtoD")
+        .expect("the copy priced on the copy engine's lane");
+    // 16 MiB over PCIe 5 from pinned memory: about 0.3 ms.
+    let took = copies.spans[0].end - copies.spans[0].start;
+    assert!(
+        took > std::time::Duration::from_micros(200)
+            && took < std::time::Duration::from_micros(500),
+        "{predicted:?}"
+    );
+}

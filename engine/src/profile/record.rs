@@ -227,6 +227,12 @@ impl OpenOp {
 }
 
 impl OpScope {
+    /// The named GPU the op is priced for: the one its simulated device stands for, or the one
+    /// `profile_as` prices a GPU's ops as.
+    pub fn priced_for(&self) -> Option<&'static GpuSpec> {
+        self.stands_for
+    }
+
     /// Marks the op as a copy from `from` to its device.
     pub fn copying_from(&mut self, from: Device) {
         self.copied_from = Some(from);

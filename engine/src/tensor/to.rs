@@ -6,10 +6,26 @@ use std::time::{Duration, Instant};
 use super::Tensor;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
-use crate::profile::NON_BLOCKING_TO;
+use crate::profile::{NON_BLOCKING_TO, OpScope};
 use crate::storage;
 use crate::transfer::inflight::{self, InFlight};
 use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, prediction, record};
+
+/// What the profile's op for the copy `t` would take on the GPU it is priced for: the copy's own
+/// prediction (a simulated device's), else, under `profile_as`, the copy priced for that GPU.
+fn op_prediction(
+    op: &OpScope,
+    t: &Transfer,
+    predicted: Option<&crate::transfer::PredictedCopy>,
+) -> Option<Duration> {
+    predicted.map(|p| p.duration).or_else(|| {
+        let pinned = t.memory == HostMemoryKind::Pinned;
+        let waits = t.mode != CopyMode::NonBlocking;
+        let priced =
+            crate::transfer::predicted::on(op.priced_for()?, t.from, t.to, t.bytes, pinned, waits);
+        Some(priced.duration)
+    })
+}
 
 impl Tensor {
     /// A copy of this tensor on `device`; this tensor stays where it is. Moving to the device it
@@ -68,7 +84,7 @@ impl Tensor {
             let mut op = storage::profiled(t.to, NON_BLOCKING_TO, crate::profile::Work::Unpriced);
             if let Some(op) = op.as_mut() {
                 op.copying_from(t.from);
-                op.add_predicted(prediction(&t).map(|p| p.duration));
+                op.add_predicted(op_prediction(op, &t, prediction(&t).as_ref()));
             }
             let start = Instant::now();
             let (storage, completion) = src.storage().transfer_non_blocking(*device, pinned_dst)?;
@@ -161,7 +177,7 @@ impl Tensor {
         t.between_gpus = gpu_time.and_then(|g| g.peer).map(peer_copy);
         let t = record(t);
         if let Some(op) = op.as_mut() {
-            op.add_predicted(t.predicted.as_ref().map(|p| p.duration));
+            op.add_predicted(op_prediction(op, &t, t.predicted.as_ref()));
         }
         Ok(Tensor::from_storage(storage, self.shape().to_vec()).with_transfer(t))
     }

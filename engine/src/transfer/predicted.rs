@@ -53,6 +53,19 @@ pub(crate) fn of(
 ) -> Option<PredictedCopy> {
     let stands_for = |d: Device| d.kind().ok().and_then(DeviceKind::stands_for);
     let gpu = stands_for(to).or_else(|| stands_for(from))?;
+    Some(on(gpu, from, to, bytes, pinned, waits))
+}
+
+/// What a copy from `from` to `to` would take on `gpu` (a real GPU's copy priced as another's,
+/// under `profile::profile_as`).
+pub(crate) fn on(
+    gpu: &'static GpuSpec,
+    from: Device,
+    to: Device,
+    bytes: usize,
+    pinned: bool,
+    waits: bool,
+) -> PredictedCopy {
     let route = if from.is_cuda() && to.is_cuda() {
         CopyRoute::BetweenGpus
     } else {
@@ -63,13 +76,13 @@ pub(crate) fn of(
         true => p.seconds + model::FITTED.blocking_copy_host,
         false => model::FITTED.host_op,
     };
-    Some(PredictedCopy {
+    PredictedCopy {
         gpu,
         duration: Duration::from_secs_f64(p.seconds),
         host_wait: Duration::from_secs_f64(host_wait),
         link: p.link,
         measured: measured_near(gpu, route, to.is_cuda(), bytes as u64).map(Box::new),
-    })
+    }
 }
 
 /// The copy placelab measured on `gpu`'s kind along `route` nearest in size to `bytes`
