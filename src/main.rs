@@ -129,6 +129,10 @@ fn environment_help() -> String {
             "(any value) use no real GPU, never load the CUDA driver",
         ),
         (
+            "PLACELAB_CUDA_MEMORY_FRACTION=F",
+            "cap each GPU's memory for this process at F (0 to 1)",
+        ),
+        (
             "PLACELAB_CUDA_LIB_DIRS=DIR[:DIR…]",
             "folders to load NVRTC and cuBLAS from (pip wheels)",
         ),

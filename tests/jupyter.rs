@@ -590,6 +590,7 @@ fn help_lists_every_environment_variable() {
         "PLACELAB_EMULATE_CUDA",
         "PLACELAB_NO_CUDA",
         "PLACELAB_CUDA_LIB_DIRS",
+        "PLACELAB_CUDA_MEMORY_FRACTION",
         "PLACELAB_CACHE",
         "PLACELAB_ENGINE",
         "PLACELAB_HISTORY",

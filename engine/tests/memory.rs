@@ -166,6 +166,49 @@ fn out_of_memory_is_an_error_with_the_numbers() {
     drop(keep);
 }
 
+/// A class sharing one GPU: each process capped at a share of it
+/// (`cuda::set_per_process_memory_fraction`, as PyTorch's). Past the cap the cache is released
+/// and the allocation fails, naming the cap; another device, and what was held, are untouched.
+#[test]
+fn a_per_process_memory_fraction_caps_what_the_cache_reserves() {
+    let _g = serial();
+    stand_in::gpus(2, Some(1 << 30)).unwrap();
+    let (d, other) = (Device::Cuda(0), Device::Cuda(1));
+    cuda::set_per_process_memory_fraction(0.25, 0).unwrap(); // 256 MiB of 1 GiB
+    assert_eq!(cuda::get_per_process_memory_fraction(0).unwrap(), 0.25);
+    assert_eq!(cuda::get_per_process_memory_fraction(1).unwrap(), 1.0);
+    let floats = |mib: usize| [mib << 18];
+    let within = Tensor::zeros(floats(160), d).unwrap();
+    let e = Tensor::zeros(floats(160), d).unwrap_err();
+    match &e {
+        Error::OutOfMemory {
+            allowed: Some(cap),
+            requested,
+            ..
+        } => assert_eq!((*cap, *requested), (256 << 20, 160 << 20)),
+        other => panic!("expected the cap's OutOfMemory, got {other}"),
+    }
+    let msg = e.to_string();
+    assert!(
+        msg.contains("tried to allocate 160.00 MiB, past this process's cap of 256.00 MiB (0.25 of the device's 1.00 GiB")
+            && msg.contains("`cuda::set_per_process_memory_fraction(f, 0)`"),
+        "{msg}"
+    );
+    let elsewhere = Tensor::zeros(floats(512), other).unwrap();
+    // Freed, the block stays cached and is handed out again within the cap.
+    drop(within);
+    let again = Tensor::zeros(floats(160), d).unwrap();
+    assert_eq!(cuda::memory_reserved(0).unwrap(), 160 << 20);
+    let bad = cuda::set_per_process_memory_fraction(1.5, 0).unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("the fraction is 1.5: give a fraction of the device's memory from 0 to 1"),
+        "{bad}"
+    );
+    cuda::set_per_process_memory_fraction(1.0, 0).unwrap();
+    drop((again, elsewhere));
+}
+
 #[test]
 fn fragmentation_is_what_empty_cache_cannot_release_and_the_error_says_so() {
     let _g = serial();

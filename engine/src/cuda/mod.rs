@@ -87,6 +87,26 @@ pub fn host_empty_cache() -> usize {
     crate::backend::gpu::pinned::empty_cache()
 }
 
+/// Caps what this process may reserve on `cuda:index` at `fraction` of its memory
+/// (`torch.cuda.set_per_process_memory_fraction(fraction, index)`): for learners sharing one
+/// GPU, each kernel takes its share and no more. An allocation past the cap releases the cache
+/// and then fails as out of memory, naming the cap; other processes are untouched.
+/// `PLACELAB_CUDA_MEMORY_FRACTION` sets it for every device from the start (a kernelspec's
+/// `--env`).
+pub fn set_per_process_memory_fraction(fraction: f64, index: usize) -> Result<()> {
+    let device = Device::Cuda(index);
+    device.check_available()?;
+    memory::set_memory_fraction(&device, fraction)
+}
+
+/// The share of `cuda:index`'s memory this process may reserve
+/// (`torch.cuda.get_per_process_memory_fraction`): 1 unless capped.
+pub fn get_per_process_memory_fraction(index: usize) -> Result<f64> {
+    let device = Device::Cuda(index);
+    device.check_available()?;
+    memory::memory_fraction(&device)
+}
+
 /// (free, total) bytes of `cuda:index` as the driver reports them (`torch.cuda.mem_get_info`).
 pub fn mem_get_info(index: usize) -> Result<(usize, usize)> {
     memory::mem_get_info(&Device::Cuda(index))

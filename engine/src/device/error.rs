@@ -66,6 +66,10 @@ pub enum Error {
         total: usize,
         allocated: usize,
         reserved: usize,
+        /// The cap this process may reserve on the device
+        /// (`cuda::set_per_process_memory_fraction`), when it, not the device, stopped the
+        /// allocation.
+        allowed: Option<usize>,
     },
     /// The driver would not page-lock a pinned request, even after the pinned cache gave its
     /// free blocks back.
@@ -173,14 +177,7 @@ impl fmt::Display for Error {
                 f,
                 "{device} is not available: {reason}. Use `Device::cuda_if_available()` to fall back to the CPU, or `cuda::device_count()` to see how many CUDA devices there are (set PLACELAB_SIMULATE_CUDA=N for N simulated ones)."
             ),
-            Error::OutOfMemory {
-                device,
-                requested,
-                free,
-                total,
-                allocated,
-                reserved,
-            } => out_of_memory(f, device, requested, free, total, allocated, reserved),
+            Error::OutOfMemory { .. } => out_of_memory_message(f, self),
             Error::PinnedOutOfMemory {
                 requested,
                 released,
@@ -291,6 +288,54 @@ fn out_of_memory(
     write!(
         f,
         "Free tensors you no longer need (`drop(x)` / `:del x`), use a smaller size or a lower-precision dtype, or move work to another device."
+    )
+}
+
+/// `OutOfMemory`'s message: past this process's cap, or past what the device has free.
+fn out_of_memory_message(f: &mut fmt::Formatter<'_>, e: &Error) -> fmt::Result {
+    let Error::OutOfMemory {
+        device,
+        requested,
+        free,
+        total,
+        allocated,
+        reserved,
+        allowed,
+    } = e
+    else {
+        unreachable!("called for OutOfMemory")
+    };
+    match allowed {
+        Some(cap) => over_the_cap(f, device, *requested, *total, (*allocated, *reserved), *cap),
+        None => out_of_memory(f, device, requested, free, total, allocated, reserved),
+    }
+}
+
+/// `OutOfMemory`'s message when the process's cap stopped the allocation, not the device.
+fn over_the_cap(
+    f: &mut fmt::Formatter<'_>,
+    device: &Device,
+    requested: usize,
+    total: usize,
+    (allocated, reserved): (usize, usize),
+    cap: usize,
+) -> fmt::Result {
+    write!(
+        f,
+        "out of memory on {device}: tried to allocate {}, past this process's cap of {} \
+         ({:.2} of the device's {}, set by `cuda::set_per_process_memory_fraction` or \
+         PLACELAB_CUDA_MEMORY_FRACTION; {} allocated by tensors, {} reserved by the cache, \
+         which was already released). The device itself may have room: the cap keeps what \
+         others on it have. Free tensors you no longer need (`drop(x)` / `:del x`), use a \
+         smaller size or a lower-precision dtype, or raise the cap \
+         (`cuda::set_per_process_memory_fraction(f, {})`) if this GPU is yours alone.",
+        human_bytes(requested),
+        human_bytes(cap),
+        cap as f64 / total.max(1) as f64,
+        human_bytes(total),
+        human_bytes(allocated),
+        human_bytes(reserved),
+        device.index().unwrap_or(0)
     )
 }
 

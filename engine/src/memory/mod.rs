@@ -45,6 +45,8 @@ impl LiveStorage {
 pub(crate) struct DeviceMemory {
     alloc: CachingAllocator,
     live: BTreeMap<u64, LiveStorage>,
+    /// The share of the device this process may reserve (`set_memory_fraction`), as given.
+    fraction: Option<f64>,
 }
 
 type Shared = Arc<Mutex<DeviceMemory>>;
@@ -97,14 +99,76 @@ pub(crate) fn device_memory(device: Device) -> Result<Shared> {
     if let Some(m) = confirmed(&mut reg) {
         return Ok(m); // another thread made it meanwhile
     }
+    let fraction = match device.is_cuda() {
+        true => fraction_from_env()?,
+        false => None,
+    };
+    let mut alloc = CachingAllocator::new(raw);
+    alloc.set_limit(fraction.map(|f| cap_bytes(f, alloc.mem_info().1)));
     let m = Arc::new(Mutex::new(DeviceMemory {
-        alloc: CachingAllocator::new(raw),
+        alloc,
         live: BTreeMap::new(),
+        fraction,
     }));
     let stale = reg.insert(device, Stamped::new(kind, seen, m.clone()));
     drop(reg);
     drop(stale); // outside the lock: giving its segments back may ask for the device
     Ok(m)
+}
+
+/// The variable that caps every CUDA device's memory for this process, as a fraction of each
+/// (a class's kernelspec sets it: `--env PLACELAB_CUDA_MEMORY_FRACTION=0.1`).
+pub const MEMORY_FRACTION_VAR: &str = "PLACELAB_CUDA_MEMORY_FRACTION";
+
+/// `fraction` if it is one (0 to 1), else an error that says where it came from (`what`).
+pub(crate) fn check_fraction(fraction: f64, what: &str) -> Result<f64> {
+    if (0.0..=1.0).contains(&fraction) {
+        return Ok(fraction);
+    }
+    Err(Error::InvalidArgument {
+        op: "set_per_process_memory_fraction",
+        msg: format!(
+            "{what} is {fraction}: give a fraction of the device's memory from 0 to 1 (0.25 lets this process reserve a quarter of it), as PyTorch's set_per_process_memory_fraction takes"
+        ),
+    })
+}
+
+fn fraction_from_env() -> Result<Option<f64>> {
+    let Ok(text) = std::env::var(MEMORY_FRACTION_VAR) else {
+        return Ok(None);
+    };
+    let what = format!("{MEMORY_FRACTION_VAR}={text:?}");
+    let fraction = text
+        .trim()
+        .parse::<f64>()
+        .map_err(|_| Error::InvalidArgument {
+            op: "set_per_process_memory_fraction",
+            msg: format!("{what} is not a number: give a fraction from 0 to 1, such as 0.1"),
+        })?;
+    check_fraction(fraction, &what).map(Some)
+}
+
+/// `fraction` of `total` bytes, rounded down (PyTorch's `allowed_memory_maximum`).
+fn cap_bytes(fraction: f64, total: usize) -> usize {
+    (fraction * total as f64) as usize
+}
+
+/// Caps the bytes this process may reserve on `device` at `fraction` of its memory
+/// (`cuda::set_per_process_memory_fraction`).
+pub(crate) fn set_memory_fraction(device: &Device, fraction: f64) -> Result<()> {
+    let fraction = check_fraction(fraction, "the fraction")?;
+    let mem = device_memory(*device)?;
+    let mut m = lock(&mem);
+    let total = m.alloc.mem_info().1;
+    m.alloc.set_limit(Some(cap_bytes(fraction, total)));
+    m.fraction = Some(fraction);
+    Ok(())
+}
+
+/// The share of `device`'s memory this process may reserve: 1 unless capped.
+pub(crate) fn memory_fraction(device: &Device) -> Result<f64> {
+    let mem = device_memory(*device)?;
+    Ok(lock(&mem).fraction.unwrap_or(1.0))
 }
 
 /// A block of device memory held by one tensor storage; dropping it returns the block to the
@@ -178,6 +242,7 @@ impl Block {
                     total: oom.total,
                     allocated: oom.allocated,
                     reserved: oom.reserved,
+                    allowed: oom.allowed,
                 },
             })?;
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -375,6 +440,7 @@ pub(crate) fn host_vec_with_capacity<T>(op: &'static str, n: usize) -> Result<Ve
             total,
             allocated: cpu.allocated_bytes,
             reserved: cpu.reserved_bytes,
+            allowed: None,
         }
     };
     if bytes >= 64 << 20 {

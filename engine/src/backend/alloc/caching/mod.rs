@@ -113,6 +113,8 @@ pub struct OutOfMemory {
     pub reserved: usize,
     /// Set when the device did not run out of memory but its driver failed (`take_failure`).
     pub driver_error: Option<String>,
+    /// The cap on reserved bytes that stopped it (`set_limit`), if one did.
+    pub allowed: Option<usize>,
 }
 
 pub struct CachingAllocator {
@@ -126,6 +128,9 @@ pub struct CachingAllocator {
     /// Blocks freed while other streams may still use them, oldest first.
     pending: Vec<Pending>,
     stats: MemoryStats,
+    /// The most bytes this allocator may reserve (PyTorch's `allowed_memory_maximum`, set by
+    /// `set_per_process_memory_fraction`); `None`: the whole device.
+    limit: Option<usize>,
 }
 
 pub fn round_size(size: usize) -> usize {
@@ -165,7 +170,26 @@ impl CachingAllocator {
             free_large: BTreeSet::new(),
             pending: Vec::new(),
             stats: MemoryStats::default(),
+            limit: None,
         }
+    }
+
+    /// Caps the bytes this allocator reserves: a segment that would take it past `limit` is not
+    /// asked of the device; the cache is released and, if that is not enough, the allocation
+    /// fails as out of memory, naming the cap. `None` lifts it.
+    pub fn set_limit(&mut self, limit: Option<usize>) {
+        self.limit = limit;
+    }
+
+    /// A segment from the raw allocator, unless it would take the reserved bytes past the cap.
+    fn alloc_segment(&mut self, size: usize) -> Option<usize> {
+        if self
+            .limit
+            .is_some_and(|cap| self.stats.reserved_bytes + size > cap)
+        {
+            return None;
+        }
+        self.raw.alloc(size)
     }
 
     /// Bytes of the blocks handed out now (`stats().allocated_bytes`, without walking the blocks).
@@ -267,6 +291,9 @@ impl CachingAllocator {
             total,
             allocated: self.stats.allocated_bytes,
             reserved: self.stats.reserved_bytes,
+            allowed: self.limit.filter(|cap| {
+                self.stats.reserved_bytes + segment_size(round_size(requested)) > *cap
+            }),
             driver_error,
         }
     }
@@ -280,7 +307,7 @@ impl CachingAllocator {
         stream: StreamId,
     ) -> Result<usize, OutOfMemory> {
         let seg_size = segment_size(size);
-        let addr = match self.raw.alloc(seg_size) {
+        let addr = match self.alloc_segment(seg_size) {
             Some(a) => a,
             None => {
                 if let Some(e) = self.raw.take_failure() {
@@ -289,7 +316,7 @@ impl CachingAllocator {
                 }
                 self.stats.num_alloc_retries += 1;
                 self.empty_cache();
-                match self.raw.alloc(seg_size) {
+                match self.alloc_segment(seg_size) {
                     Some(a) => a,
                     None => {
                         let driver_error = self.raw.take_failure();

@@ -118,6 +118,30 @@ fn out_of_memory_releases_cache_then_reports() {
     assert_eq!(a.stats().num_ooms, 1);
 }
 
+#[test]
+fn a_limit_caps_the_reserved_bytes_as_pytorchs_memory_fraction_does() {
+    // A device of 1 GiB capped at 64 MiB: the cap binds, not the device.
+    let mut a = alloc(1 << 30);
+    a.set_limit(Some(64 << 20));
+    let (x, _) = a.malloc(30 << 20).unwrap();
+    a.free(x);
+    // 40 MiB does not fit under the cap beside the cached 30 MiB: the cache is released first.
+    let (y, _) = a.malloc(40 << 20).unwrap();
+    assert_eq!(a.stats().num_alloc_retries, 1);
+    let err = a.malloc(30 << 20).unwrap_err();
+    assert_eq!(
+        (err.allowed, err.free),
+        (Some(64 << 20), (1 << 30) - (40 << 20))
+    );
+    assert_eq!(a.stats().num_ooms, 1);
+    // Exactly at the cap is within it; a failure the cap did not cause does not name it.
+    a.free(y);
+    a.empty_cache();
+    a.malloc(64 << 20).unwrap();
+    a.set_limit(None);
+    assert_eq!(a.malloc(2 << 30).unwrap_err().allowed, None);
+}
+
 /// A stream's work, done or not, as a test says.
 struct Use(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
