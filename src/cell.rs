@@ -53,9 +53,11 @@ pub fn execute_watched(
             let mut wait = LIVE_AFTER;
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
                 if let Some(now) = probe.snapshot(seq) {
+                    // While the cell runs: its memory so far (what went idle is said at its end).
                     on_progress(MemoryChange {
                         before: before.clone(),
                         after: now,
+                        idle_released: Vec::new(),
                     });
                 }
                 wait = LIVE_EVERY;

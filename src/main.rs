@@ -133,6 +133,10 @@ fn environment_help() -> String {
             "cap each GPU's memory for this process at F (0 to 1)",
         ),
         (
+            "PLACELAB_IDLE_EMPTY_CACHE=SECONDS",
+            "give GPU caches back after SECONDS idle (default: never)",
+        ),
+        (
             "PLACELAB_CUDA_LIB_DIRS=DIR[:DIR…]",
             "folders to load NVRTC and cuBLAS from (pip wheels)",
         ),

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use placelab::cuda::DeviceList;
-pub use placelab::probe::wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
+pub use placelab::probe::wire::{
+    DeviceStats, IdleReleaseLine, PINNED, Reply, Request, Snapshot, TransferLine,
+};
 
 /// How long an answer may take once the cell process took the request. Its probe thread answers
 /// whatever the cell does, and a process that is gone closes the socket at once, so only a

@@ -10,7 +10,7 @@ use evcxr::{CommandContext, Error as EvcxrError};
 use super::build_lock::{self, BuildLock};
 use super::cell_output::{CellOutput, ClearSink, Sink};
 use super::interrupter::{self, Interrupter, interrupt_grace};
-use super::probe_client::{DeviceList, ProbeClient, Reply, Request, Snapshot};
+use super::probe_client::{DeviceList, IdleReleaseLine, ProbeClient, Reply, Request, Snapshot};
 use super::report::{CellReport, ErrorKind, Output};
 use super::setup;
 use super::strip::MemoryChange;
@@ -186,6 +186,8 @@ pub struct Session {
     ctx: CommandContext,
     pub(super) probe: ProbeClient,
     pub(super) last_seq: u64,
+    /// The last idle release of the GPUs' caches a strip has said (`memory::idle`).
+    last_idle_release: u64,
     /// Cards and failures the running cell reported through its output streams.
     cell_output: CellOutput,
     /// The last token sent to the cell process to mark the end of a cell's output.
@@ -314,6 +316,7 @@ impl Session {
             ctx,
             probe,
             last_seq: 0,
+            last_idle_release: 0,
             cell_output,
             sync_token: 0,
             history: Default::default(),
@@ -584,8 +587,25 @@ impl Session {
         let after = self.snapshot();
         self.last_seq = self.last_seq.max(after.last_seq);
         self.history.push(after.devices.clone());
-        report.memory = Some(MemoryChange { before, after });
+        let idle_released = self.idle_releases_unsaid(&after);
+        report.memory = Some(MemoryChange {
+            before,
+            after,
+            idle_released,
+        });
         report
+    }
+
+    /// The idle releases of the GPUs' caches in `after` that no strip has said yet; they are
+    /// said from now on.
+    fn idle_releases_unsaid(&mut self, after: &Snapshot) -> Vec<IdleReleaseLine> {
+        let unsaid: Vec<IdleReleaseLine> = (after.idle_releases.iter())
+            .filter(|r| r.seq > self.last_idle_release)
+            .cloned()
+            .collect();
+        self.last_idle_release =
+            (unsaid.iter().map(|r| r.seq)).fold(self.last_idle_release, u64::max);
+        unsaid
     }
 
     fn describe_error(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::probe_client::{DeviceStats, Snapshot, TransferLine};
+use super::probe_client::{DeviceStats, IdleReleaseLine, Snapshot, TransferLine};
 use placelab::display::html::el;
 use placelab::units::{human_bytes, human_duration, human_rate};
 
@@ -12,6 +12,9 @@ use placelab::units::{human_bytes, human_duration, human_rate};
 pub struct MemoryChange {
     pub before: Snapshot,
     pub after: Snapshot,
+    /// The GPU caches the process gave back while idle (`PLACELAB_IDLE_EMPTY_CACHE`) since the
+    /// last cell's strip said so.
+    pub idle_released: Vec<IdleReleaseLine>,
 }
 
 /// One device row of the strip.
@@ -47,7 +50,7 @@ impl MemoryChange {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.rows().is_empty() && self.after.transfers.is_empty()
+        self.rows().is_empty() && self.after.transfers.is_empty() && self.idle_released.is_empty()
     }
 
     /// One line per device in use: `── cuda:0 allocated 3.81 MiB (1 tensor) · reserved
@@ -76,6 +79,11 @@ impl MemoryChange {
             })
             .collect();
         lines.extend(self.transfers_text().map(|t| format!("── {t}")));
+        lines.extend(
+            self.idle_released
+                .iter()
+                .map(|r| format!("── {}", idle_text(r))),
+        );
         lines
     }
 
@@ -153,6 +161,8 @@ impl MemoryChange {
         let running = running.then(|| el("div").style("color:#b35900").text("running…"));
         let transfers = self
             .transfers_text()
+            .into_iter()
+            .chain(self.idle_released.iter().map(idle_text))
             .map(|t| el("div").style("color:#555;margin-top:2px").text(&t));
         el("div")
             .class("placelab-memory")
@@ -197,6 +207,19 @@ impl MemoryChange {
             human_rate(bytes as f64 / (nanos.max(1) as f64 / 1e9))
         ))
     }
+}
+
+/// `cuda:0 gave back its 20.00 MiB cache after 10 min 0 s idle (PLACELAB_IDLE_EMPTY_CACHE)`.
+fn idle_text(r: &IdleReleaseLine) -> String {
+    format!(
+        "{} gave back its {} cache after {} idle (PLACELAB_IDLE_EMPTY_CACHE): reserved memory no tensor held, returned for others on the GPU",
+        r.device,
+        human_bytes(r.bytes as usize),
+        match r.idle_ms {
+            ms if ms >= 60_000 => format!("{} min", (ms as f64 / 60_000.0).round()),
+            ms => human_duration(Duration::from_millis(ms)),
+        }
+    )
 }
 
 /// `; ≈ 0.22 ms on an H100 SXM, predicted`: the predicted times of the transfers that have one
@@ -263,6 +286,27 @@ mod tests {
             free: 15 << 30,
             total: 16 << 30,
         }
+    }
+
+    #[test]
+    fn a_cache_given_back_while_idle_is_said_in_text_and_html() {
+        let mut change = MemoryChange::default();
+        assert!(change.is_empty());
+        change.idle_released.push(IdleReleaseLine {
+            seq: 1,
+            device: "cuda:0".into(),
+            bytes: 20 << 20,
+            idle_ms: 600_000,
+        });
+        let line =
+            "cuda:0 gave back its 20.00 MiB cache after 10 min idle (PLACELAB_IDLE_EMPTY_CACHE)";
+        assert!(!change.is_empty());
+        assert!(
+            change.lines()[0].starts_with(&format!("── {line}")),
+            "{:?}",
+            change.lines()
+        );
+        assert!(change.html().contains(line), "{}", change.html());
     }
 
     #[test]

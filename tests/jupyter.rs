@@ -591,6 +591,7 @@ fn help_lists_every_environment_variable() {
         "PLACELAB_NO_CUDA",
         "PLACELAB_CUDA_LIB_DIRS",
         "PLACELAB_CUDA_MEMORY_FRACTION",
+        "PLACELAB_IDLE_EMPTY_CACHE",
         "PLACELAB_CACHE",
         "PLACELAB_ENGINE",
         "PLACELAB_HISTORY",

@@ -23,11 +23,17 @@ fn run_script(name: &str) -> (String, bool) {
 }
 
 fn run_script_at(script: &str) -> (String, bool) {
+    run_script_with(script, &[])
+}
+
+/// `run_script_at` with more settings (`env` after the defaults, so it can replace them).
+fn run_script_with(script: &str, env: &[(&str, &str)]) -> (String, bool) {
     let cache = CACHE;
     let out = user_command(env!("CARGO_BIN_EXE_placelab"))
         .args(["run-script", script])
         .env("PLACELAB_CACHE", cache)
         .env("PLACELAB_SIMULATE_CUDA", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("placelab runs");
     let text = format!(
@@ -69,6 +75,39 @@ fn a_restarted_cell_process_has_the_gpus_simulate_made() {
             // Two devices of 8 GiB, as `:simulate` asked (PLACELAB_SIMULATE_CUDA says 1 of
             // 16 GiB), holding nothing.
             "(2, 8, 0)",
+        ],
+    );
+}
+
+/// A kernel of a class sharing one GPU: its share capped, its cache given back when idle.
+#[test]
+fn a_class_gpu_caps_each_kernel_and_gives_an_idle_cache_back() {
+    let _one = one_session_at_a_time();
+    let script = format!(
+        "{}/tests/scripts/class_gpu.plrs",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (out, ok) = run_script_with(
+        &script,
+        &[
+            ("PLACELAB_SIMULATE_CUDA", "1,1GiB"),
+            ("PLACELAB_CUDA_MEMORY_FRACTION", "0.25"),
+            ("PLACELAB_IDLE_EMPTY_CACHE", "1"),
+        ],
+    );
+    assert!(
+        !ok,
+        "the cell past the cap fails, so the exit status is 1:\n{out}"
+    );
+    expect(
+        &out,
+        &[
+            "\n0.25\n",
+            "tried to allocate 300.00 MiB, past this process's cap of 256.00 MiB (0.25 of the device's 1.00 GiB",
+            "── cuda:0 gave back its 20.00 MiB cache after ",
+            " idle (PLACELAB_IDLE_EMPTY_CACHE)",
+            // The last cell's value: nothing reserved once the cache went back.
+            "\n0\n",
         ],
     );
 }

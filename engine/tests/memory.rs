@@ -209,6 +209,40 @@ fn a_per_process_memory_fraction_caps_what_the_cache_reserves() {
     drop((again, elsewhere));
 }
 
+/// A kernel left idle gives its GPU caches back (`PLACELAB_IDLE_EMPTY_CACHE` in a class's
+/// kernelspec), and the release is kept for the next cell's strip to say.
+#[test]
+fn an_idle_process_gives_its_gpu_caches_back() {
+    use std::time::{Duration, Instant};
+    let _g = serial();
+    stand_in::gpus(2, Some(1 << 30)).unwrap();
+    let d = Device::Cuda(0);
+    memory::empty_cache(&d).unwrap();
+    let seen = memory::idle::releases_since(0).last().map_or(0, |r| r.seq);
+    drop(Tensor::zeros([1usize << 20], d).unwrap()); // 4 MiB: a 20 MiB segment, kept cached
+    assert_eq!(cuda::memory_reserved(0).unwrap(), 20 << 20);
+    memory::set_idle_release(Some(Duration::from_millis(200)));
+    // Waits for the release itself, for as long as a busy machine may need.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let released = loop {
+        let mine = memory::idle::releases_since(seen)
+            .into_iter()
+            .find(|r| r.device == d);
+        if let Some(r) = mine {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle cache was never released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    memory::set_idle_release(None);
+    assert_eq!(released.bytes, 20 << 20);
+    assert!(released.idle >= Duration::from_millis(200), "{released:?}");
+    assert_eq!(cuda::memory_reserved(0).unwrap(), 0);
+}
+
 #[test]
 fn fragmentation_is_what_empty_cache_cannot_release_and_the_error_says_so() {
     let _g = serial();

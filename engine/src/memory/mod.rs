@@ -4,6 +4,7 @@
 //! Process-global on purpose: every tensor of a device, in every REPL cell, draws on the same
 //! pool, exactly as in PyTorch.
 
+pub mod idle;
 mod summary;
 
 // The allocator's policy and raw host memory, under the paths they always had.
@@ -100,7 +101,12 @@ pub(crate) fn device_memory(device: Device) -> Result<Shared> {
         return Ok(m); // another thread made it meanwhile
     }
     let fraction = match device.is_cuda() {
-        true => fraction_from_env()?,
+        true => {
+            static IDLE: OnceLock<Result<()>> = OnceLock::new();
+            IDLE.get_or_init(|| idle::from_env(release_idle_caches))
+                .clone()?;
+            fraction_from_env()?
+        }
         false => None,
     };
     let mut alloc = CachingAllocator::new(raw);
@@ -114,6 +120,23 @@ pub(crate) fn device_memory(device: Device) -> Result<Shared> {
     drop(reg);
     drop(stale); // outside the lock: giving its segments back may ask for the device
     Ok(m)
+}
+
+/// Gives every CUDA device's cached free segments back once this process has made and freed no
+/// block for `after` (`None`: never), as `PLACELAB_IDLE_EMPTY_CACHE` does; each release is kept
+/// for the next cell's strip (`idle::releases_since`).
+pub fn set_idle_release(after: Option<std::time::Duration>) {
+    idle::set(after, release_idle_caches);
+}
+
+/// `empty_cache` on every CUDA device whose cache holds free memory: those that gave some back.
+fn release_idle_caches() -> Vec<(Device, u64)> {
+    let held =
+        |d: &Device| stats(d).map_or(0, |s| s.reserved_bytes.saturating_sub(s.allocated_bytes));
+    (used_devices().into_iter())
+        .filter(|d| d.is_cuda() && held(d) > 0)
+        .filter_map(|d| Some((d, empty_cache(&d).ok().filter(|b| *b > 0)? as u64)))
+        .collect()
 }
 
 /// The variable that caps every CUDA device's memory for this process, as a fraction of each
@@ -223,6 +246,7 @@ impl Block {
             None => current(device),
         };
         let mut m = lock(&mem);
+        idle::touch();
         let (addr, size) = m
             .alloc
             .malloc_on(requested, stream)
@@ -319,6 +343,7 @@ impl Drop for Block {
             _ => Vec::new(),
         };
         let mut m = lock(&self.mem);
+        idle::touch();
         m.alloc.free_after(self.addr, pending);
         m.live.remove(&self.id);
         let allocated = crate::profile::recording().then(|| m.alloc.allocated_bytes());

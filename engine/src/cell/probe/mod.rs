@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::device::error::{Error, Reported};
 use crate::device::{Device, DeviceKind};
 use crate::{memory, transfer};
-use wire::{DeviceStats, PINNED, Reply, Request, Snapshot, TransferLine};
+use wire::{DeviceStats, IdleReleaseLine, PINNED, Reply, Request, Snapshot, TransferLine};
 
 /// The environment variable that names the socket; set by the front end.
 pub const ENV: &str = "PLACELAB_PROBE";
@@ -139,10 +139,20 @@ fn snapshot(after_seq: u64) -> Snapshot {
                 .map(|p| (p.gpu.key.to_string(), p.duration.as_nanos() as u64)),
         })
         .collect();
+    let idle_releases = memory::idle::releases_since(0)
+        .into_iter()
+        .map(|r| IdleReleaseLine {
+            seq: r.seq,
+            device: r.device.to_string(),
+            bytes: r.bytes,
+            idle_ms: r.idle.as_millis() as u64,
+        })
+        .collect();
     Snapshot {
         devices,
         transfers,
         last_seq: transfer::last_seq(),
+        idle_releases,
     }
 }
 

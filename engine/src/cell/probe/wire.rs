@@ -116,6 +116,18 @@ pub struct Snapshot {
     pub devices: BTreeMap<String, DeviceStats>,
     pub transfers: Vec<TransferLine>,
     pub last_seq: u64,
+    /// The latest idle releases of the GPUs' caches (`memory::idle`), as a `released` line
+    /// carries each.
+    pub idle_releases: Vec<IdleReleaseLine>,
+}
+
+/// One idle release: its number, the device, the bytes given back and the idle time before.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IdleReleaseLine {
+    pub seq: u64,
+    pub device: String,
+    pub bytes: u64,
+    pub idle_ms: u64,
 }
 
 /// A whole reply.
@@ -250,6 +262,13 @@ fn encode_snapshot(out: &mut String, s: &Snapshot) {
                 Some((gpu, ns)) => format!(" predicted_on={gpu} predicted_ns={ns}"),
                 None => String::new(),
             }
+        );
+    }
+    for r in &s.idle_releases {
+        let _ = writeln!(
+            out,
+            "released seq={} device={} bytes={} idle_ms={}",
+            r.seq, r.device, r.bytes, r.idle_ms
         );
     }
     let _ = writeln!(out, "seq last={}", s.last_seq);
@@ -417,6 +436,12 @@ fn parse_snapshot(reply: &str) -> Snapshot {
                         .map(|gpu| (gpu.to_string(), number(&f, "predicted_ns"))),
                 })
             }
+            Some("released") => snap.idle_releases.push(IdleReleaseLine {
+                seq: number(&f, "seq"),
+                device: text(&f, "device"),
+                bytes: number(&f, "bytes"),
+                idle_ms: number(&f, "idle_ms"),
+            }),
             Some("seq") => snap.last_seq = number(&f, "last"),
             _ => {}
         }
@@ -432,6 +457,12 @@ mod tests {
     fn two_transfers() -> Snapshot {
         let mut snap = Snapshot {
             last_seq: 9,
+            idle_releases: vec![IdleReleaseLine {
+                seq: 2,
+                device: "cuda:0".into(),
+                bytes: 20 << 20,
+                idle_ms: 600_000,
+            }],
             ..Snapshot::default()
         };
         let d = DeviceStats {
