@@ -38,9 +38,12 @@ fn now_ms() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
-/// A block was handed out or taken back: the process is not idle.
+/// A block was handed out or taken back: the process is not idle. (One atomic load while idle
+/// release is off.)
 pub(crate) fn touch() {
-    LAST_USE_MS.store(now_ms(), Ordering::Relaxed);
+    if AFTER_MS.load(Ordering::Relaxed) != 0 {
+        LAST_USE_MS.store(now_ms(), Ordering::Relaxed);
+    }
 }
 
 /// What gives the caches back: each device that released something, and how many bytes.

@@ -38,21 +38,14 @@ impl Drop for Frame {
             let inside = rec.recorded.saturating_sub(self.recorded_before);
             let own = elapsed.saturating_sub(inside);
             rec.recorded += own;
-            rec.profile.ops.push(OpRecord {
-                name: self.name,
-                phase: rec.phase,
-                grad_fn: None,
-                device: self.device,
-                start: self.start.saturating_duration_since(rec.start),
-                measured: own,
-                gpu_time: None,
-                gpu_start: None,
-                stream: 0,
-                copied_from: None,
-                predicted: None,
-                allocated: 0,
-                freed: 0,
-            });
+            let start = self.start.saturating_duration_since(rec.start);
+            (rec.profile.ops).push(OpRecord::on_host(
+                self.name,
+                rec.phase,
+                self.device,
+                start,
+                own,
+            ));
         });
     }
 }

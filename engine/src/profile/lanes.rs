@@ -256,19 +256,11 @@ mod tests {
         let ms = Duration::from_millis;
         let copy = name == "to" || name == NON_BLOCKING_TO;
         OpRecord {
-            name,
-            phase: Phase::Forward,
-            grad_fn: None,
-            device: Device::Cuda(0),
-            start: ms(0),
-            measured: ms(1),
             gpu_time: gpu.map(|(a, b)| ms(b - a)),
             gpu_start: gpu.map(|(a, _)| ms(a)),
             stream,
             copied_from: copy.then_some(Device::Cpu),
-            predicted: None,
-            allocated: 0,
-            freed: 0,
+            ..OpRecord::on_host(name, Phase::Forward, Device::Cuda(0), ms(0), ms(1))
         }
     }
 

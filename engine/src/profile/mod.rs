@@ -190,6 +190,34 @@ pub struct OpRecord {
     pub freed: u64,
 }
 
+impl OpRecord {
+    /// An op of the host's alone, from `start` for `measured`: no GPU time, stream, copy,
+    /// prediction or memory (a frame's row; the start of a test's record).
+    pub(crate) fn on_host(
+        name: &'static str,
+        phase: Phase,
+        device: Device,
+        start: Duration,
+        measured: Duration,
+    ) -> OpRecord {
+        OpRecord {
+            name,
+            phase,
+            grad_fn: None,
+            device,
+            start,
+            measured,
+            gpu_time: None,
+            gpu_start: None,
+            stream: 0,
+            copied_from: None,
+            predicted: None,
+            allocated: 0,
+            freed: 0,
+        }
+    }
+}
+
 /// Where a stream's work stood in a recording when an event was recorded on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamMark {

@@ -130,20 +130,11 @@ mod tests {
     use crate::profile::Phase;
 
     fn op(name: &'static str, device: Device, copied_from: Option<Device>, ms: f64) -> OpRecord {
+        let measured = Duration::from_micros(50);
         OpRecord {
-            name,
-            phase: Phase::Forward,
-            grad_fn: None,
-            device,
-            start: Duration::ZERO,
-            measured: Duration::from_micros(50),
-            gpu_time: None,
-            gpu_start: None,
-            stream: 0,
             copied_from,
             predicted: Some(Duration::from_secs_f64(ms / 1e3)),
-            allocated: 0,
-            freed: 0,
+            ..OpRecord::on_host(name, Phase::Forward, device, Duration::ZERO, measured)
         }
     }
 

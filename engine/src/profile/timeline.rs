@@ -56,21 +56,7 @@ pub(crate) mod tests {
     }
 
     fn op(phase: Phase, start: u64, took: u64) -> OpRecord {
-        OpRecord {
-            name: "matmul",
-            phase,
-            grad_fn: None,
-            device: Device::Cpu,
-            start: ms(start),
-            measured: ms(took),
-            gpu_time: None,
-            gpu_start: None,
-            stream: 0,
-            copied_from: None,
-            predicted: None,
-            allocated: 0,
-            freed: 0,
-        }
+        OpRecord::on_host("matmul", phase, Device::Cpu, ms(start), ms(took))
     }
 
     /// A profile to draw: the CPU holds 100 B, rises to 400 B at 2 ms (the peak, a 300 B matmul output made in the
