@@ -70,17 +70,19 @@ pub(crate) fn from_env(release: Release) -> Result<()> {
     let Ok(text) = std::env::var(IDLE_EMPTY_CACHE_VAR) else {
         return Ok(());
     };
-    let seconds = text.trim().parse::<f64>().ok().filter(|s| *s > 0.0);
-    let Some(seconds) = seconds else {
-        return Err(Error::InvalidArgument {
-            op: "idle release",
-            msg: format!(
-                "{IDLE_EMPTY_CACHE_VAR}={text:?} is no number of seconds: give how long a kernel may sit idle before its GPU caches are given back, such as 600"
-            ),
-        });
-    };
-    set(Some(Duration::from_secs_f64(seconds)), release);
+    set(Some(idle_time(&text)?), release);
     Ok(())
+}
+
+/// The idle time a setting gives: a positive, finite number of seconds.
+fn idle_time(text: &str) -> Result<Duration> {
+    let seconds = (text.trim().parse::<f64>().ok()).filter(|s| s.is_finite() && *s > 0.0);
+    seconds.map(Duration::from_secs_f64).ok_or_else(|| Error::InvalidArgument {
+        op: "idle release",
+        msg: format!(
+            "{IDLE_EMPTY_CACHE_VAR}={text:?} is no number of seconds: give how long a kernel may sit idle before its GPU caches are given back, such as 600"
+        ),
+    })
 }
 
 fn watch(release: Release) {
@@ -120,4 +122,19 @@ fn record(released: Vec<(Device, u64)>, idle: Duration) {
 pub fn releases_since(seq: u64) -> Vec<IdleRelease> {
     let r = RELEASES.lock().unwrap_or_else(|e| e.into_inner());
     r.1.iter().filter(|x| x.seq > seq).copied().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_setting_is_a_positive_finite_number_of_seconds() {
+        assert_eq!(idle_time(" 600 ").unwrap(), Duration::from_secs(600));
+        assert_eq!(idle_time("0.5").unwrap(), Duration::from_millis(500));
+        for bad in ["", "ten", "0", "-5", "inf", "1e400", "NaN"] {
+            let e = idle_time(bad).unwrap_err().to_string();
+            assert!(e.contains("is no number of seconds"), "{bad}: {e}");
+        }
+    }
 }
