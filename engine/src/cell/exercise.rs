@@ -25,6 +25,11 @@ pub enum Verdict {
 /// ```
 pub fn check<T: PartialEq + Debug>(what: &str, guess: Option<T>, actual: T) -> Verdict {
     let (verdict, line) = judge(what, guess, actual);
+    say(verdict, &line)
+}
+
+/// Prints a check's line, folded when no guess was written, and returns its verdict.
+fn say(verdict: Verdict, line: &str) -> Verdict {
     if verdict == Verdict::NotWritten {
         // Read top to bottom under Run All, the answer would come before any guess.
         crate::cell::show::fold_output();
@@ -57,11 +62,7 @@ pub fn check_near(what: &str, guess: Option<f64>, actual: f64, share: f64) -> Ve
             format!("{what}: {actual:.2}, not {within} your {g:.2}. Read on for why."),
         ),
     };
-    if verdict == Verdict::NotWritten {
-        crate::cell::show::fold_output();
-    }
-    println!("{line}");
-    verdict
+    say(verdict, &line)
 }
 
 /// The start of the message of a `todo!()` panic.

@@ -40,7 +40,7 @@ pub use record::{
 };
 pub(crate) use record::{profile_outcome, unpriced};
 pub use rows::Row;
-pub use waits::{stream_mark, stream_waited};
+pub(crate) use waits::{stream_mark, stream_waited};
 
 /// A non-blocking copy's name in a profile, beside a blocking copy's `to`: the host only
 /// queues it.

@@ -40,14 +40,16 @@ fn span(op: &'static str, start: f64, end: f64, copy: bool) -> Span {
 }
 
 impl Replay {
-    /// Before op `i`: notes where waited streams stood at their marks, then holds back the
-    /// streams that wait for them.
-    fn waits_before(&mut self, i: usize, waits: &[StreamWait]) {
-        for (k, w) in waits.iter().enumerate().filter(|(_, w)| w.after == i) {
+    /// Before op `i`: notes where waited streams stood at their marks (the waits `marked_at`
+    /// op `i`), then holds back the streams that wait from op `i` on (`waiting_from`).
+    fn waits_before(&mut self, waits: &[StreamWait], marked_at: &[usize], waiting_from: &[usize]) {
+        for &k in marked_at {
+            let w = &waits[k];
             let done = self.stream_done.get(&(w.device, w.waited)).copied();
             self.marked.insert(k, done.unwrap_or(0.0));
         }
-        for (k, w) in waits.iter().enumerate().filter(|(_, w)| w.from_op == i) {
+        for &k in waiting_from {
+            let w = &waits[k];
             let at = self.marked.get(&k).copied().unwrap_or(0.0);
             let done = self.stream_done.entry((w.device, w.stream)).or_default();
             *done = done.max(at);
@@ -111,9 +113,16 @@ impl Profile {
     pub fn predicted_lanes(&self) -> Option<Vec<super::Lane>> {
         self.predicted_total()?;
         let c = model::FITTED;
+        // Each wait indexed once by the op it marks at and the op it holds back from.
+        let mut marked_at = vec![Vec::new(); self.ops.len() + 1];
+        let mut waiting_from = vec![Vec::new(); self.ops.len() + 1];
+        for (k, w) in self.waits.iter().enumerate() {
+            marked_at[w.after.min(self.ops.len())].push(k);
+            waiting_from[w.from_op.min(self.ops.len())].push(k);
+        }
         let mut replay = Replay::default();
         for (i, o) in self.ops.iter().enumerate() {
-            replay.waits_before(i, &self.waits);
+            replay.waits_before(&self.waits, &marked_at[i], &waiting_from[i]);
             match o.predicted {
                 Some(p) => replay.op(o, p.as_secs_f64(), &c),
                 None => replay.host_work(o),

@@ -8,7 +8,7 @@ use super::{StreamMark, StreamWait};
 use crate::device::Device;
 
 /// Marks `stream`'s work so far, if a profile is recording (`Event::record` calls it).
-pub fn stream_mark(device: Device, stream: u32) -> Option<StreamMark> {
+pub(crate) fn stream_mark(device: Device, stream: u32) -> Option<StreamMark> {
     let mut mark = None;
     with_recording(|rec| {
         mark = Some(StreamMark {
@@ -24,7 +24,7 @@ pub fn stream_mark(device: Device, stream: u32) -> Option<StreamMark> {
 /// Records that `stream` of `device` waits for the work `mark` marked (`Event::wait` calls it),
 /// if the mark was made in the profile recording now. A wait on another device's stream is
 /// left out: a predicted timeline replays each device apart.
-pub fn stream_waited(mark: StreamMark, device: Device, stream: u32) {
+pub(crate) fn stream_waited(mark: StreamMark, device: Device, stream: u32) {
     with_recording(|rec| {
         if mark.recording == rec.id && mark.device == device && mark.stream != stream {
             rec.profile.waits.push(StreamWait {
