@@ -53,7 +53,7 @@ MARKERS = {
 }
 # Variables placelab sets for its own child processes: in README's prose, not in `--help`.
 # (What the tests set for theirs, PLACELAB_OWN_PROCESS among them, has a row in a table.)
-INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED"}
+INTERNAL = {"PLACELAB_PROBE", "PLACELAB_CORE_FIXED", "PLACELAB_CUDA_UNUSABLE"}
 
 # Times and sizes in README's prose that are not measurements, with why.
 NOT_MEASURED = {

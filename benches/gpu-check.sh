@@ -7,7 +7,8 @@
 #   benches/gpu-check.sh run [OUT] # there, from the repository root: run them, compare with
 #                                  # PyTorch, write OUT/gpu-results.md (OUT defaults to $OUT or
 #                                  # target/gpu-check/out), and OUT/run.json: the GPU,
-#                                  # driver, host CPU, PyTorch and the commit measured
+#                                  # driver, the CUDA, NVRTC and cuBLAS versions loaded, host
+#                                  # CPU, PyTorch and the commit measured
 #   benches/gpu-check.sh notebooks # on a GPU machine with Rust: the ten tutorials, checked,
 #                                  # their executed copies in notebooks/executed-GPU/ (below)
 #
@@ -86,12 +87,49 @@ try:
     torch_version, cuda_version = torch.__version__, torch.version.cuda
 except ImportError:
     torch_version = cuda_version = "not installed"
+
+
+def cuda_versions():
+    """The driver's CUDA version and the NVRTC and cuBLAS the engine loads (the first of its major
+    in PLACELAB_CUDA_LIB_DIRS, else the loader's), each as the library reports it."""
+    import ctypes, glob
+    found = {}
+    try:
+        v = ctypes.c_int()
+        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
+        found["driver_cuda"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
+    except OSError as e:
+        found["driver_cuda"] = f"not loaded: {e}"
+    dirs = [d for d in os.environ.get("PLACELAB_CUDA_LIB_DIRS", "").split(":") if d]
+    for name, soname, ask in [("nvrtc", "libnvrtc.so.13", "nvrtcVersion"),
+                              ("cublas", "libcublas.so.13", "cublasGetProperty"),
+                              ("cublasLt", "libcublasLt.so.13", "cublasLtGetProperty")]:
+        paths = [p for d in dirs for p in glob.glob(os.path.join(d, soname))] + [soname]
+        for path in paths:
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            a, b = ctypes.c_int(), ctypes.c_int()
+            if ask == "nvrtcVersion":
+                lib.nvrtcVersion(ctypes.byref(a), ctypes.byref(b))
+            else:
+                getattr(lib, ask)(0, ctypes.byref(a))
+                getattr(lib, ask)(1, ctypes.byref(b))
+            found[name] = f"{a.value}.{b.value} ({path})"
+            break
+        else:
+            found[name] = "not found"
+    return found
+
+
 run = {
     "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     "gpus": [{"name": g[0], "driver": g[1], "memory": g[2]} for g in gpus if len(g) == 3],
     "host_cpu": f"{cpu.get('Model name', 'unknown')}, {cpu.get('CPU(s)', '?')} CPUs (family {cpu.get('CPU family', '?')} model {cpu.get('Model', '?')})",
     "torch": torch_version,
     "torch_cuda": cuda_version,
+    "cuda_libraries": cuda_versions(),
     "placelab_commit": open(built_from).read().strip() if os.path.exists(built_from) else "not recorded (build without git)",
 }
 json.dump(run, open(f"{out}/run.json", "w"), indent=1)

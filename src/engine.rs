@@ -154,7 +154,7 @@ pub fn sweep_killed_prebuild(engine: &Path) {
 
 /// What an engine build must have been made with: this toolchain, these sources.
 fn expected() -> engine_check::Expected {
-    engine_check::Expected::now(toolchain_version())
+    engine_check::Expected::now(toolchain_version(), super::cuda_libs::choice().major())
 }
 
 /// Removes the engine's build (never a shared one's: the caller checks), in one rename so that

@@ -22,15 +22,17 @@ pub const SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/engine");
 const MANIFEST: &str = "MANIFEST";
 const HEADER: &str = "placelab engine manifest 1";
 
-/// What an engine build must match: the toolchain (`rustc -vV`) and the sources it compiles.
+/// What an engine build must match: the toolchain (`rustc -vV`), the sources it compiles, and
+/// the CUDA major it is built for (`cuda_libs`).
 pub struct Expected {
     pub toolchain: String,
     pub sources: String,
+    pub cuda: u32,
 }
 
 impl Expected {
-    /// The toolchain a session's cargo will use, and this binary's clone.
-    pub fn now(toolchain: Option<String>) -> Expected {
+    /// The toolchain a session's cargo will use, this binary's clone, and the CUDA major chosen.
+    pub fn now(toolchain: Option<String>, cuda: u32) -> Expected {
         Expected {
             toolchain: toolchain
                 .unwrap_or_default()
@@ -39,6 +41,7 @@ impl Expected {
                 .collect::<Vec<_>>()
                 .join(" "),
             sources: SOURCES.to_string(),
+            cuda,
         }
     }
 }
@@ -46,8 +49,8 @@ impl Expected {
 /// Writes `build`'s manifest (`build` holds `Cargo.lock` and `target`).
 pub fn write(build: &Path, expected: &Expected) -> io::Result<()> {
     let mut text = format!(
-        "{HEADER}\ntoolchain {}\nsources {}\n",
-        expected.toolchain, expected.sources
+        "{HEADER}\ntoolchain {}\nsources {}\ncuda {}\n",
+        expected.toolchain, expected.sources, expected.cuda
     );
     for (rel, entry) in artefacts(&build.join("target"))? {
         text.push_str(&format!("{} {rel}\n", entry.line()));
@@ -86,6 +89,23 @@ pub fn verify(build: &Path, expected: &Expected) -> Result<(), String> {
         return Err(format!(
             "it was built from the placelab sources in {sources}, not {}",
             expected.sources
+        ));
+    }
+    // Builds made before the line existed are all CUDA 13's.
+    let mut lines = lines.peekable();
+    let cuda = match lines.peek().and_then(|l| l.strip_prefix("cuda ")) {
+        Some(major) => {
+            let major = major.parse().unwrap_or(0);
+            lines.next();
+            major
+        }
+        None => 13,
+    };
+    if cuda != expected.cuda {
+        return Err(format!(
+            "it was built for CUDA {cuda}, and this machine's driver and libraries call for \
+             CUDA {}",
+            expected.cuda
         ));
     }
     let target = build.join("target");
@@ -235,6 +255,7 @@ mod tests {
         let expected = Expected {
             toolchain: "release: 1.95.0 commit-hash: abc".into(),
             sources: "/src/placelab".into(),
+            cuda: 13,
         };
         assert!(
             verify(&build, &expected)
@@ -293,11 +314,13 @@ mod tests {
         let expected = Expected {
             toolchain: "release: 1.95.0 commit-hash: abc".into(),
             sources: "/src/placelab".into(),
+            cuda: 13,
         };
         write(&build, &expected).unwrap();
         let other = Expected {
             toolchain: "release: 1.96.0 commit-hash: def".into(),
             sources: expected.sources.clone(),
+            cuda: 13,
         };
         assert!(
             verify(&build, &other)
@@ -307,8 +330,32 @@ mod tests {
         let moved = Expected {
             toolchain: expected.toolchain.clone(),
             sources: "/elsewhere".into(),
+            cuda: 13,
         };
         assert!(verify(&build, &moved).unwrap_err().contains("/elsewhere"));
+        // A machine whose driver and libraries now call for CUDA 12 rebuilds a CUDA 13 engine.
+        let cuda_12 = Expected {
+            cuda: 12,
+            ..Expected::now(None, 12)
+        };
+        let why = verify(
+            &build,
+            &Expected {
+                toolchain: expected.toolchain.clone(),
+                sources: expected.sources.clone(),
+                ..cuda_12
+            },
+        )
+        .unwrap_err();
+        assert!(
+            why.contains("built for CUDA 13") && why.contains("call for CUDA 12"),
+            "{why}"
+        );
+        // A manifest from before the line: a CUDA 13 build, still linked.
+        let manifest = build.join(MANIFEST);
+        let text = fs::read_to_string(&manifest).unwrap();
+        fs::write(&manifest, text.replace("cuda 13\n", "")).unwrap();
+        assert_eq!(verify(&build, &expected), Ok(()));
         let _ = fs::remove_dir_all(&base);
     }
 }

@@ -7,6 +7,9 @@ pub mod cell_check;
 mod cell_end;
 pub mod cell_output;
 pub mod compile_error;
+pub mod cuda_choice;
+pub mod cuda_libs;
+pub mod cuda_probe;
 pub mod engine;
 mod engine_check;
 pub mod evaluator;
@@ -34,7 +37,9 @@ pub mod type_names;
 /// (before any cell could change it with `:simulate`). The kernel's banner leaves devices out:
 /// its process never loads CUDA, only the cell process does.
 pub fn devices_banner(with_free: bool) -> String {
-    let list = placelab::cuda::devices(with_free);
+    // Not the libraries' versions: NVRTC is the cell process's to load, of the major its engine
+    // is built for (`cuda_libs`), and this process's engine is CUDA 13's.
+    let list = placelab::cuda::devices_without_versions(with_free);
     let mut parts = list.devices;
     parts.extend(list.missing.map(|why| format!("no CUDA: {why}")));
     format!(

@@ -7,7 +7,9 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use placelab_frontend::cell_output::Sink;
 use placelab_frontend::evaluator::{Analyzer, Evaluator};
 use placelab_frontend::kernel::{self, install::Place, run_notebook};
-use placelab_frontend::{devices_banner, prebuild, progress, repl, script, session, setup};
+use placelab_frontend::{
+    cuda_libs, cuda_probe, devices_banner, prebuild, progress, repl, script, session, setup,
+};
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +40,10 @@ enum Command {
     RunNotebook(RunNotebookArgs),
     /// List the devices and exit
     Devices,
+    /// (internal) Probe this machine's CUDA driver and libraries, as JSON: sessions run it in a
+    /// child process before they build the engine
+    #[command(name = "probe-cuda", hide = true)]
+    ProbeCuda,
     /// Run as a Jupyter kernel (Jupyter starts this; see install-kernel)
     Kernel {
         /// The connection file Jupyter wrote (required; Jupyter passes it)
@@ -207,10 +213,8 @@ fn main() {
         },
         Command::RunScript { file } => run_script(&file),
         Command::RunNotebook(args) => run_notebook(args),
-        Command::Devices => {
-            println!("{}", devices_banner(true));
-            0
-        }
+        Command::Devices => devices(),
+        Command::ProbeCuda => cuda_probe::print_probe(),
         Command::Kernel { connection_file } => {
             // Read the connection file before anything starts: a bad one fails at once.
             match kernel::read_connection_file(&connection_file) {
@@ -328,4 +332,19 @@ fn run_notebook(args: RunNotebookArgs) -> i32 {
 fn fail(msg: &str) -> i32 {
     eprintln!("placelab: {msg}");
     2
+}
+
+/// `placelab devices`: the devices, as a session's cell process would find them, and the CUDA
+/// major a session's engine is built for.
+fn devices() -> i32 {
+    if let Err(e) = cuda_libs::prepare_environment(&setup::cache_dir()) {
+        return fail(&e);
+    }
+    println!("{}", devices_banner(true));
+    // A choice that failed is in the banner already, as the reason there is no CUDA device.
+    let choice = cuda_libs::choice();
+    if matches!(choice, placelab_frontend::cuda_choice::Choice::Major { .. }) {
+        println!("{}", choice.summary());
+    }
+    0
 }

@@ -58,6 +58,7 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
     setup::remove_stale_probes(&root);
     setup::forget_cargos_environment();
     setup::put_std_on_the_library_path();
+    super::cuda_libs::prepare_environment(&root)?;
     let engine = engine::dir();
     let slots::Claimed {
         work: workdir,
@@ -206,9 +207,10 @@ pub struct Session {
 /// The preload: the engine (the crate in engine/) as a dependency, and its prelude; the cell
 /// process's setup follows it.
 fn preload_code() -> String {
+    let major = super::cuda_libs::choice().major();
     format!(
-        ":dep placelab = {{ path = {:?} }}\nuse placelab::prelude::*;\n",
-        super::engine_check::SOURCES
+        ":dep placelab = {}\nuse placelab::prelude::*;\n",
+        super::cuda_libs::dep_spec(super::engine_check::SOURCES, major)
     )
 }
 

@@ -7,6 +7,8 @@
 
 use std::process::Command;
 
+#[path = "support/fake_cuda.rs"]
+mod fake_cuda;
 #[path = "support/skipped.rs"]
 mod skipped;
 #[path = "support/user_env.rs"]
@@ -108,6 +110,83 @@ fn a_class_gpu_caps_each_kernel_and_gives_an_idle_cache_back() {
             " idle (PLACELAB_IDLE_EMPTY_CACHE)",
             // The last cell's value: nothing reserved once the cache went back.
             "\n0\n",
+        ],
+    );
+}
+
+/// `placelab devices` on a machine with a CUDA 12.8 driver and both majors' libraries (13's
+/// found first): the engine is built for CUDA 12, with the libraries of 12 it names; with a
+/// CUDA 13 driver, for 13.
+#[test]
+fn devices_names_the_cuda_major_the_driver_and_libraries_allow() {
+    let root = std::env::temp_dir().join(format!("placelab-fake-majors-{}", std::process::id()));
+    let cu13 = fake_cuda::libraries(&root, (13, 0));
+    let cu12 = fake_cuda::libraries(&root, (12, 8));
+    let both = std::env::join_paths([&cu13, &cu12]).unwrap();
+    let devices = |driver: (u32, u32)| {
+        let driver = fake_cuda::driver(&root, driver);
+        let out = user_command(env!("CARGO_BIN_EXE_placelab"))
+            .arg("devices")
+            .env("PLACELAB_CACHE", root.join("cache"))
+            .env("LD_LIBRARY_PATH", &driver)
+            .env("PLACELAB_CUDA_LIB_DIRS", &both)
+            .output()
+            .expect("placelab runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let on_12 = devices((12, 8));
+    let on_13 = devices((13, 0));
+    let _ = std::fs::remove_dir_all(&root);
+    let built_for = |major: u32, libs: &std::path::Path, version: &str| {
+        format!(
+            "the engine is built for CUDA {major}: driver {}, NVRTC {version} ({}/libnvrtc.so.{major}), \
+             cuBLAS {version} ({}/libcublas.so.{major}), cuBLASLt {version} ({}/libcublasLt.so.{major})",
+            if major == 12 { "12.8" } else { "13.0" },
+            libs.display(),
+            libs.display(),
+            libs.display()
+        )
+    };
+    expect(&on_12, &[&built_for(12, &cu12, "12.8")]);
+    expect(&on_13, &[&built_for(13, &cu13, "13.0")]);
+}
+
+/// A machine with a GPU whose driver (CUDA 12.2) allows no major of the libraries found (only
+/// CUDA 13's): the session builds the default engine, which loads no CUDA at all, and `:devices`
+/// and the first `.to()` to the GPU say why and what to install; the CPU works as before.
+#[test]
+fn a_driver_too_old_for_the_cuda_libraries_found_says_what_to_install() {
+    let _one = one_session_at_a_time();
+    let root = std::env::temp_dir().join(format!("placelab-fake-cuda-{}", std::process::id()));
+    let driver = fake_cuda::driver(&root, (12, 2));
+    let cu13 = fake_cuda::libraries(&root, (13, 0));
+    let script = format!(
+        "{}/tests/scripts/cuda_unusable.plrs",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (out, ok) = run_script_with(
+        &script,
+        &[
+            ("PLACELAB_SIMULATE_CUDA", "0"),
+            ("LD_LIBRARY_PATH", &driver.to_string_lossy()),
+            ("PLACELAB_CUDA_LIB_DIRS", &cu13.to_string_lossy()),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(!ok, "the cell that asks for the GPU fails:\n{out}");
+    let why = format!(
+        "the NVIDIA driver supports CUDA 12.2, and the libraries found are CUDA 13's (NVRTC 13.0 \
+         ({}/libnvrtc.so.13)",
+        cu13.display()
+    );
+    expect(
+        &out,
+        &[
+            &format!("no CUDA device: {why}"),
+            "install CUDA 12's (`pip install nvidia-cuda-nvrtc-cu12 nvidia-cublas-cu12`), or update the driver",
+            &format!("cuda:0 is not available: {why}"),
+            "\n2.0\n",
         ],
     );
 }

@@ -6,13 +6,30 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use placelab::Error;
+use placelab::cuda::cuda_major::CUDA_MAJOR;
 use placelab::gpu::launch::{KERNELS, Param};
 use placelab::gpu::{libs, nvrtc};
 
 #[path = "support/venv.rs"]
 mod venv;
 
-const WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
+/// The NVRTC wheel of the major this engine is built for (`--features cuda-12` builds CUDA 12's),
+/// its library folder inside `site-packages`, and the venv under `target/` it goes into.
+const WHEEL: &str = if CUDA_MAJOR == 12 {
+    "nvidia-cuda-nvrtc-cu12==12.8.93"
+} else {
+    "nvidia-cuda-nvrtc==13.0.88"
+};
+const WHEEL_LIB: &str = if CUDA_MAJOR == 12 {
+    "nvidia/cuda_nvrtc/lib"
+} else {
+    "nvidia/cu13/lib"
+};
+const VENV: &str = if CUDA_MAJOR == 12 {
+    "../target/nvrtc12-venv"
+} else {
+    "../target/nvrtc-venv"
+};
 
 /// Makes NVRTC loadable (from the system, or from the wheel), or fails the test saying why.
 /// There is no switch that skips these tests, so a run that did not compile the kernels never
@@ -37,7 +54,7 @@ fn load_nvrtc() -> Option<PathBuf> {
             lib.display()
         );
         lib.ancestors()
-            .find(|d| d.ends_with("nvrtc-venv"))
+            .find(|d| d.ends_with(Path::new(VENV).file_name().unwrap()))
             .map(|venv| venv.join("cubins"))
     })
     .clone()
@@ -54,13 +71,13 @@ fn wheel_lib_dir() -> PathBuf {
 }
 
 fn install_wheel() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/nvrtc-venv");
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(VENV);
     let lib = || {
         std::fs::read_dir(venv.join("lib"))
             .ok()?
             .filter_map(|e| e.ok())
-            .map(|e| e.path().join("site-packages/nvidia/cu13/lib"))
-            .find(|p| p.join("libnvrtc.so.13").exists())
+            .map(|e| e.path().join("site-packages").join(WHEEL_LIB))
+            .find(|p| p.join(format!("libnvrtc.so.{CUDA_MAJOR}")).exists())
     };
     // The venv's marker records WHEEL, so a changed pin makes the venv again.
     let mut made = venv::pinned_venv(&venv, WHEEL, &[WHEEL.as_ref()]);
@@ -76,7 +93,7 @@ fn install_wheel() -> PathBuf {
              PLACELAB_CUDA_LIB_DIRS): {}",
             venv.display(),
             made.err()
-                .unwrap_or_else(|| "the wheel has no libnvrtc.so.13".into())
+                .unwrap_or_else(|| format!("the wheel has no libnvrtc.so.{CUDA_MAJOR}"))
         ),
     }
 }
@@ -89,15 +106,23 @@ fn every_kernel_file_compiles_for_every_target_architecture() {
     // (.ci/warm-target.sh): these 25 compiles, about 150 CPU-s, then run once per kernel change.
     let kept = load_nvrtc();
     let (major, _) = nvrtc::version().unwrap();
-    assert_eq!(major, 13, "the kernels are built against CUDA 13's NVRTC");
-    // Turing (the oldest CUDA 13 supports), Ampere, Ada, Hopper, Blackwell.
-    for (arch, cc) in [
-        ("sm_75", (7, 5)),
-        ("sm_80", (8, 0)),
-        ("sm_89", (8, 9)),
-        ("sm_90", (9, 0)),
-        ("sm_100", (10, 0)),
-    ] {
+    assert_eq!(
+        major, CUDA_MAJOR as i32,
+        "the kernels are built against the NVRTC of the engine's major"
+    );
+    // Volta (CUDA 12 only: 13 dropped it), Turing, Ampere, Ada, Hopper, Blackwell.
+    let volta = [("sm_70", (7, 0))];
+    for (arch, cc) in volta[..usize::from(CUDA_MAJOR == 12)]
+        .iter()
+        .copied()
+        .chain([
+            ("sm_75", (7, 5)),
+            ("sm_80", (8, 0)),
+            ("sm_89", (8, 9)),
+            ("sm_90", (9, 0)),
+            ("sm_100", (10, 0)),
+        ])
+    {
         for src in nvrtc::SOURCES {
             let cubin = nvrtc::cubin_cached_in(&src, cc, kept.as_deref())
                 .unwrap_or_else(|e| panic!("{} for {arch}: {e}", src.name));
@@ -207,7 +232,7 @@ fn compiled_kernels_are_cached_on_disk_by_source_arch_and_version() {
         .into_string()
         .unwrap();
     assert!(
-        name.starts_with("cast-sm_80-nvrtc13.") && name.ends_with(".cubin"),
+        name.starts_with(&format!("cast-sm_80-nvrtc{CUDA_MAJOR}.")) && name.ends_with(".cubin"),
         "{name}"
     );
     // The second call reads the file: a changed file is what it returns.
@@ -257,4 +282,28 @@ fn tempdir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("placelab-kernels-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// A GPU the installed NVRTC does not compile for gets what NVRTC knows and the fix, before any
+/// compile: a newer GPU than it knows, and one older than its major supports.
+#[test]
+fn an_architecture_nvrtc_does_not_know_is_refused_with_the_fix() {
+    load_nvrtc();
+    let archs = nvrtc::supported_archs().unwrap();
+    assert!(archs.contains(&90), "{archs:?}");
+    let refused = |arch: &str| match nvrtc::compile(nvrtc::CAST.name, &nvrtc::CAST.program(), arch)
+    {
+        Err(Error::KernelCompile { log, .. }) => log,
+        other => panic!("{arch} was compiled: {other:?}"),
+    };
+    let newer = refused("sm_990");
+    assert!(newer.contains("not for this GPU's sm_990"), "{newer}");
+    assert!(newer.contains("--upgrade"), "{newer}");
+    let older = refused("sm_30");
+    assert!(older.contains("not for this GPU's sm_30"), "{older}");
+    assert!(older.contains("do not support a GPU this old"), "{older}");
+    if CUDA_MAJOR == 13 {
+        // Volta: CUDA 12 still compiles for it.
+        assert!(refused("sm_70").contains("nvidia-cuda-nvrtc-cu12"));
+    }
 }

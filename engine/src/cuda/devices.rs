@@ -42,7 +42,7 @@ pub fn device_name(index: usize) -> Result<String> {
     })
 }
 
-/// `CUDA driver 12.4 · NVRTC 13.0` for `:devices`; `None` where the devices are simulated or
+/// `CUDA driver 12.8 · engine for CUDA 12 · NVRTC 12.8` for `:devices`; `None` where the devices are simulated or
 /// there is no real GPU.
 pub fn versions_line() -> Option<String> {
     match Device::Cuda(0).kind() {
@@ -55,7 +55,10 @@ pub fn versions_line() -> Option<String> {
         Ok((a, b)) => format!("NVRTC {a}.{b}"),
         Err(why) => format!("NVRTC unavailable: {why}"),
     };
-    Some(format!("CUDA driver {major}.{minor} · {nvrtc}"))
+    Some(format!(
+        "CUDA driver {major}.{minor} · engine for CUDA {} · {nvrtc}",
+        crate::device::cuda_major::CUDA_MAJOR
+    ))
 }
 
 /// What this process can use, as `:devices`, `placelab devices` and the REPL's banner list it.
@@ -94,6 +97,15 @@ impl DeviceList {
 /// each real GPU's free memory, which creates a CUDA context on it: the cell process, which will
 /// hold one anyway, or a one-shot command.
 pub fn devices(with_free: bool) -> DeviceList {
+    DeviceList {
+        versions: versions_line(),
+        ..devices_without_versions(with_free)
+    }
+}
+
+/// `devices` without the libraries' versions: what a process lists that must not load NVRTC (the
+/// front end, whose engine may be of another CUDA major than its sessions').
+pub fn devices_without_versions(with_free: bool) -> DeviceList {
     let mut devices = vec![format!("cpu ({} threads)", crate::backend::cpu::threads())];
     for i in 0..device_count() {
         let device = Device::Cuda(i);
@@ -116,7 +128,7 @@ pub fn devices(with_free: bool) -> DeviceList {
     }
     DeviceList {
         devices,
-        versions: versions_line(),
+        versions: None,
         missing: unavailable_reason(),
         real: real_device_count(),
         emulated: (0..device_count())

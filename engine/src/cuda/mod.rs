@@ -10,13 +10,14 @@ mod stand_ins;
 pub use crate::backend::gpu::blas::{allow_tf32, set_allow_tf32};
 pub use crate::backend::gpu::pinned::{HostMemoryStats, pinned_bytes};
 pub use crate::backend::gpu::runtime::context_setup_time;
+pub use crate::device::cuda_major;
 pub use crate::device::registry::{
-    DEFAULT_SIMULATED_CAPACITY, ParsedSetting, Simulation, device_count, driver_version,
-    is_available, no_real_gpu_reason, parse_emulated, parse_simulated, real_device_count,
-    unavailable_reason,
+    DEFAULT_SIMULATED_CAPACITY, ParsedSetting, Simulation, UNUSABLE_ENV, device_count,
+    driver_version, is_available, no_real_gpu_reason, parse_emulated, parse_simulated,
+    real_device_count, unavailable_reason,
 };
 pub use crate::storage::stream::{Event, Stream, current_stream, default_stream, with_stream};
-pub use devices::{DeviceList, device_name, devices, versions_line};
+pub use devices::{DeviceList, device_name, devices, devices_without_versions, versions_line};
 
 use crate::device::error::{Error, Result};
 use crate::device::{Device, DeviceKind};

@@ -6,6 +6,7 @@ use std::fmt;
 use crate::base::dtype::DType;
 use crate::base::units::human_bytes;
 use crate::device::Device;
+use crate::device::cuda_major::CUDA_MAJOR;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -364,8 +365,9 @@ fn pinned_out_of_memory(
 fn kernel_compile(f: &mut fmt::Formatter<'_>, kernel: &str, arch: &str, log: &str) -> fmt::Result {
     write!(
         f,
-        "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\nThe kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names. Otherwise the installed NVRTC may be too old for this GPU (placelab needs CUDA 13's libnvrtc.so.13).",
-        log.trim_end()
+        "NVRTC failed to compile the CUDA kernels of {kernel} for {arch}:\n{}\nThe kernel sources are in the `kernels/` folder of placelab; if you changed one, fix the line NVRTC names. Otherwise the installed NVRTC may be too old for this GPU: a newer CUDA {CUDA_MAJOR} NVRTC (`{}`) knows newer GPUs.",
+        log.trim_end(),
+        super::cuda_major::pip_install(CUDA_MAJOR)
     )
 }
 

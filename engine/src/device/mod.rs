@@ -2,9 +2,10 @@
 //! one `Error` every layer returns (`error.rs`, which names devices), shapes and strides
 //! (`layout.rs`), the SIGINT flag every wait checks (`interrupt.rs`), reading a device from text
 //! (`parse.rs`), the stream each thread queues a device's work on (`current_stream.rs`), the registry of what exists in this process (`registry.rs`: real GPUs probed
-//! without panicking, or stand-ins), the panic guard around cudarc's loader (`guard.rs`), and
-//! the default device.
+//! without panicking, or stand-ins), the panic guard around cudarc's loader (`guard.rs`), the CUDA major
+//! this build is for (`cuda_major.rs`), and the default device.
 
+pub mod cuda_major;
 pub(crate) mod current_stream;
 mod default;
 pub mod error;

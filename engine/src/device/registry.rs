@@ -206,6 +206,10 @@ fn capacity(word: Option<&str>) -> std::result::Result<usize, String> {
     )
 }
 
+/// Set by a session for its cell process when the machine has a driver but no CUDA major fits it
+/// and its libraries: the reason, which `:devices` and the first GPU use then say.
+pub const UNUSABLE_ENV: &str = "PLACELAB_CUDA_UNUSABLE";
+
 /// The number of real CUDA devices, probed once. Never panics: cudarc panics when libcuda is
 /// missing, so the library is looked for first and the rest runs under `catch_unwind`.
 fn probe_real() -> &'static std::result::Result<usize, String> {
@@ -213,6 +217,11 @@ fn probe_real() -> &'static std::result::Result<usize, String> {
     PROBE.get_or_init(|| {
         if std::env::var_os("PLACELAB_NO_CUDA").is_some() {
             return Err("PLACELAB_NO_CUDA is set".into());
+        }
+        // The session found, before building this engine, that this machine's driver and
+        // libraries allow no CUDA major (the front end's `cuda_choice`): say why, and load none.
+        if let Some(why) = std::env::var_os(UNUSABLE_ENV) {
+            return Err(why.to_string_lossy().into_owned());
         }
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err("no NVIDIA driver found (libcuda is not installed)".into());

@@ -2,9 +2,13 @@
 //! `libcublas.so.13` … by name; a library already loaded under that name (its soname) is what
 //! `dlopen` returns, so loading one by full path first makes cudarc use it. That lets the pip
 //! wheels (`nvidia-cuda-nvrtc`, PyTorch's `nvidia/cu13/lib`) serve without `LD_LIBRARY_PATH`.
+//! Only the libraries of the major this engine is built for (`CUDA_MAJOR`) are loaded: a folder
+//! may hold both.
 
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
+
+use crate::device::cuda_major::{CUDA_MAJOR, is_library_of};
 
 /// The libraries looked for, in load order (NVRTC opens its builtins by name; cuBLAS needs
 /// cuBLASLt).
@@ -37,12 +41,11 @@ pub fn use_library_dir(dir: &Path) -> Vec<String> {
     names.sort();
     let mut loaded = Vec::new();
     for prefix in LIBRARIES {
-        // `libnvrtc.so.13`, not `libnvrtc.alt.so.13`.
-        for name in names.iter().filter(|n| {
-            n.strip_prefix(prefix).is_some_and(|v| {
-                !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-            })
-        }) {
+        // `libnvrtc.so.13`, not `libnvrtc.alt.so.13` nor `libnvrtc.so.12`.
+        for name in names
+            .iter()
+            .filter(|n| is_library_of(n, prefix, CUDA_MAJOR))
+        {
             let path = std::ffi::CString::new(dir.join(name).as_os_str().as_encoded_bytes())
                 .expect("a path without NUL");
             // SAFETY: dlopen of a CUDA library, kept loaded for the life of the process.

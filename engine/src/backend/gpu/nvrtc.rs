@@ -6,6 +6,7 @@ use std::ffi::{CString, c_char};
 
 use cudarc::nvrtc::{result, sys};
 
+use crate::device::cuda_major::{CUDA_MAJOR, install_hint, pip_install};
 use crate::device::error::{Error, Result};
 use crate::device::guard::guarded;
 
@@ -81,22 +82,30 @@ impl KernelSource {
     }
 }
 
-/// NVRTC's version, e.g. `(13, 0)`, or why NVRTC cannot be used.
+/// NVRTC's version, e.g. `(13, 0)`, or why NVRTC cannot be used: it is not installed, or the
+/// one the loader found is of another CUDA major than this engine's bindings.
 pub fn version() -> std::result::Result<(i32, i32), String> {
     super::libs::preload();
     if !unsafe { sys::is_culib_present() } {
-        return Err(
-            "NVRTC (libnvrtc.so.13) is not installed; install the CUDA 13 toolkit or the \
-             `nvidia-cuda-nvrtc` wheel and point PLACELAB_CUDA_LIB_DIRS at its lib folder"
-                .into(),
-        );
+        return Err(format!(
+            "NVRTC (libnvrtc.so.{CUDA_MAJOR}) is not installed; {}",
+            install_hint(CUDA_MAJOR)
+        ));
     }
-    guarded("loading NVRTC", || {
+    let (major, minor) = guarded("loading NVRTC", || {
         let (mut major, mut minor) = (0, 0);
         let status = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
         (status == sys::nvrtcResult::NVRTC_SUCCESS).then_some((major, minor))
     })?
-    .ok_or_else(|| "nvrtcVersion failed".into())
+    .ok_or_else(|| "nvrtcVersion failed".to_string())?;
+    if major != CUDA_MAJOR as i32 {
+        return Err(format!(
+            "the NVRTC the loader found is {major}.{minor}, and this engine is built for CUDA \
+             {CUDA_MAJOR}; {}",
+            install_hint(CUDA_MAJOR)
+        ));
+    }
+    Ok((major, minor))
 }
 
 /// `source` compiled to a CUBIN for `sm_{major}{minor}`, from the disk cache in
@@ -181,7 +190,10 @@ fn compile_with(
         arch: arch.into(),
         log,
     };
-    version().map_err(fail)?;
+    let nvrtc = version().map_err(fail)?;
+    if let Some(why) = arch_unsupported(arch, nvrtc) {
+        return Err(fail(why));
+    }
     let src = CString::new(program).map_err(|_| fail("the source contains a NUL byte".into()))?;
     let cname = CString::new(name).map_err(|_| fail("the name contains a NUL byte".into()))?;
     let options = [
@@ -202,6 +214,50 @@ fn compile_with(
     })
     .map_err(fail)?
     .map_err(fail)
+}
+
+/// The architectures this NVRTC compiles for (`nvrtcGetSupportedArchs`: 75 for `sm_75` …).
+pub fn supported_archs() -> std::result::Result<Vec<i32>, String> {
+    version()?;
+    guarded("asking NVRTC's architectures", || {
+        let mut n = 0;
+        if unsafe { sys::nvrtcGetNumSupportedArchs(&mut n) } != sys::nvrtcResult::NVRTC_SUCCESS {
+            return None;
+        }
+        let mut archs = vec![0; n.max(0) as usize];
+        let status = unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) };
+        (status == sys::nvrtcResult::NVRTC_SUCCESS).then_some(archs)
+    })?
+    .ok_or_else(|| "nvrtcGetSupportedArchs failed".into())
+}
+
+/// Why NVRTC `nvrtc` cannot compile for `arch` (`sm_100`), in words with the fix; `None` when it
+/// can, or when it cannot say (its own error then tells).
+fn arch_unsupported(arch: &str, (major, minor): (i32, i32)) -> Option<String> {
+    let wanted: i32 = arch.strip_prefix("sm_")?.parse().ok()?;
+    let archs = supported_archs().ok()?;
+    if archs.contains(&wanted) {
+        return None;
+    }
+    let (oldest, newest) = (archs.iter().min()?, archs.iter().max()?);
+    let fix = if wanted > *newest {
+        format!(
+            "a newer CUDA {CUDA_MAJOR} NVRTC knows newer GPUs (`{} --upgrade`)",
+            pip_install(CUDA_MAJOR)
+        )
+    } else if CUDA_MAJOR >= 13 && wanted >= 50 {
+        format!(
+            "CUDA 12 still compiles for it: with CUDA 12's NVRTC and cuBLAS (`{}`), placelab \
+             builds its engine for CUDA 12",
+            pip_install(12)
+        )
+    } else {
+        "placelab's CUDA 12 and 13 builds do not support a GPU this old".to_string()
+    };
+    Some(format!(
+        "NVRTC {major}.{minor} compiles for sm_{oldest} to sm_{newest}, not for this GPU's {arch}: \
+         {fix}"
+    ))
 }
 
 /// A NUL-terminated C string from NVRTC as text.
