@@ -47,6 +47,11 @@ pub fn is_built(engine: &Path) -> bool {
     build_of(engine).join("target").is_dir()
 }
 
+/// The CUDA major `engine`'s build is for (`engine_check::built_for_cuda`).
+pub fn built_for_cuda(engine: &Path) -> u32 {
+    engine_check::built_for_cuda(&build_of(engine))
+}
+
 /// Whether sessions must leave `engine` as it is.
 pub fn is_shared(engine: &Path) -> bool {
     engine.join(SHARED_MARK).exists()
@@ -56,6 +61,10 @@ pub fn is_shared(engine: &Path) -> bool {
 pub enum Linked {
     /// It links to the engine's build.
     Yes,
+    /// It links to the engine's build, which is for another CUDA major than this machine calls
+    /// for: cargo compiles the engine crate and cudarc again for this one (their features
+    /// differ), and links the rest.
+    OtherCuda { built: u32, wanted: u32 },
     /// There is no engine yet: the session builds it.
     NoEngine,
     /// The engine's build cannot be used (why, in words): the session builds its own, and the
@@ -79,7 +88,13 @@ pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
         Linked::NoEngine
     } else {
         match engine_check::verify(&build, &expected) {
-            Ok(()) => Linked::Yes,
+            Ok(()) => match engine_check::built_for_cuda(&build) {
+                built if built != expected.cuda => Linked::OtherCuda {
+                    built,
+                    wanted: expected.cuda,
+                },
+                _ => Linked::Yes,
+            },
             Err(why) => {
                 if !is_shared(engine) {
                     discard(engine);
@@ -89,7 +104,7 @@ pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
         }
     };
     fs::create_dir_all(work)?;
-    if !matches!(linked, Linked::Yes) {
+    if !matches!(linked, Linked::Yes | Linked::OtherCuda { .. }) {
         let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock");
         if lock.is_file() {
             fs::copy(&lock, work.join("Cargo.lock"))?;
@@ -100,7 +115,22 @@ pub fn link(engine: &Path, work: &Path) -> io::Result<Linked> {
     mirror(&build.join("target"), &work.join("target"), &|from, to| {
         std::os::unix::fs::symlink(from, to)
     })?;
-    Ok(Linked::Yes)
+    Ok(linked)
+}
+
+/// What a session linked to an engine of another CUDA major says (`Linked::OtherCuda`).
+pub fn other_cuda_notice(engine: &Path, built: u32, wanted: u32) -> String {
+    let later = if is_shared(engine) {
+        "for itself (the shared engine stays as its admin built it)"
+    } else {
+        "and later sessions reuse that build"
+    };
+    format!(
+        "the engine build in {} is for CUDA {built}, and this machine's driver and libraries call \
+         for CUDA {wanted}: this session compiles the engine crate and cudarc again for CUDA \
+         {wanted} (about a minute), {later}.",
+        engine.display()
+    )
 }
 
 /// Cleans up after publishes and discards whose session was killed half-way: their temporary

@@ -66,9 +66,12 @@ pub fn prepare(owner: &str) -> Result<Prepared, String> {
         predecessor_died,
         engine_unusable,
         linked,
+        engine_other_cuda,
     } = slots::claim(&root.join("sessions"), &engine, owner)
         .map_err(|e| format!("cannot claim a compile directory: {e}"))?;
-    let rebuilding = engine_unusable.map(|why| engine_rebuild_notice(&engine, &why));
+    let rebuilding = engine_unusable
+        .map(|why| engine_rebuild_notice(&engine, &why))
+        .or(engine_other_cuda);
     if let Some(notice) = &rebuilding {
         eprintln!("placelab: {notice}");
     }
@@ -349,7 +352,17 @@ impl Session {
         if compiled == 0 && engine::is_built(engine) {
             return;
         }
-        if engine::is_shared(engine) {
+        let built_for = engine::built_for_cuda(engine);
+        let wanted = super::cuda_libs::choice().major();
+        if engine::is_shared(engine) && built_for != wanted {
+            eprintln!(
+                "placelab: the shared engine in {0} is built for CUDA {built_for}, and this \
+                 machine's driver and libraries call for CUDA {wanted}, so this session compiled \
+                 {compiled} crates of its own. Run `placelab prebuild --shared {0}` on this \
+                 machine to build it for CUDA {wanted}.",
+                engine.display()
+            );
+        } else if engine::is_shared(engine) {
             eprintln!(
                 "placelab: the shared engine in {0} is out of date for this placelab, so this \
                  session compiled {compiled} crates of its own. Run `placelab prebuild --shared {0}` \

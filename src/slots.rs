@@ -17,6 +17,8 @@ pub struct Claimed {
     pub engine_unusable: Option<String>,
     /// Whether the compile directory links to the engine's build (else the session builds it).
     pub linked: bool,
+    /// What the session says when the engine it links to is for another CUDA major.
+    pub engine_other_cuda: Option<String>,
 }
 
 /// How many sessions of one user (one `PLACELAB_CACHE`) can run at once.
@@ -67,7 +69,16 @@ pub fn claim(root: &Path, engine: &Path, owner: &str) -> std::io::Result<Claimed
                 work,
                 lock,
                 predecessor_died: None,
-                linked: matches!(linked, Ok(super::engine::Linked::Yes)),
+                linked: matches!(
+                    linked,
+                    Ok(super::engine::Linked::Yes | super::engine::Linked::OtherCuda { .. })
+                ),
+                engine_other_cuda: match linked {
+                    Ok(super::engine::Linked::OtherCuda { built, wanted }) => {
+                        Some(super::engine::other_cuda_notice(engine, built, wanted))
+                    }
+                    _ => None,
+                },
                 engine_unusable: match linked {
                     Ok(super::engine::Linked::Unusable(why)) => Some(why),
                     _ => None,

@@ -152,6 +152,66 @@ fn devices_names_the_cuda_major_the_driver_and_libraries_allow() {
     expect(&on_13, &[&built_for(13, &cu13, "13.0")]);
 }
 
+/// A machine whose driver (CUDA 12.8) and libraries call for CUDA 12, with a CUDA 13
+/// `libnvrtc.so` on the loader path besides (the name cudarc tries first): the session links to
+/// this machine's CUDA 13 engine, compiles only the engine crate and cudarc again for CUDA 12,
+/// and its cell process loads CUDA 12's NVRTC, the one chosen, not the other on the path.
+#[test]
+fn a_cuda_12_machine_gets_an_engine_for_cuda_12_that_loads_only_cuda_12s_libraries() {
+    let _one = one_session_at_a_time();
+    let (out, ok) = run_script("one_cell.plrs");
+    assert!(ok, "the test cache's engine is built:\n{out}");
+    let root = std::env::temp_dir().join(format!("placelab-cuda-12-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let engine = root.join("engine");
+    let copied = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(std::path::Path::new(CACHE).join("engine"))
+        .arg(&engine)
+        .status();
+    assert!(copied.unwrap().success());
+    let driver = fake_cuda::driver(&root, (12, 8));
+    fake_cuda::unversioned_nvrtc(&driver, 13);
+    let cu12 = fake_cuda::libraries(&root, (12, 8));
+    let out = user_command(env!("CARGO_BIN_EXE_placelab"))
+        .args([
+            "run-script",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scripts/devices.plrs"),
+        ])
+        .env("PLACELAB_CACHE", root.join("cache"))
+        .env("PLACELAB_ENGINE", &engine)
+        .env("LD_LIBRARY_PATH", &driver)
+        .env("PLACELAB_CUDA_LIB_DIRS", &cu12)
+        .output()
+        .expect("placelab runs");
+    let said = format!(
+        "{}\n--- stderr ---\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = std::fs::read_to_string(engine.join("work/MANIFEST")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(out.status.success(), "{said}");
+    expect(
+        &said,
+        &[
+            "is for CUDA 13, and this machine's driver and libraries call for CUDA 12",
+            "CUDA driver 12.8 · engine for CUDA 12 · NVRTC 12.8",
+            "compiling cudarc",
+            "compiling placelab",
+        ],
+    );
+    assert!(
+        !said.contains("compiling gemm"),
+        "only the CUDA crates are compiled again:\n{said}"
+    );
+    assert!(
+        manifest.contains("\ncuda 12\n"),
+        "the published engine records CUDA 12:\n{manifest}"
+    );
+}
+
 /// A machine with a GPU whose driver (CUDA 12.2) allows no major of the libraries found (only
 /// CUDA 13's): the session builds the default engine, which loads no CUDA at all, and `:devices`
 /// and the first `.to()` to the GPU say why and what to install; the CPU works as before.

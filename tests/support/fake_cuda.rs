@@ -76,3 +76,17 @@ pub fn libraries(root: &Path, (major, minor): (u32, u32)) -> PathBuf {
     }
     dir
 }
+
+/// Adds to `dir` an unversioned `libnvrtc.so` of CUDA `major`, as a toolkit's development link
+/// would be: the first name cudarc's loader tries, whatever major it is built for.
+pub fn unversioned_nvrtc(dir: &Path, major: u32) {
+    compile(
+        dir,
+        "libnvrtc.so",
+        &[
+            "-DDRIVER=0".into(),
+            format!("-DMAJOR={major}"),
+            "-DMINOR=0".into(),
+        ],
+    );
+}
