@@ -251,6 +251,50 @@ fn a_driver_too_old_for_the_cuda_libraries_found_says_what_to_install() {
     );
 }
 
+/// Two learners' kernels at once on capped emulated GPUs: each holds most of its share while
+/// the other does; the one that asks past its cap gets the error naming the cap, and the other
+/// keeps its memory and its tensor whole.
+#[test]
+fn two_kernels_at_once_each_within_its_own_cap() {
+    let _one = one_session_at_a_time();
+    let flags = std::env::temp_dir().join(format!("placelab-class-pair-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&flags);
+    std::fs::create_dir_all(&flags).unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/scripts/class_learner.plrs"
+    );
+    let learner = |name: &'static str| {
+        let flags = flags.to_string_lossy().into_owned();
+        std::thread::spawn(move || {
+            run_script_with(
+                script,
+                &[
+                    ("PLACELAB_SIMULATE_CUDA", "0"),
+                    ("PLACELAB_EMULATE_CUDA", "1,1GiB"),
+                    ("PLACELAB_CUDA_MEMORY_FRACTION", "0.25"),
+                    ("LEARNER", name),
+                    ("FLAGS", &flags),
+                ],
+            )
+        })
+    };
+    let (a, b) = (learner("a"), learner("b"));
+    let ((a, a_ok), (b, b_ok)) = (a.join().unwrap(), b.join().unwrap());
+    let _ = std::fs::remove_dir_all(&flags);
+    assert!(!a_ok, "learner a's cell past its cap fails:\n{a}");
+    expect(
+        &a,
+        &[
+            "\ntrue\n",
+            "tried to allocate 300.00 MiB, past this process's cap of 256.00 MiB (0.25 of the device's 1.00 GiB",
+            "(52428800.0, 200)",
+        ],
+    );
+    assert!(b_ok, "learner b's cells all pass:\n{b}");
+    expect(&b, &["\ntrue\n", "(52428800.0, 200)"]);
+}
+
 #[test]
 fn first_steps_through_the_session() {
     let _one = one_session_at_a_time();
