@@ -26,6 +26,7 @@ pub mod repl;
 pub mod report;
 pub mod script;
 pub mod session;
+mod session_prepare;
 pub mod settings;
 pub mod setup;
 pub mod slots;
