@@ -2,8 +2,11 @@
 # GPU verification in two steps, because the GPU machine has the NVIDIA driver, CUDA 13 and
 # PyTorch but no Rust toolchain:
 #
-#   benches/gpu-check.sh build     # here: release-build the GPU tests and benchmark into
-#                                  # target/gpu-check/ (carry that folder to the GPU machine)
+#   benches/gpu-check.sh build [--cuda-12]
+#                                  # here: release-build the GPU tests and benchmark into
+#                                  # target/gpu-check/ (carry that folder to the GPU machine);
+#                                  # --cuda-12: the engine built for CUDA 12, whose `run` needs
+#                                  # CUDA 12's NVRTC and cuBLAS in PLACELAB_CUDA_LIB_DIRS
 #   benches/gpu-check.sh run [OUT] # there, from the repository root: run them, compare with
 #                                  # PyTorch, write OUT/gpu-results.md (OUT defaults to $OUT or
 #                                  # target/gpu-check/out), and OUT/run.json: the GPU,
@@ -23,12 +26,17 @@ BIN=target/gpu-check
 
 build() {
     mkdir -p "$BIN"
-    local list
+    local list major=13 features=()
+    if [ "${1:-}" = --cuda-12 ]; then
+        major=12
+        features=(--no-default-features --features cuda-12)
+    fi
     # The engine alone (-p placelab): the GPU tests need none of the front end's crates.
     # cargo's messages go to a log, said when the build fails (they would mix with the JSON).
-    list=$(cargo test --release -p placelab --no-run --message-format=json \
+    list=$(cargo test --release -p placelab "${features[@]}" --no-run --message-format=json \
         --test cuda_gpu --test cuda_gpu_memory --test cuda_gpu_simulation 2>"$BIN/build.log" &&
-        cargo bench -p placelab --no-run --message-format=json --bench gpu 2>>"$BIN/build.log") || {
+        cargo bench -p placelab "${features[@]}" --no-run --message-format=json --bench gpu \
+            2>>"$BIN/build.log") || {
         tail -30 "$BIN/build.log" >&2
         echo "gpu-check: the build failed (all of cargo's output: $BIN/build.log)" >&2
         exit 1
@@ -53,6 +61,8 @@ for line in sys.stdin:
         commit="$commit (with uncommitted changes)"
     fi
     echo "$commit" > "$BIN/built-from"
+    # Which CUDA's libraries `run` records (the engine loads only its own major's).
+    echo "$major" > "$BIN/cuda-major"
     du -sh "$BIN"/cuda_gpu "$BIN"/cuda_gpu_memory "$BIN"/cuda_gpu_simulation "$BIN"/gpu
     echo "built; carry $BIN and run: benches/gpu-check.sh run"
 }
@@ -71,9 +81,9 @@ PY
 # `OUT/run.json`: what was measured on what, so that a run's figures can be cited (GPU, driver,
 # host CPU, PyTorch and CUDA versions, the placelab commit `build` recorded).
 describe_run() {
-    python3 - "$1" "$BIN/built-from" <<'PY'
+    python3 - "$1" "$BIN/built-from" "$(cat "$BIN/cuda-major" 2>/dev/null || echo 13)" <<'PY'
 import datetime, json, os, subprocess, sys
-out, built_from = sys.argv[1], sys.argv[2]
+out, built_from, major = sys.argv[1], sys.argv[2], sys.argv[3]
 def command(*args):
     try:
         return subprocess.run(args, capture_output=True, text=True, check=True).stdout
@@ -93,7 +103,7 @@ def cuda_versions():
     """The driver's CUDA version and the NVRTC and cuBLAS the engine loads (the first of its major
     in PLACELAB_CUDA_LIB_DIRS, else the loader's), each as the library reports it."""
     import ctypes, glob
-    found = {}
+    found = {"engine_built_for": f"CUDA {major}"}
     try:
         v = ctypes.c_int()
         ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
@@ -101,9 +111,9 @@ def cuda_versions():
     except OSError as e:
         found["driver_cuda"] = f"not loaded: {e}"
     dirs = [d for d in os.environ.get("PLACELAB_CUDA_LIB_DIRS", "").split(":") if d]
-    for name, soname, ask in [("nvrtc", "libnvrtc.so.13", "nvrtcVersion"),
-                              ("cublas", "libcublas.so.13", "cublasGetProperty"),
-                              ("cublasLt", "libcublasLt.so.13", "cublasLtGetProperty")]:
+    for name, soname, ask in [("nvrtc", f"libnvrtc.so.{major}", "nvrtcVersion"),
+                              ("cublas", f"libcublas.so.{major}", "cublasGetProperty"),
+                              ("cublasLt", f"libcublasLt.so.{major}", "cublasLtGetProperty")]:
         paths = [p for d in dirs for p in glob.glob(os.path.join(d, soname))] + [soname]
         for path in paths:
             try:
@@ -290,8 +300,8 @@ notebooks() {
 }
 
 case "${1:-}" in
-    build) build ;;
+    build) shift; build "$@" ;;
     run) shift; run "$@" ;;
     notebooks) shift; notebooks "$@" ;;
-    *) echo "usage: benches/gpu-check.sh build | run [OUT] | notebooks [--emulated]" >&2; exit 2 ;;
+    *) echo "usage: benches/gpu-check.sh build [--cuda-12] | run [OUT] | notebooks [--emulated]" >&2; exit 2 ;;
 esac
