@@ -239,10 +239,16 @@ fn site_packages() -> Vec<PathBuf> {
     sites
 }
 
-/// Every library of each kind and major found in `folders` (in their order), then on the
-/// loader's path, each with the version it reports once loaded.
+/// The first library of each kind and major found in `folders` (in their order), else on the
+/// loader's path, each with the version it reports once loaded. Only the first is loaded: a
+/// session uses no other (`cuda_choice`), and cuBLAS takes a while to load.
 fn libraries(folders: &[PathBuf]) -> Vec<Found> {
-    let mut found = Vec::new();
+    let mut found: Vec<Found> = Vec::new();
+    let have = |found: &[Found], library: Library, major: u32| {
+        found
+            .iter()
+            .any(|f| f.library == library && f.version.major == major)
+    };
     for folder in folders {
         let Ok(entries) = std::fs::read_dir(folder) else {
             continue;
@@ -255,6 +261,9 @@ fn libraries(folders: &[PathBuf]) -> Vec<Found> {
         names.sort_by_key(|n| (n.len(), n.clone()));
         for library in LOAD_ORDER {
             for major in MAJORS {
+                if have(&found, library, major) {
+                    continue;
+                }
                 let Some(name) = names
                     .iter()
                     .find(|n| is_library_of(n, library.file_prefix(), major))
@@ -272,6 +281,9 @@ fn libraries(folders: &[PathBuf]) -> Vec<Found> {
     }
     for library in LOAD_ORDER {
         for major in MAJORS {
+            if have(&found, library, major) {
+                continue;
+            }
             let soname = format!("{}{major}", library.file_prefix());
             let Some(lib) = Loaded::open(&soname) else {
                 continue;
@@ -282,12 +294,7 @@ fn libraries(folders: &[PathBuf]) -> Vec<Found> {
             found.extend(ask(&lib, library, path));
         }
     }
-    // A file found in a folder and again through its soname is one file.
-    let mut seen = std::collections::HashSet::new();
-    found.retain(|f| {
-        let file = f.path.canonicalize().unwrap_or_else(|_| f.path.clone());
-        f.version.major != 0 && seen.insert((f.library.name(), file))
-    });
+    found.retain(|f| f.version.major != 0);
     found.sort_by_key(|f| LOAD_ORDER.iter().position(|&l| l == f.library));
     found
 }
