@@ -106,7 +106,7 @@ pub fn measured_near(
     Some(MeasuredCopy {
         bytes: row.bytes,
         duration: Duration::from_secs_f64(row.seconds),
-        date: run.date.clone(),
+        date: run.date.to_string(),
         model_error: predicted / row.seconds - 1.0,
     })
 }
