@@ -11,8 +11,6 @@
 //! `gpu-check.sh` can report the model's error on this machine.
 
 mod gpu_overlap;
-#[path = "../engine/build/measured_lines.rs"]
-mod measured_lines;
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -170,7 +168,7 @@ fn peer() -> Result<()> {
 fn op_ms(g: &GpuSpec, name: &str) -> Option<f64> {
     let row = cost::measured::Row {
         bench: "op".into(),
-        name: name.to_string().into(),
+        name: name.into(),
         bytes: 0,
         calls: 1,
         seconds: 0.0,
@@ -461,7 +459,7 @@ fn model_report(file: &str, gpu_name: &str) -> std::result::Result<(), String> {
         "{{\"run\":\"{file}\",\"gpu\":\"{gpu_name}\",\"spec\":\"{}\",\"date\":\"-\",\"commit\":\"-\"}}",
         gpu.key
     );
-    let run = measured_run(&format!("{head}\n{lines}"))?;
+    let run = cost::measured::parse(&format!("{head}\n{lines}"))?;
     let c = cost::FITTED;
     let errors: Vec<_> = (points(&run).into_iter())
         .map(|p| {
@@ -560,29 +558,4 @@ fn main() -> Result<()> {
     gpu_overlap::overlap()?;
     gpu_overlap::lesson(spec())?;
     profiled_steps()
-}
-
-/// A run from its JSON lines (the first names it), as the kept runs are read at build time.
-fn measured_run(text: &str) -> std::result::Result<cost::measured::Run, String> {
-    let (head, lines) = measured_lines::parse(text)?;
-    let rows = lines
-        .into_iter()
-        .map(|l| cost::measured::Row {
-            bench: l.bench.into(),
-            name: l.name.into(),
-            bytes: l.bytes,
-            calls: l.calls,
-            seconds: l.seconds,
-            torch_seconds: l.torch_seconds,
-            wall_seconds: l.wall_seconds,
-        })
-        .collect::<Vec<_>>();
-    Ok(cost::measured::Run {
-        name: head.run.into(),
-        gpu: head.gpu.into(),
-        spec: head.spec.into(),
-        date: head.date.into(),
-        commit: head.commit.into(),
-        rows: rows.into(),
-    })
 }

@@ -4,8 +4,7 @@
     benches/keep-run.py benches/gpu-runs/h200-2026-11-28-f --spec h200 \
         > engine/src/cost/measured/h200-2026-11-28-f.jsonl
 
-and the next build of the engine has it (`engine/build/measured_runs.rs` turns every file there into
-Rust data, oldest first by date and name). The first line names the run (the
+then add the file to `runs()` in `engine/src/cost/measured.rs`. The first line names the run (the
 folder's name), the GPU (the first line of the run's `all.log`, as nvidia-smi names it), the
 date, the commit measured and PyTorch's version (from the run's `run.json`, which
 `gpu-check.sh` writes, unless `--commit` and `--torch` say them); the rest are placelab's lines from

@@ -14,11 +14,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-#[path = "build/measured_lines.rs"]
-mod measured_lines;
-#[path = "build/measured_runs.rs"]
-mod measured_runs;
-
 // The kernels `kernels/declarations.rs` declares (what `engine/src/backend/gpu/launch.rs` launches), as
 // `DECLARED`: (family, source, suffixes). Their parameters are for the launchers alone.
 macro_rules! kernels {
@@ -126,7 +121,6 @@ fn main() {
     std::fs::write(sources.join("ops.cuh"), ops_header()).unwrap();
     std::fs::write(sources.join("random_tables.cuh"), ziggurat_cuda()).unwrap();
     std::fs::write(out.join("random_tables.rs"), ziggurat_rust()).unwrap();
-    measured_runs::write(&engine.join("src/cost/measured"), &out);
 
     let host = kernels.join("host");
     let mut build = cc::Build::new();

@@ -97,7 +97,7 @@ impl Class {
     }
 
     fn of(row: &Row) -> Class {
-        match (&*row.bench, &*row.name) {
+        match (row.bench.as_str(), row.name.as_str()) {
             ("transfer", n) if n.ends_with("pinned") => Class::PinnedCopy,
             ("transfer", "h2d_pageable") => Class::PageableUpload,
             ("transfer", _) => Class::PageableDownload,
@@ -150,7 +150,7 @@ fn point(run: &Run, row: &Row) -> Option<Point> {
     if old && row.bench == "profile" && GONE.iter().any(|g| row.name.ends_with(g)) {
         return None;
     }
-    if UNPRICED.contains(&&*row.name) {
+    if UNPRICED.contains(&row.name.as_str()) {
         return None;
     }
     let priced = price(row, &run.rows)?;
@@ -482,7 +482,7 @@ mod tests {
             let errors = errors(&FITTED, run);
             assert!(errors.len() >= 110, "{}: {} rows", run.name, errors.len());
             let (per_class, all) = by_class(&errors);
-            let bound = if FITTED_ON.contains(&&*run.name) {
+            let bound = if FITTED_ON.contains(&run.name.as_str()) {
                 0.12
             } else {
                 0.21

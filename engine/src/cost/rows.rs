@@ -142,9 +142,9 @@ fn whole_sum(bytes: u64) -> Vec<Work> {
 /// How the model prices `row` of `rows` (the run it belongs to: a whole step is priced from
 /// that run's profiled rows of the same step), if it knows the row.
 pub fn price(row: &Row, rows: &[Row]) -> Option<Priced> {
-    match &*row.bench {
+    match row.bench.as_str() {
         "transfer" => {
-            let route = match &*row.name {
+            let route = match row.name.as_str() {
                 "h2d_pinned" | "d2h_pinned" => CopyRoute::Pinned,
                 "h2d_pageable" => CopyRoute::PageableToDevice,
                 "d2h_pageable" => CopyRoute::PageableToHost,

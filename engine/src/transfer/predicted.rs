@@ -106,7 +106,7 @@ pub fn measured_near(
     Some(MeasuredCopy {
         bytes: row.bytes,
         duration: Duration::from_secs_f64(row.seconds),
-        date: run.date.to_string(),
+        date: run.date.clone(),
         model_error: predicted / row.seconds - 1.0,
     })
 }
