@@ -182,18 +182,24 @@ pub fn search_folders() -> Vec<PathBuf> {
 
 /// `/usr/local/cuda-12.8` …, the newest first.
 fn versioned_toolkits() -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/local")
+    let mut found = entries_named(Path::new("/usr/local"), "cuda-");
+    found.reverse();
+    found
+}
+
+/// The entries of `dir` whose names start with `prefix`, sorted.
+fn entries_named(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
             p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("cuda-"))
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
         })
         .collect();
     found.sort();
-    found.reverse();
     found
 }
 
@@ -217,19 +223,7 @@ fn site_packages() -> Vec<PathBuf> {
     let mut sites = Vec::new();
     for prefix in prefixes {
         for lib in ["lib", "lib64"] {
-            let Ok(entries) = std::fs::read_dir(prefix.join(lib)) else {
-                continue;
-            };
-            let mut pythons: Vec<PathBuf> = entries
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
-                })
-                .collect();
-            pythons.sort();
-            for python in pythons {
+            for python in entries_named(&prefix.join(lib), "python3") {
                 sites.extend(["site-packages", "dist-packages"].map(|s| python.join(s)));
             }
         }

@@ -55,6 +55,21 @@ fn expect(text: &str, what: &[&str]) {
     }
 }
 
+/// `dir/engine`: a copy of the engine a session of the shared test cache built and published
+/// (a session runs first, to make sure it is there and fresh).
+fn copy_of_this_machines_engine(dir: &std::path::Path) -> std::path::PathBuf {
+    let (out, ok) = run_script("one_cell.plrs");
+    assert!(ok, "the test cache's engine is built:\n{out}");
+    let engine = dir.join("engine");
+    let copied = Command::new("cp")
+        .args(["-a", "--reflink=auto"])
+        .arg(std::path::Path::new(CACHE).join("engine"))
+        .arg(&engine)
+        .status();
+    assert!(copied.unwrap().success());
+    engine
+}
+
 /// The tests here share one compile cache: one session at a time, so none rebuilds the engine.
 fn one_session_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -159,18 +174,10 @@ fn devices_names_the_cuda_major_the_driver_and_libraries_allow() {
 #[test]
 fn a_cuda_12_machine_gets_an_engine_for_cuda_12_that_loads_only_cuda_12s_libraries() {
     let _one = one_session_at_a_time();
-    let (out, ok) = run_script("one_cell.plrs");
-    assert!(ok, "the test cache's engine is built:\n{out}");
     let root = std::env::temp_dir().join(format!("placelab-cuda-12-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).unwrap();
-    let engine = root.join("engine");
-    let copied = Command::new("cp")
-        .args(["-a", "--reflink=auto"])
-        .arg(std::path::Path::new(CACHE).join("engine"))
-        .arg(&engine)
-        .status();
-    assert!(copied.unwrap().success());
+    let engine = copy_of_this_machines_engine(&root);
     let driver = fake_cuda::driver(&root, (12, 8));
     fake_cuda::unversioned_nvrtc(&driver, 13);
     let cu12 = fake_cuda::libraries(&root, (12, 8));
@@ -503,10 +510,6 @@ fn learners_share_one_prebuilt_engine() {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let _one = one_session_at_a_time();
-    // This machine's engine, built (and published) by a session of the shared test cache…
-    let (out, ok) = run_script("one_cell.plrs");
-    assert!(ok, "{out}");
-    // …copied, so that the admin's prebuild finds it fresh and does not take minutes here.
     let class = std::path::Path::new(CACHE).with_file_name("placelab-class-test");
     /// Removes the class's directory, passed or failed: its engine is read-only even for its
     /// owner, which would stop `cargo clean`.
@@ -523,13 +526,9 @@ fn learners_share_one_prebuilt_engine() {
     drop(Removed(&class));
     let _removed = Removed(&class);
     std::fs::create_dir_all(&class).unwrap();
-    let engine = class.join("engine");
-    let copied = Command::new("cp")
-        .args(["-a", "--reflink=auto"])
-        .arg(std::path::Path::new(CACHE).join("engine"))
-        .arg(&engine)
-        .status();
-    assert!(copied.unwrap().success());
+    // A copy of this machine's engine, so that the admin's prebuild finds it fresh and does not
+    // take minutes here.
+    let engine = copy_of_this_machines_engine(&class);
 
     let placelab = |cache: &str| {
         let mut c = user_command(env!("CARGO_BIN_EXE_placelab"));
