@@ -65,6 +65,7 @@ pub mod prelude {
     pub use crate::exercise;
     pub use crate::memory::{self, caching::MemoryStats};
     pub use crate::nn::{self, Module, ModuleExt};
+    pub use crate::op::Op;
     pub use crate::optim::{self, Adam, Optimizer, Sgd};
     pub use crate::parallel::DataParallel;
     pub use crate::profile::{Profile, profile};

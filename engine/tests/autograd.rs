@@ -296,7 +296,7 @@ fn no_grad_records_nothing_and_keeps_nothing_alive() {
     drop(no_grad(|| x.matmul(&w)).unwrap());
     let base = cuda::memory_allocated(2).unwrap();
     let y = x.matmul(&w).unwrap().relu().unwrap().sum_all().unwrap();
-    assert!(y.requires_grad() && y.grad_fn() == Some("sum"));
+    assert!(y.requires_grad() && y.grad_fn() == Some(placelab::op::Op::Sum));
     let with_graph = cuda::memory_allocated(2).unwrap() - base;
     drop(y);
     let z = no_grad(|| x.matmul(&w).unwrap().relu().unwrap().sum_all().unwrap());

@@ -72,7 +72,7 @@ fn warm_square(n: usize) -> Tensor {
 fn gpu_ops(p: &Profile) -> impl Iterator<Item = &profile::OpRecord> {
     p.ops()
         .iter()
-        .filter(|o| o.device == GPU && o.name != "autograd engine")
+        .filter(|o| o.device == GPU && o.op != Op::AutogradEngine)
 }
 
 #[test]
@@ -173,8 +173,13 @@ fn a_failing_profiled_step_still_reads_its_ops_gpu_times() {
         b.matmul(&Tensor::randn([3, 5], GPU)?)
     });
     assert!(p.failure().unwrap().contains("matmul"), "{:?}", p.failure());
-    let names: Vec<&str> = p.ops().iter().map(|o| o.name).collect();
-    assert_eq!(names[..2], ["matmul", "relu"], "{}", p.text());
+    let names: Vec<Op> = p.ops().iter().map(|o| o.op).collect();
+    assert_eq!(
+        names[..2],
+        [Op::Matmul, Op::Unary(placelab::op::UnaryOp::Relu)],
+        "{}",
+        p.text()
+    );
     for op in &p.ops()[..2] {
         assert!(op.gpu_time.is_some(), "{op:?}");
     }

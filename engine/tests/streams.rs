@@ -296,9 +296,9 @@ fn a_profile_draws_each_streams_kernels_and_each_copy_engine_in_a_lane_of_its_ow
         lanes[2]
             .spans
             .iter()
-            .all(|s| s.copy && s.op == "to (non-blocking)")
+            .all(|s| s.copy && s.op == Op::ToNonBlocking)
     );
-    assert!(lanes[1].spans.iter().any(|s| !s.copy && s.op == "matmul"));
+    assert!(lanes[1].spans.iter().any(|s| !s.copy && s.op == Op::Matmul));
     assert_eq!(p.engine_lanes().predicted_for, None, "measured by events");
     let hidden = p.copies_hidden().expect("a copy was timed");
     assert!((0.0..=1.0).contains(&hidden), "{hidden}");

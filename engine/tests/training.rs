@@ -541,7 +541,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         // addmm (512×784 by 784×128) priced by the cost model with its own dims: its GEMM
         // alone, as a GPU adds the bias in the GEMM's epilogue (a simulated device, which
         // copies the bias into the output first, does not price that copy).
-        let first = p.ops().iter().find(|o| o.name == "addmm").unwrap();
+        let first = p.ops().iter().find(|o| o.op == Op::Addmm).unwrap();
         let addmm = |gpu| {
             let gemm = cost::matmul(gpu, (1, 512, 128, 784), 4, cost::Arithmetic::F32);
             Some(std::time::Duration::from_secs_f64(gemm))
@@ -575,7 +575,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
         // nothing is.
         let emulated = device.is_cuda() && stand_in::kind() == stand_in::StandIn::Emulated;
         let on_device = p.ops().iter().filter(|o| o.device == device);
-        for op in on_device.filter(|o| o.name != "autograd engine") {
+        for op in on_device.filter(|o| o.op != Op::AutogradEngine) {
             match (emulated, op.gpu_time) {
                 (true, Some(gpu)) => assert!(gpu > std::time::Duration::ZERO, "{op:?}"),
                 (false, None) => {}
@@ -588,7 +588,7 @@ fn a_profile_puts_a_training_steps_ops_and_memory_in_its_phases() {
             let h100 = cost::find("h100").unwrap();
             let priced =
                 placelab::profile::profile_as(h100, || sgd_step(&model, &mut opt, (&x, &y)));
-            let first = priced.ops().iter().find(|o| o.name == "addmm").unwrap();
+            let first = priced.ops().iter().find(|o| o.op == Op::Addmm).unwrap();
             assert_eq!(first.predicted, addmm(h100));
             assert!(first.gpu_time.is_some(), "{first:?}");
         }
@@ -610,7 +610,7 @@ fn a_profile_of_failing_code_reports_the_failure_and_the_ops_before_it() {
     let failure = p.failure().expect("the second matmul fails");
     assert!(failure.contains("matmul"), "{failure}");
     assert!(p.text().starts_with("the code failed"), "{}", p.text());
-    let names: Vec<&str> = p.ops().iter().map(|o| o.name).collect();
+    let names: Vec<&str> = p.ops().iter().map(|o| o.op.name()).collect();
     // The ops that ran (the draws too, as PyTorch's profiler lists them), then the one that
     // failed (its checks ran, and took their time).
     assert_eq!(names, ["randn", "matmul", "relu", "randn", "matmul"]);
@@ -646,7 +646,7 @@ fn a_profile_value_keeps_the_codes_value_or_its_error() {
     assert_eq!(product.unwrap().to_vec::<f32>().unwrap(), [3.0; 4]);
     assert_eq!(p.failure(), None);
     assert_eq!(
-        p.ops().iter().map(|o| o.name).collect::<Vec<_>>(),
+        p.ops().iter().map(|o| o.op.name()).collect::<Vec<_>>(),
         ["matmul"]
     );
     let (p, failed) = placelab::profile::profile_value(|| a.matmul(&a));
@@ -685,7 +685,7 @@ fn a_profile_places_its_ops_and_blocks_within_the_wall_time() {
         }
         for op in p.ops() {
             let end = op.start + op.measured;
-            assert!(end <= wall, "{} ends at {end:?}, after {wall:?}", op.name);
+            assert!(end <= wall, "{} ends at {end:?}, after {wall:?}", op.op);
         }
     }
 }

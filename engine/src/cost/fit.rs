@@ -6,6 +6,7 @@
 use super::measured::{Row, Run};
 use super::model::Constants;
 use super::rows::{Priced, Work, price};
+use crate::base::op::Op;
 use crate::cost::GpuSpec;
 
 /// Rows of the H200 run (commit a24d9d0) whose kernel placelab has since replaced: the fit and
@@ -102,7 +103,7 @@ impl Class {
             ("transfer", "h2d_pageable") => Class::PageableUpload,
             ("transfer", _) => Class::PageableDownload,
             ("profile", _) => Class::ProfiledOp,
-            (_, n) if n.starts_with("matmul") => Class::Gemm,
+            (_, n) if n.starts_with(Op::Matmul.name()) => Class::Gemm,
             (_, n) if n.starts_with("step ") => Class::Step,
             (_, n) if n.contains("[1]") => Class::Host,
             _ => Class::Kernel,

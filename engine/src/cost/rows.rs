@@ -5,6 +5,7 @@
 
 use super::measured::Row;
 use super::model::{self, Access, Arithmetic, Constants, CopyRoute};
+use crate::base::op::{BinaryOp, CmpOp, Op, UnaryOp, parse_row_label};
 use crate::cost::GpuSpec;
 
 /// One piece of work on the GPU.
@@ -158,7 +159,7 @@ pub fn price(row: &Row, rows: &[Row]) -> Option<Priced> {
             let mlp = Mlp::named(label)?;
             Some(Priced::StepOp {
                 calls: row.calls,
-                work: profiled_row(&mlp, phase, op, row.calls)?,
+                work: profiled_row(&mlp, phase, parse_row_label(op), row.calls)?,
                 step: Box::new(profiled_step(label, rows)?),
             })
         }
@@ -264,7 +265,7 @@ fn profiled_step(label: &str, rows: &[Row]) -> Option<Priced> {
         if l == label {
             let (phase, op) = op.split_once(": ")?;
             ops += r.calls as usize;
-            work.extend(profiled_row(&mlp, phase, op, r.calls)?);
+            work.extend(profiled_row(&mlp, phase, parse_row_label(op), r.calls)?);
         }
     }
     (ops > 0).then_some(Priced::Step { ops, work })
@@ -306,53 +307,65 @@ impl Mlp {
     }
 }
 
-/// The work behind one row of a profiled step: `op` (with the backward it ran for) in `phase`
-/// over `calls` calls. The small ops of the loss move a few KiB each: one small kernel a call.
-fn profiled_row(mlp: &Mlp, phase: &str, op: &str, calls: u64) -> Option<Vec<Work>> {
+/// The work behind one row of a profiled step: its op, with the backward it ran for (`None`
+/// for a row whose label names no op), in `phase` over `calls` calls. The small ops of the
+/// loss move a few KiB each: one small kernel a call.
+fn profiled_row(
+    mlp: &Mlp,
+    phase: &str,
+    row: Option<(Op, Option<Op>)>,
+    calls: u64,
+) -> Option<Vec<Work>> {
+    use Op::{Addmm, Binary, Compare, CopyInPlace, Matmul, SgdStep, Sum, Unary, Where};
     let b = mlp.batch;
     let f32 = Arithmetic::F32;
     let layers = mlp.layers().count() as u64;
-    let work: Vec<Work> = match op {
-        "matmul" => mlp.layers().map(|(i, o)| gemm(b, o, i, f32)).collect(),
+    let (add, relu) = (Binary(BinaryOp::Add), Unary(UnaryOp::Relu));
+    let work: Vec<Work> = match row {
+        Some((Matmul, None)) => mlp.layers().map(|(i, o)| gemm(b, o, i, f32)).collect(),
         // The bias copied into the output, then the GEMM adds the product onto it.
-        "addmm" => mlp
+        Some((Addmm, None)) => mlp
             .layers()
             .flat_map(|(i, o)| [streaming(b * o * F32), gemm(b, o, i, f32)])
             .collect(),
-        "matmul (in matmul's backward)" | "matmul (in addmm's backward)" => {
+        Some((Matmul, Some(Matmul | Addmm))) => {
             let weights = mlp.layers().map(|(i, o)| gemm(i, o, b, f32));
             let inputs = mlp.layers().skip(1).map(|(i, o)| gemm(b, i, o, f32));
             weights.chain(inputs).collect()
         }
-        "add" if phase == "forward" => mlp
+        Some((op, None)) if op == add && phase == "forward" => mlp
             .layers()
             .map(|(_, o)| streaming(2 * b * o * F32))
             .collect(),
-        "relu" => mlp.hidden().map(|n| streaming(2 * n * F32)).collect(),
-        "sum (in add's backward)" | "sum (in addmm's backward)" => {
+        Some((op, None)) if op == relu => mlp.hidden().map(|n| streaming(2 * n * F32)).collect(),
+        Some((Sum, Some(f))) if f == add || f == Addmm => {
             mlp.layers().map(|(_, o)| reduction(b * o * F32)).collect()
         }
-        "gt (in relu's backward)" => mlp.hidden().map(|n| streaming(5 * n)).collect(),
-        "where (in relu's backward)" => mlp.hidden().map(|n| streaming(9 * n)).collect(),
-        "threshold_backward (in relu's backward)" => {
+        Some((Compare(CmpOp::Gt), Some(f))) if f == relu => {
+            mlp.hidden().map(|n| streaming(5 * n)).collect()
+        }
+        Some((Where, Some(f))) if f == relu => mlp.hidden().map(|n| streaming(9 * n)).collect(),
+        Some((Binary(BinaryOp::ReluBackward), Some(f))) if f == relu => {
             mlp.hidden().map(|n| streaming(3 * n * F32)).collect()
         }
         // SGD without momentum: `p -= lr * g` as mul, add and copy_ per parameter, or one
         // fused update of every parameter.
-        "mul" | "add" | "copy_" if phase == "optimizer" => {
-            let per_value = if op == "add" { 3 } else { 2 };
+        Some((op @ (Binary(BinaryOp::Mul | BinaryOp::Add) | CopyInPlace), None))
+            if phase == "optimizer" =>
+        {
+            let per_value = if op == add { 3 } else { 2 };
             mlp.layers()
                 .flat_map(|(i, o)| [i * o, o])
                 .map(|n| streaming(per_value * n * F32))
                 .collect()
         }
-        "sgd_step_" => vec![streaming(3 * mlp.parameters() * F32)],
+        Some((SgdStep, None)) => vec![streaming(3 * mlp.parameters() * F32)],
         _ => vec![streaming(3 * b * mlp.widths.last()? * F32)],
     };
     // A row whose calls are not its layers' (the loss's one-per-step ops) repeats its work.
     // `addmm` is two kernels a call: its calls are the layers.
     Some(
-        if work.len() as u64 == calls || (op == "addmm" && calls == layers) {
+        if work.len() as u64 == calls || (row == Some((Addmm, None)) && calls == layers) {
             work
         } else if work.len() == 1 {
             vec![work[0]; calls as usize]

@@ -131,9 +131,10 @@ pub enum Reported {
 }
 
 impl Error {
-    pub(crate) fn invalid(op: &'static str, msg: impl Into<String>) -> Self {
+    /// `op`: an `Op`, or the API call's path (`DataLoader::new`).
+    pub(crate) fn invalid(op: impl Into<&'static str>, msg: impl Into<String>) -> Self {
         Error::InvalidArgument {
-            op,
+            op: op.into(),
             msg: msg.into(),
         }
     }

@@ -103,7 +103,8 @@ pub fn resolve_dims(op: &'static str, dims: &[i64], rank: usize) -> Result<Vec<u
 }
 
 /// The number of elements of `shape`, or an error when it overflows.
-pub fn numel_checked(op: &'static str, shape: &[usize]) -> Result<usize> {
+pub fn numel_checked(op: impl Into<&'static str>, shape: &[usize]) -> Result<usize> {
+    let op = op.into();
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -122,7 +123,12 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The shape two shapes broadcast to (NumPy rules: align right, sizes equal or 1).
-pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+pub fn broadcast_shapes(
+    op: impl Into<&'static str>,
+    a: &[usize],
+    b: &[usize],
+) -> Result<Vec<usize>> {
+    let op = op.into();
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {

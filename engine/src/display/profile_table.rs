@@ -8,8 +8,9 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use super::html::{Html, el};
+use crate::base::op::Op;
 use crate::base::units::{human_bytes, human_duration};
-use crate::profile::{ACCUMULATE_GRAD, Bound, MadeBlock, Phase, Profile, Row};
+use crate::profile::{Bound, MadeBlock, Phase, Profile, Row};
 
 /// The columns a profile's text table shows, and the wall time its percentages are of.
 struct Columns {
@@ -363,7 +364,7 @@ fn block_text(b: &MadeBlock) -> String {
 /// When a block was made: "forward", "backward, in matmul's backward".
 fn during(b: &MadeBlock) -> String {
     match b.grad_fn {
-        Some(f) if f == ACCUMULATE_GRAD => "backward, into .grad".into(),
+        Some(Op::AccumulateGrad) => "backward, into .grad".into(),
         Some(f) => format!("backward, in {f}'s backward"),
         None => b.phase.name().into(),
     }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{OpRecord, Profile};
+use crate::base::op::Op;
 use crate::cost::gpus::GpuSpec;
 use crate::device::Device;
 
@@ -99,7 +100,7 @@ pub struct Lane {
 /// One op's time on a lane, from the start of the profile.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Span {
-    pub op: &'static str,
+    pub op: Op,
     pub start: Duration,
     pub end: Duration,
     /// A copy (`.to()`), which a GPU's copy engines run beside its kernels.
@@ -179,7 +180,7 @@ impl Profile {
     pub fn lanes(&self) -> Vec<Lane> {
         let host = (self.ops.iter())
             .map(|o| Span {
-                op: o.name,
+                op: o.op,
                 start: o.start,
                 end: o.start + o.measured,
                 copy: o.copied_from.is_some(),
@@ -189,7 +190,7 @@ impl Profile {
         for o in &self.ops {
             if let (Some(start), Some(time)) = (o.gpu_start, o.gpu_time) {
                 let span = Span {
-                    op: o.name,
+                    op: o.op,
                     start,
                     end: start + time,
                     copy: o.copied_from.is_some(),
@@ -250,11 +251,12 @@ fn covered(span: &Span, others: &[Span]) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{NON_BLOCKING_TO, Phase};
+    use crate::base::op::BinaryOp;
+    use crate::profile::Phase;
 
-    fn op(name: &'static str, stream: u32, gpu: Option<(u64, u64)>) -> OpRecord {
+    fn op(name: Op, stream: u32, gpu: Option<(u64, u64)>) -> OpRecord {
         let ms = Duration::from_millis;
-        let copy = name == "to" || name == NON_BLOCKING_TO;
+        let copy = matches!(name, Op::To | Op::ToNonBlocking);
         OpRecord {
             gpu_time: gpu.map(|(a, b)| ms(b - a)),
             gpu_start: gpu.map(|(a, _)| ms(a)),
@@ -269,10 +271,10 @@ mod tests {
         // The copy runs 0–10 ms on stream 1; kernels on the default stream 5–8 and 7–20 ms.
         let p = Profile {
             ops: vec![
-                op(NON_BLOCKING_TO, 1, Some((0, 10))),
-                op("matmul", 0, Some((5, 8))),
-                op("add", 0, Some((7, 20))),
-                op("sum", 0, None), // never timed: on no GPU lane
+                op(Op::ToNonBlocking, 1, Some((0, 10))),
+                op(Op::Matmul, 0, Some((5, 8))),
+                op(Op::Binary(BinaryOp::Add), 0, Some((7, 20))),
+                op(Op::Sum, 0, None), // never timed: on no GPU lane
             ],
             ..Profile::default()
         };
@@ -284,12 +286,15 @@ mod tests {
         let hidden = p.copies_hidden().unwrap();
         assert!((hidden - 0.5).abs() < 1e-9, "{hidden}");
         let serial = Profile {
-            ops: vec![op("to", 0, Some((0, 10))), op("matmul", 0, Some((10, 30)))],
+            ops: vec![
+                op(Op::To, 0, Some((0, 10))),
+                op(Op::Matmul, 0, Some((10, 30))),
+            ],
             ..Profile::default()
         };
         assert_eq!(serial.copies_hidden(), Some(0.0));
         let no_copy = Profile {
-            ops: vec![op("matmul", 0, Some((0, 3)))],
+            ops: vec![op(Op::Matmul, 0, Some((0, 3)))],
             ..Profile::default()
         };
         assert_eq!(no_copy.copies_hidden(), None);

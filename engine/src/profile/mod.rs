@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::cost::gpus::GpuSpec;
 use crate::cost::model::{self, Access, Arithmetic};
 use crate::device::Device;
@@ -35,16 +36,13 @@ pub use frame::{Frame, frame};
 pub use gpu::{Bound, Finish, GpuBusy, GpuClock, GpuOrigin, GpuTime, PendingGpuTime};
 pub use lanes::{CopyDirection, Engine, Lane, Lanes, Span};
 pub use record::{
-    ACCUMULATE_GRAD, OpScope, PhaseGuard, begin, block_allocated, block_freed, grad_fn, phase,
-    profile, profile_as, profile_blocking, profile_value, recording,
+    OpScope, PhaseGuard, begin, block_allocated, block_freed, grad_fn, phase, profile, profile_as,
+    profile_blocking, profile_value, recording,
 };
 pub(crate) use record::{profile_outcome, unpriced};
 pub use rows::Row;
 pub(crate) use waits::{stream_mark, stream_waited};
 
-/// A non-blocking copy's name in a profile, beside a blocking copy's `to`: the host only
-/// queues it.
-pub const NON_BLOCKING_TO: &str = "to (non-blocking)";
 #[cfg(test)]
 pub(crate) use timeline::tests::example;
 
@@ -162,10 +160,10 @@ impl Work {
 /// One op as it ran.
 #[derive(Debug, Clone)]
 pub struct OpRecord {
-    pub name: &'static str,
+    pub op: Op,
     pub phase: Phase,
     /// The op whose backward ran it (`matmul`), in the backward phase.
-    pub grad_fn: Option<&'static str>,
+    pub grad_fn: Option<Op>,
     pub device: Device,
     /// When it started, from the start of the profile.
     pub start: Duration,
@@ -194,14 +192,14 @@ impl OpRecord {
     /// An op of the host's alone, from `start` for `measured`: no GPU time, stream, copy,
     /// prediction or memory (a frame's row; the start of a test's record).
     pub(crate) fn on_host(
-        name: &'static str,
+        op: Op,
         phase: Phase,
         device: Device,
         start: Duration,
         measured: Duration,
     ) -> OpRecord {
         OpRecord {
-            name,
+            op,
             phase,
             grad_fn: None,
             device,
@@ -254,10 +252,10 @@ pub struct MadeBlock {
     pub dtype: DType,
     pub numel: usize,
     /// The op that allocated it, or `None` for an allocation outside any op.
-    pub op: Option<&'static str>,
+    pub op: Option<Op>,
     pub phase: Phase,
     /// In the backward phase, the op whose backward made it.
-    pub grad_fn: Option<&'static str>,
+    pub grad_fn: Option<Op>,
     /// What holds the block when it is an engine buffer (the cuBLAS workspace), not a tensor.
     pub engine_buffer: Option<&'static str>,
 }
@@ -355,15 +353,15 @@ impl Profile {
         // the wake-up around it; a non-blocking one costs the host its queueing, as a lone op's
         // dispatch. Each kernel costs the host its share of the step, and queues on the GPU.
         let c = model::FITTED;
-        let host_waits = priced.iter().filter_map(|(o, p)| match o.name {
-            "to" => Some(p + c.blocking_copy_host),
-            NON_BLOCKING_TO => Some(c.host_op),
+        let host_waits = priced.iter().filter_map(|(o, p)| match o.op {
+            Op::To => Some(p + c.blocking_copy_host),
+            Op::ToNonBlocking => Some(c.host_op),
             _ => None,
         });
-        let blocking = |o: &OpRecord| o.name == "to";
+        let blocking = |o: &OpRecord| o.op == Op::To;
         let kernels = priced.iter().filter(|(o, _)| !blocking(o));
         let gpu = kernels.clone().map(|p| model::queued(p.1)).sum();
-        let ops = kernels.filter(|(o, _)| o.name != NON_BLOCKING_TO).count();
+        let ops = kernels.filter(|(o, _)| o.op != Op::ToNonBlocking).count();
         Some(model::step(ops, host_waits.sum(), gpu))
     }
 

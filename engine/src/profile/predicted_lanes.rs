@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::lanes::{Engine, EngineSpans, Span, add_span, in_order};
-use super::{NON_BLOCKING_TO, OpRecord, Profile, StreamWait};
+use super::{OpRecord, Profile, StreamWait};
+use crate::base::op::Op;
 use crate::cost::model::{self, Constants};
 use crate::device::Device;
 
@@ -30,7 +31,7 @@ struct Replay {
     gpu: EngineSpans,
 }
 
-fn span(op: &'static str, start: f64, end: f64, copy: bool) -> Span {
+fn span(op: Op, start: f64, end: f64, copy: bool) -> Span {
     Span {
         op,
         start: Duration::from_secs_f64(start),
@@ -63,7 +64,7 @@ impl Replay {
             return self.host_work(o);
         };
         let copy = o.copied_from.is_some();
-        let blocking = copy && o.name != NON_BLOCKING_TO;
+        let blocking = copy && o.op != Op::ToNonBlocking;
         // A copy to the host is ordered on the GPU's default stream (the host's current stream
         // is the CPU's); everything else on the stream it was queued on.
         let stream = (gpu, if o.device == gpu { o.stream } else { 0 });
@@ -87,21 +88,20 @@ impl Replay {
         let end = start + took;
         self.free.insert(runs_on, end);
         self.stream_done.insert(stream, end);
-        add_span(&mut self.gpu, engine, span(o.name, start, end, copy));
+        add_span(&mut self.gpu, engine, span(o.op, start, end, copy));
         let host_end = if blocking {
             end + c.blocking_copy_host
         } else {
             issued
         };
-        self.host_spans
-            .push(span(o.name, self.host, host_end, copy));
+        self.host_spans.push(span(o.op, self.host, host_end, copy));
         self.host = host_end;
     }
 
     /// An op no GPU stands for: the host's own work, taking what it took here.
     fn host_work(&mut self, o: &OpRecord) {
         let end = self.host + o.measured.as_secs_f64();
-        self.host_spans.push(span(o.name, self.host, end, false));
+        self.host_spans.push(span(o.op, self.host, end, false));
         self.host = end;
     }
 }
@@ -138,7 +138,7 @@ mod tests {
     use crate::cost::gpus::find;
     use crate::profile::Phase;
 
-    fn op(name: &'static str, device: Device, copied_from: Option<Device>, ms: f64) -> OpRecord {
+    fn op(name: Op, device: Device, copied_from: Option<Device>, ms: f64) -> OpRecord {
         let measured = Duration::from_micros(50);
         OpRecord {
             copied_from,
@@ -152,9 +152,9 @@ mod tests {
         let (gpu, cpu) = (Device::Cuda(0), Device::Cpu);
         let p = Profile {
             ops: vec![
-                op("to", gpu, Some(cpu), 2.0),
-                op("matmul", gpu, None, 3.0),
-                op("to", cpu, Some(gpu), 1.0),
+                op(Op::To, gpu, Some(cpu), 2.0),
+                op(Op::Matmul, gpu, None, 3.0),
+                op(Op::To, cpu, Some(gpu), 1.0),
             ],
             stands_for: [(gpu, find("h100").unwrap())].into(),
             ..Profile::default()

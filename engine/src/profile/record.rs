@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::gpu::{self, Finish, GpuClock, Origin, Pending};
 use super::{MadeBlock, MemoryPoint, OpRecord, Peak, Phase, Profile, Work};
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::cost::gpus::GpuSpec;
 use crate::device::error::Result;
 use crate::device::{Device, DeviceKind};
@@ -29,7 +30,7 @@ pub(super) struct Recording {
     /// The blocks made while recording and not yet freed, by device and block id.
     live: std::collections::HashMap<(Device, u64), MadeBlock>,
     pub(super) phase: Phase,
-    grad_fn: Option<&'static str>,
+    grad_fn: Option<Op>,
     /// The GPU ops whose CUDA events are still to be read, and how to wait for their devices.
     pending: std::collections::VecDeque<Pending>,
     clocks: std::collections::BTreeMap<Device, GpuClock>,
@@ -119,7 +120,7 @@ pub(super) fn with_recording(f: impl FnOnce(&mut Recording)) {
 /// The op this thread is inside, if any: the outermost one is the one recorded.
 pub(super) struct OpenOp {
     depth: usize,
-    name: &'static str,
+    op: Op,
     allocated: u64,
     freed: u64,
     /// What the op and the ops inside it would take on the named GPU.
@@ -133,7 +134,7 @@ thread_local! {
 /// An op being timed; recorded when it is dropped. `None` from `begin` while nothing records.
 pub struct OpScope {
     outermost: bool,
-    name: &'static str,
+    op: Op,
     device: Device,
     /// The named GPU the device stands for, if it is a simulated one that does.
     stands_for: Option<&'static GpuSpec>,
@@ -152,12 +153,7 @@ pub struct OpScope {
 /// own time and the predicted times of everything inside added up. `gpu` (for a GPU) records a
 /// CUDA event on its stream now and another behind the op's work when it ends; the host time
 /// ends there too, without waiting for that work, unless the profile is a blocking one.
-pub fn begin(
-    name: &'static str,
-    device: Device,
-    work: Work,
-    gpu: Option<GpuClock>,
-) -> Option<OpScope> {
+pub fn begin(op: Op, device: Device, work: Work, gpu: Option<GpuClock>) -> Option<OpScope> {
     if !recording() {
         return None;
     }
@@ -178,7 +174,7 @@ pub fn begin(
             None => {
                 *o = Some(OpenOp {
                     depth: 1,
-                    name,
+                    op,
                     allocated: 0,
                     freed: 0,
                     predicted,
@@ -195,7 +191,7 @@ pub fn begin(
     });
     Some(OpScope {
         outermost,
-        name,
+        op,
         device,
         stands_for,
         stream: crate::device::current_stream::current(device),
@@ -280,7 +276,7 @@ impl Drop for OpScope {
             .unwrap_or_default();
         with_recording(|rec| {
             let record = OpRecord {
-                name: self.name,
+                op: self.op,
                 phase: rec.phase,
                 grad_fn: rec.grad_fn,
                 device: self.device,
@@ -317,7 +313,7 @@ impl Drop for OpScope {
 }
 
 /// Sets the phase ops are recorded under until the guard drops (then the one before returns).
-pub struct PhaseGuard(Option<(Phase, Option<&'static str>)>);
+pub struct PhaseGuard(Option<(Phase, Option<Op>)>);
 
 /// Ops after this belong to `phase` (`backward()` and the optimizers' `step` set it).
 pub fn phase(phase: Phase) -> PhaseGuard {
@@ -329,12 +325,8 @@ pub fn phase(phase: Phase) -> PhaseGuard {
     PhaseGuard(previous)
 }
 
-/// The `grad_fn` under which a leaf's gradient is added to its `.grad` (PyTorch's
-/// `AccumulateGrad`).
-pub const ACCUMULATE_GRAD: &str = "AccumulateGrad";
-
 /// Ops after this ran for the backward of the op `grad_fn` (`matmul`), until the guard drops.
-pub fn grad_fn(grad_fn: &'static str) -> PhaseGuard {
+pub fn grad_fn(grad_fn: Op) -> PhaseGuard {
     let mut previous = None;
     with_recording(|rec| {
         previous = Some((rec.phase, rec.grad_fn));
@@ -369,7 +361,7 @@ pub fn block_allocated(
     let op = OPEN.with(|o| {
         o.borrow_mut().as_mut().map(|open| {
             open.allocated += block as u64;
-            open.name
+            open.op
         })
     });
     with_recording(|rec| {

@@ -7,13 +7,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{Phase, Profile};
+use crate::base::op::{Op, row_label};
 use crate::device::Device;
 
 /// The ops of one name, in one phase, on one device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     pub phase: Phase,
-    /// The op (`matmul`), with the backward it ran for in the backward phase
+    pub op: Op,
+    /// In the backward phase, the op whose backward ran it.
+    pub grad_fn: Option<Op>,
+    /// The op's label: its name, with the backward it ran for in the backward phase
     /// (`matmul (in matmul's backward)`, `add (into .grad)`).
     pub name: String,
     pub device: Device,
@@ -30,17 +34,15 @@ pub struct Row {
 impl Profile {
     /// The table's rows: by phase, then by measured time, longest first.
     pub fn rows(&self) -> Vec<Row> {
-        let mut rows: BTreeMap<(Phase, String, Device), Row> = BTreeMap::new();
+        let mut rows: BTreeMap<(Phase, Op, Option<Op>, Device), Row> = BTreeMap::new();
         for op in &self.ops {
-            let name = match op.grad_fn {
-                Some(f) => backward_label(op.name, f),
-                None => op.name.to_string(),
-            };
             let row = rows
-                .entry((op.phase, name.clone(), op.device))
+                .entry((op.phase, op.op, op.grad_fn, op.device))
                 .or_insert_with(|| Row {
                     phase: op.phase,
-                    name,
+                    op: op.op,
+                    grad_fn: op.grad_fn,
+                    name: row_label(op.op, op.grad_fn),
                     device: op.device,
                     calls: 0,
                     measured: Duration::ZERO,
@@ -83,14 +85,5 @@ impl Profile {
         let mut timed = self.ops.iter().filter_map(|o| o.gpu_time).peekable();
         timed.peek()?;
         Some(timed.sum())
-    }
-}
-
-/// A backward op's row: `matmul (in matmul's backward)`.
-fn backward_label(op: &str, grad_fn: &str) -> String {
-    if grad_fn == super::ACCUMULATE_GRAD {
-        format!("{op} (into .grad)")
-    } else {
-        format!("{op} (in {grad_fn}'s backward)")
     }
 }

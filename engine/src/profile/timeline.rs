@@ -49,6 +49,7 @@ impl Profile {
 pub(crate) mod tests {
     use super::*;
     use crate::base::dtype::DType;
+    use crate::base::op::Op;
     use crate::profile::{MadeBlock, MemoryPoint, OpRecord, Peak};
 
     fn ms(n: u64) -> Duration {
@@ -56,7 +57,7 @@ pub(crate) mod tests {
     }
 
     fn op(phase: Phase, start: u64, took: u64) -> OpRecord {
-        OpRecord::on_host("matmul", phase, Device::Cpu, ms(start), ms(took))
+        OpRecord::on_host(Op::Matmul, phase, Device::Cpu, ms(start), ms(took))
     }
 
     /// A profile to draw: the CPU holds 100 B, rises to 400 B at 2 ms (the peak, a 300 B matmul output made in the
@@ -66,9 +67,9 @@ pub(crate) mod tests {
             bytes: 300,
             dtype: DType::F32,
             numel: 75,
-            op: Some("matmul"),
+            op: Some(Op::Matmul),
             phase: Phase::Backward,
-            grad_fn: Some("matmul"),
+            grad_fn: Some(Op::Matmul),
             engine_buffer: None,
         };
         let cpu = Device::Cpu;

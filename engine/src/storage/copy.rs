@@ -8,6 +8,7 @@ use super::{Storage, gpu_index};
 use crate::backend::cpu;
 pub(crate) use crate::backend::gpu::copy::CopyTime;
 use crate::backend::gpu::copy::{self, Timing};
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::device::layout::Layout;
 use crate::device::{Device, DeviceKind};
@@ -217,7 +218,7 @@ impl Storage {
     /// as PyTorch's profiler shows `aten::item`'s. Returns it with the copy's own time, on the
     /// host's clock, after that wait.
     pub(crate) fn read_back(&self, l: &Layout) -> Result<(Storage, Duration)> {
-        let _op = self.profiled("to_vec", crate::profile::Work::Unpriced);
+        let _op = self.profiled(Op::ToVec, crate::profile::Work::Unpriced);
         let whole = l.is_contiguous() && l.offset == 0 && l.numel() == self.numel;
         let contiguous;
         let src = if whole {

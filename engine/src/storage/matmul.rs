@@ -9,6 +9,7 @@ use super::Storage;
 use crate::backend::cpu::{self, matmul::Matmul};
 use crate::backend::gpu::blas::{self, Onto};
 use crate::base::dtype::{DType, Element};
+use crate::base::op::Op;
 use crate::device::error::Result;
 use crate::device::layout::Layout;
 use crate::memory::Block;
@@ -48,7 +49,7 @@ impl Storage {
         };
         let accumulate = onto.is_some();
         let _op =
-            a.0.profiled(if accumulate { "addmm" } else { "matmul" }, work);
+            a.0.profiled(if accumulate { Op::Addmm } else { Op::Matmul }, work);
         let mut out = match onto {
             Some(c) => c,
             None => Storage::alloc(device, dtype, batch * m * n)?,
@@ -115,7 +116,7 @@ impl Storage {
             dtype,
             tf32: blas::allow_tf32(),
         };
-        let _op = a.0.profiled("addmm", work);
+        let _op = a.0.profiled(Op::Addmm, work);
         let out = Storage::alloc(device, dtype, m * n)?;
         let workspace = |bytes| {
             let block = Block::alloc_engine_buffer(device, bytes, "cuBLAS workspace")?;

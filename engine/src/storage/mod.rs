@@ -22,6 +22,7 @@ use crate::backend::gpu::copy::{ClosedTiming, OpenTiming};
 use crate::backend::gpu::pinned::PinnedHost;
 use crate::backend::gpu::runtime::Gpu;
 use crate::base::dtype::{DType, Element};
+use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::Result;
 use crate::memory::Block;
@@ -279,15 +280,15 @@ impl Storage {
     }
 
     /// Times the op `name` on this storage's device while a profile records (see `profiled`).
-    pub(crate) fn profiled(&self, name: &'static str, work: Work) -> Option<OpScope> {
-        profiled(self.device(), name, work)
+    pub(crate) fn profiled(&self, op: Op, work: Work) -> Option<OpScope> {
+        profiled(self.device(), op, work)
     }
 }
 
 /// Times the op `name` on `device` while a profile records. On a GPU (real or emulated) the
 /// outermost op also gets CUDA events around its work on the stream, read after the profiled
 /// code returned: they give its GPU time, while its host time ends as its work is queued.
-pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option<OpScope> {
+pub(crate) fn profiled(device: Device, op: Op, work: Work) -> Option<OpScope> {
     if !profile::recording() {
         return None;
     }
@@ -299,7 +300,7 @@ pub(crate) fn profiled(device: Device, name: &'static str, work: Work) -> Option
         wait: wait_for_queued_work,
         origin: gpu_origin,
     };
-    profile::begin(name, device, work, on_gpu.then_some(clock))
+    profile::begin(op, device, work, on_gpu.then_some(clock))
 }
 
 /// Waits for every kernel and copy queued on `device`'s stream (a GPU's); host-backed

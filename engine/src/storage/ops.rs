@@ -7,7 +7,7 @@ use crate::backend::cpu;
 use crate::backend::cpu::elementwise as ew;
 use crate::backend::gpu::{blas, ops as gpu};
 use crate::base::dtype::{DType, Element, Scalar};
-use crate::base::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::base::op::{BinaryOp, CmpOp, Op, UnaryOp};
 use crate::device::Device;
 use crate::device::error::Result;
 use crate::device::layout::Layout;
@@ -91,7 +91,7 @@ impl Storage {
         let bytes = (numel * dtype.size_in_bytes()) as u64;
         let _op = super::profiled(
             device,
-            "fill",
+            Op::Fill,
             Work::Kernel {
                 bytes,
                 flops: 0,
@@ -114,8 +114,8 @@ impl Storage {
     pub(crate) fn copy_as(&self, l: &Layout, dtype: DType) -> Result<Storage> {
         let (name, work) = match dtype == self.dtype {
             // `write_view` prices the copy's kernel: priced here too, it would count twice.
-            true => ("copy", Work::Unpriced),
-            false => ("cast", Work::elementwise(l.numel(), 1, dtype)),
+            true => (Op::Copy, Work::Unpriced),
+            false => (Op::Cast, Work::elementwise(l.numel(), 1, dtype)),
         };
         let _op = self.profiled(name, work);
         if dtype == self.dtype {
@@ -140,7 +140,10 @@ impl Storage {
 
     /// Writes the view `ls` of `src` into the view `ld` of `self` (same shape and dtype).
     pub(crate) fn write_view(&mut self, ld: &Layout, src: &Storage, ls: &Layout) -> Result<()> {
-        let _op = self.profiled("copy_", Work::elementwise(ld.numel(), 1, self.dtype));
+        let _op = self.profiled(
+            Op::CopyInPlace,
+            Work::elementwise(ld.numel(), 1, self.dtype),
+        );
         if let Some(g) = self.gpu() {
             let (dst, from) = ((self.device_ptr(), ld), (src.device_ptr(), ls));
             return gpu::write_view(&*g?, self.dtype, dst, from);
@@ -164,7 +167,7 @@ impl Storage {
         classes: usize,
         dtype: DType,
         scale: Option<[(&Storage, &Layout); 2]>,
-        op: &'static str,
+        op: Op,
     ) -> Result<Option<Storage>> {
         let Some(g) = self
             .gpu()
@@ -175,9 +178,9 @@ impl Storage {
         let g = g?;
         let n = l.numel() * classes;
         let name = if scale.is_some() {
-            "nll_loss_backward"
+            Op::NllLossBackward
         } else {
-            "one_hot"
+            Op::OneHot
         };
         let _op = self.profiled(name, Work::elementwise(n, 1, dtype));
         let out = Storage::alloc(self.device(), dtype, n)?;
@@ -207,8 +210,8 @@ impl Storage {
         let g = g?;
         let mut shape = l.shape.clone();
         shape[dim] = li.numel();
-        let numel = crate::device::layout::numel_checked("index_select", &shape)?;
-        let _op = self.profiled("index_select", Work::elementwise(numel, 1, self.dtype));
+        let numel = crate::device::layout::numel_checked(Op::IndexSelect, &shape)?;
+        let _op = self.profiled(Op::IndexSelect, Work::elementwise(numel, 1, self.dtype));
         let out = Storage::alloc(self.device(), self.dtype, numel)?;
         let entries = gpu::Entries {
             ptr: index.device_ptr(),
@@ -232,8 +235,8 @@ impl Storage {
     ) -> Result<Storage> {
         let mut shape = l.shape.clone();
         shape[dim] = positions.len();
-        let numel = crate::device::layout::numel_checked("index_select", &shape)?;
-        let _op = self.profiled("index_select", Work::elementwise(numel, 1, self.dtype));
+        let numel = crate::device::layout::numel_checked(Op::IndexSelect, &shape)?;
+        let _op = self.profiled(Op::IndexSelect, Work::elementwise(numel, 1, self.dtype));
         let mut out = Storage::alloc(self.device(), self.dtype, numel)?;
         if let Some(g) = self.gpu() {
             let g = g?;
@@ -287,7 +290,10 @@ impl Storage {
         src: &Storage,
         ls: &Layout,
     ) -> Result<()> {
-        let _op = self.profiled("copy_", Work::elementwise(ld.numel(), 1, self.dtype));
+        let _op = self.profiled(
+            Op::CopyInPlace,
+            Work::elementwise(ld.numel(), 1, self.dtype),
+        );
         if let Some(g) = self.gpu() {
             // Ordered on the device's stream like every other op.
             let (dst, from) = ((self.device_ptr(), ld), (src.device_ptr(), ls));
@@ -325,7 +331,7 @@ impl Storage {
         if !fits {
             return Ok(false);
         }
-        let _op = self.profiled("add_", Work::elementwise(ld.numel(), 2, self.dtype));
+        let _op = self.profiled(Op::AddInPlace, Work::elementwise(ld.numel(), 2, self.dtype));
         let (ptr, n) = (self.host_ptr(), ld.numel());
         with_float!(self.dtype, T, {
             // SAFETY: the caller guarantees exclusive access; the view lies inside the block.
@@ -343,7 +349,7 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
-        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 2, a.dtype));
+        let _op = a.profiled(op.into(), Work::elementwise(la.numel(), 2, a.dtype));
         a.produce(
             a.dtype,
             la.numel(),
@@ -374,7 +380,7 @@ impl Storage {
         b: &Storage,
         lb: &Layout,
     ) -> Result<Storage> {
-        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 2, a.dtype));
+        let _op = a.profiled(op.into(), Work::elementwise(la.numel(), 2, a.dtype));
         a.produce(
             DType::Bool,
             la.numel(),
@@ -407,7 +413,7 @@ impl Storage {
         number: f32,
         reverse: bool,
     ) -> Result<Storage> {
-        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 1, a.dtype));
+        let _op = a.profiled(op.into(), Work::elementwise(la.numel(), 1, a.dtype));
         a.produce(
             a.dtype,
             la.numel(),
@@ -424,7 +430,7 @@ impl Storage {
         la: &Layout,
         number: f32,
     ) -> Result<Storage> {
-        let _op = a.profiled(op.name(), Work::elementwise(la.numel(), 1, a.dtype));
+        let _op = a.profiled(op.into(), Work::elementwise(la.numel(), 1, a.dtype));
         a.produce(
             DType::Bool,
             la.numel(),
@@ -434,7 +440,7 @@ impl Storage {
     }
 
     pub(crate) fn unary(&self, op: UnaryOp, l: &Layout) -> Result<Storage> {
-        let _op = self.profiled(op.name(), Work::elementwise(l.numel(), 1, self.dtype));
+        let _op = self.profiled(op.into(), Work::elementwise(l.numel(), 1, self.dtype));
         self.produce(
             self.dtype,
             l.numel(),
@@ -463,7 +469,7 @@ impl Storage {
         lo: Option<Scalar>,
         hi: Option<Scalar>,
     ) -> Result<Storage> {
-        let _op = self.profiled("clamp", Work::elementwise(l.numel(), 1, self.dtype));
+        let _op = self.profiled(Op::Clamp, Work::elementwise(l.numel(), 1, self.dtype));
         self.produce(
             self.dtype,
             l.numel(),
@@ -486,7 +492,7 @@ impl Storage {
         b: (&Storage, &Layout),
     ) -> Result<Storage> {
         let _op =
-            a.0.profiled("where", Work::elementwise(a.1.numel(), 3, a.0.dtype));
+            a.0.profiled(Op::Where, Work::elementwise(a.1.numel(), 3, a.0.dtype));
         a.0.produce(
             a.0.dtype,
             a.1.numel(),
@@ -517,11 +523,11 @@ impl Storage {
         let s = self.slice::<T>();
         // An empty view may start past its storage's end (`narrow(0, 1, 0)` of one row).
         if l.is_contiguous() && l.numel() > 0 {
-            let mut out = crate::memory::host_vec_with_capacity("to_vec", l.numel())?;
+            let mut out = crate::memory::host_vec_with_capacity(Op::ToVec.name(), l.numel())?;
             out.extend_from_slice(&s[l.offset..l.offset + l.numel()]);
             return Ok(out);
         }
-        let mut out = crate::memory::host_vec("to_vec", l.numel(), T::zero())?;
+        let mut out = crate::memory::host_vec(Op::ToVec.name(), l.numel(), T::zero())?;
         cpu::map1(s, l, &mut out, |x| x);
         Ok(out)
     }

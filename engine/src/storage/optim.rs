@@ -47,14 +47,14 @@ impl Storage {
                 });
             if !fits {
                 return Err(Error::invalid(
-                    update.name(),
+                    update.op().name(),
                     "internal error: an in-place update needs contiguous float parameters, gradients and state of one device and dtype",
                 ));
             }
         }
         let numel: usize = slots.iter().map(|s| s.param.1.numel()).sum();
         let _op = first.param.0.profiled(
-            update.name(),
+            update.op(),
             Work::elementwise(numel, 2 + 2 * update.state_count() as u64, dtype),
         );
         if first.param.0.is_host() {

@@ -6,6 +6,7 @@ use super::{Storage, profiled};
 use crate::backend::cpu::random as cpu;
 use crate::backend::gpu::random as gpu;
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::Result;
 use crate::profile::{OpScope, Work};
@@ -14,7 +15,7 @@ use crate::profile::{OpScope, Work};
 /// `name` that makes it (a kernel writing those bytes): keep the scope while the fill runs.
 fn allocate(
     device: Device,
-    name: &'static str,
+    name: Op,
     dtype: DType,
     numel: usize,
 ) -> Result<(Storage, Option<OpScope>)> {
@@ -36,7 +37,7 @@ impl Storage {
         seed: u64,
         normal: bool,
     ) -> Result<Storage> {
-        let name = if normal { "randn" } else { "rand" };
+        let name = if normal { Op::Randn } else { Op::Rand };
         let (mut s, _op) = allocate(device, name, dtype, numel)?;
         match (s.gpu(), dtype) {
             (Some(g), _) => gpu::fill(&*g?, dtype, s.device_ptr(), numel, seed, normal)?,
@@ -54,7 +55,7 @@ impl Storage {
         low: i64,
         high: i64,
     ) -> Result<Storage> {
-        let (mut s, _op) = allocate(device, "randint", DType::I64, numel)?;
+        let (mut s, _op) = allocate(device, Op::Randint, DType::I64, numel)?;
         match s.gpu() {
             Some(g) => gpu::fill_int(&*g?, s.device_ptr(), numel, seed, low, high)?,
             None => cpu::fill_int(s.slice_mut::<i64>(), seed, low, high),

@@ -6,13 +6,14 @@ use super::Storage;
 use crate::backend::cpu::reduce;
 use crate::backend::gpu::reduce as gpu_reduce;
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::Result;
 use crate::profile::Work;
 
 impl Storage {
     /// Sums (or means) of `rows` contiguous rows of `len` elements; dtype f32, f64 or i64.
     pub(crate) fn sum_rows(&self, rows: usize, len: usize, mean: bool) -> Result<Storage> {
-        let _op = self.profiled(if mean { "mean" } else { "sum" }, self.reduction(rows));
+        let _op = self.profiled(if mean { Op::Mean } else { Op::Sum }, self.reduction(rows));
         // The GPU's partial sums: one per block sharing a row.
         let partial = match self.gpu() {
             Some(_) if rows > 0 && gpu_reduce::reduce_parts(rows, len) > 1 => {
@@ -49,7 +50,7 @@ impl Storage {
     /// Sums (or means) of each column of a contiguous `reduced × kept` storage (the sum over a
     /// tensor's leading dims); dtype f32, f64 or i64.
     pub(crate) fn sum_cols(&self, reduced: usize, kept: usize, mean: bool) -> Result<Storage> {
-        let _op = self.profiled(if mean { "mean" } else { "sum" }, self.reduction(kept));
+        let _op = self.profiled(if mean { Op::Mean } else { Op::Sum }, self.reduction(kept));
         if !self.is_host() {
             // One pass down the columns (two when they are long): no transposed copy.
             let parts = gpu_reduce::column_parts(reduced, kept);
@@ -99,7 +100,10 @@ impl Storage {
         len: usize,
         greater: bool,
     ) -> Result<(Storage, Storage)> {
-        let _op = self.profiled(if greater { "max" } else { "min" }, self.reduction(rows));
+        let _op = self.profiled(
+            if greater { Op::Max } else { Op::Min },
+            self.reduction(rows),
+        );
         let mut values = Storage::alloc(self.device(), self.dtype, rows)?;
         let mut indices = Storage::alloc(self.device(), DType::I64, rows)?;
         if let Some(g) = self.gpu() {
@@ -138,7 +142,10 @@ impl Storage {
         kept: usize,
         greater: bool,
     ) -> Result<(Storage, Storage)> {
-        let _op = self.profiled(if greater { "max" } else { "min" }, self.reduction(kept));
+        let _op = self.profiled(
+            if greater { Op::Max } else { Op::Min },
+            self.reduction(kept),
+        );
         let mut values = Storage::alloc(self.device(), self.dtype, kept)?;
         let mut indices = Storage::alloc(self.device(), DType::I64, kept)?;
         if let Some(g) = self.gpu() {
@@ -178,7 +185,7 @@ impl Storage {
     }
 
     pub(crate) fn softmax_rows(&self, len: usize, log: bool) -> Result<Storage> {
-        let name = if log { "log_softmax" } else { "softmax" };
+        let name = if log { Op::LogSoftmax } else { Op::Softmax };
         // Read twice (the max, then the sum) and written once.
         let _op = self.profiled(name, Work::reduction(self.numel, 2, self.dtype));
         let rows = self.numel.checked_div(len).unwrap_or(0);
@@ -216,9 +223,9 @@ impl Storage {
         log: bool,
     ) -> Result<Storage> {
         let name = if log {
-            "log_softmax_backward"
+            Op::LogSoftmaxBackward
         } else {
-            "softmax_backward"
+            Op::SoftmaxBackward
         };
         let _op = grad.profiled(name, Work::reduction(grad.numel, 2, grad.dtype));
         let rows = grad.numel.checked_div(len).unwrap_or(0);

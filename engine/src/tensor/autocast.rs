@@ -6,6 +6,7 @@ use std::cell::Cell;
 
 use super::Tensor;
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 
 thread_local! {
@@ -18,7 +19,7 @@ thread_local! {
 pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
     if !matches!(dtype, DType::F16 | DType::BF16) {
         return Err(Error::UnsupportedDType {
-            op: "autocast",
+            op: Op::Autocast.name(),
             dtype,
             hint: "Autocast lowers precision to DType::F16 or DType::BF16 (bf16 is the usual choice on CPUs).".into(),
         });

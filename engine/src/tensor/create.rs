@@ -7,6 +7,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 
 use super::{IntoOptions, Tensor};
 use crate::base::dtype::{DType, Element, Scalar};
+use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
 use crate::device::layout::{IntoShape, Layout, numel_checked};
@@ -38,11 +39,11 @@ pub fn manual_seed(seed: u64) {
         Xoshiro256PlusPlus::seed_from_u64(seed);
 }
 
-fn float_dtype(op: &'static str, dtype: Option<DType>) -> Result<DType> {
+fn float_dtype(op: Op, dtype: Option<DType>) -> Result<DType> {
     match dtype.unwrap_or(DType::F32) {
         d if d.is_float() => Ok(d),
         d => Err(Error::UnsupportedDType {
-            op,
+            op: op.name(),
             dtype: d,
             hint: format!(
                 "{op} draws floats; use `randint` for integers, or a float dtype such as DType::F32"
@@ -61,7 +62,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         let (shape, value, o) = (shape.into_shape(), value.into(), opts.into_options());
         let dtype = o.dtype.unwrap_or(value.default_dtype());
-        let n = numel_checked("full", &shape)?;
+        let n = numel_checked(Op::Full, &shape)?;
         Ok(Tensor::from_storage(
             Storage::full(o.device, dtype, n, value)?,
             shape,
@@ -107,7 +108,7 @@ impl Tensor {
         let (a, b, s) = (start.to_f64(), end.to_f64(), step.to_f64());
         if s == 0.0 || !s.is_finite() || !a.is_finite() || !b.is_finite() {
             return Err(Error::invalid(
-                "arange",
+                Op::Arange,
                 format!(
                     "start, end and step must be finite and step non-zero, got ({a}, {b}, {s})"
                 ),
@@ -115,7 +116,7 @@ impl Tensor {
         }
         if (b - a) * s < 0.0 {
             return Err(Error::invalid(
-                "arange",
+                Op::Arange,
                 format!(
                     "end {b} cannot be reached from start {a} with step {s}: the step's sign is wrong"
                 ),
@@ -124,7 +125,7 @@ impl Tensor {
         let count = ((b - a) / s).ceil();
         if count >= usize::MAX as f64 {
             return Err(Error::SizeOverflow {
-                op: "arange",
+                op: Op::Arange.name(),
                 shape: vec![usize::MAX],
             });
         }
@@ -134,7 +135,7 @@ impl Tensor {
             .is_none_or(|b| b > isize::MAX as usize)
         {
             return Err(Error::SizeOverflow {
-                op: "arange",
+                op: Op::Arange.name(),
                 shape: vec![count],
             });
         }
@@ -163,7 +164,7 @@ impl Tensor {
     pub fn eye(n: usize, opts: impl IntoOptions) -> Result<Tensor> {
         let o = opts.into_options();
         let dtype = o.dtype.unwrap_or(DType::F32);
-        let n2 = numel_checked("eye", &[n, n])?;
+        let n2 = numel_checked(Op::Eye, &[n, n])?;
         let mut s = Storage::full(o.device, dtype, n2, Scalar::Int(0))?;
         let ones = Storage::full(o.device, dtype, n, Scalar::Int(1))?;
         let diagonal = Layout {
@@ -178,19 +179,19 @@ impl Tensor {
     /// Uniform samples in `[0, 1)`, f32 unless a float dtype is given.
     pub fn rand(shape: impl IntoShape, opts: impl IntoOptions) -> Result<Tensor> {
         let o = opts.into_options();
-        let dtype = float_dtype("rand", o.dtype)?;
+        let dtype = float_dtype(Op::Rand, o.dtype)?;
         Tensor::sample(shape.into_shape(), dtype, o.device, false)
     }
 
     /// Standard normal samples, f32 unless a float dtype is given.
     pub fn randn(shape: impl IntoShape, opts: impl IntoOptions) -> Result<Tensor> {
         let o = opts.into_options();
-        let dtype = float_dtype("randn", o.dtype)?;
+        let dtype = float_dtype(Op::Randn, o.dtype)?;
         Tensor::sample(shape.into_shape(), dtype, o.device, true)
     }
 
     fn sample(shape: Vec<usize>, dtype: DType, device: Device, normal: bool) -> Result<Tensor> {
-        let n = numel_checked(if normal { "randn" } else { "rand" }, &shape)?;
+        let n = numel_checked(if normal { Op::Randn } else { Op::Rand }, &shape)?;
         // Made where it lives, from one draw of the process generator (`Storage::random`): the
         // same values on every device. f64 is drawn in f64; every other float dtype from f32.
         let drawn = if dtype == DType::F64 {
@@ -218,14 +219,14 @@ impl Tensor {
     ) -> Result<Tensor> {
         if low >= high {
             return Err(Error::invalid(
-                "randint",
+                Op::Randint,
                 format!(
                     "low ({low}) must be below high ({high}); the range is low..high, high excluded"
                 ),
             ));
         }
         let (shape, o) = (shape.into_shape(), opts.into_options());
-        let n = numel_checked("randint", &shape)?;
+        let n = numel_checked(Op::Randint, &shape)?;
         let s = Storage::randint(o.device, n, fill_seed(), low, high)?;
         let t = Tensor::from_storage(s, shape);
         match o.dtype {
@@ -274,10 +275,10 @@ impl Tensor {
         opts: impl IntoOptions,
     ) -> Result<Tensor> {
         let (shape, o) = (shape.into_shape(), opts.into_options());
-        let n = numel_checked("from_vec", &shape)?;
+        let n = numel_checked(Op::FromVec, &shape)?;
         if n != data.len() {
             return Err(Error::ShapeMismatch {
-                op: "from_vec",
+                op: Op::FromVec.name(),
                 lhs: vec![data.len()],
                 rhs: shape,
                 why: format!("{} values cannot fill a tensor of {n} elements", data.len()),

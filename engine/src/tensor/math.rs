@@ -5,7 +5,7 @@ use std::ops;
 
 use super::{Tensor, same_device};
 use crate::base::dtype::{DType, Scalar};
-use crate::base::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::base::op::{BinaryOp, CmpOp, Op, UnaryOp};
 use crate::device::Device;
 use crate::device::error::{Error, Result};
 use crate::device::layout::broadcast_shapes;
@@ -141,7 +141,7 @@ enum Rhs {
 /// Casts `a` and `b` to `operands`, then to `compute`, broadcasts them to one shape and runs
 /// `kernel` on them.
 fn broadcast_pair(
-    op: &'static str,
+    op: Op,
     a: &Tensor,
     b: &Tensor,
     (operands, compute): (DType, DType),
@@ -171,10 +171,10 @@ impl Tensor {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
-        let _op = self.profiled("to_dtype");
+        let _op = self.profiled(Op::ToDtype);
         let s = self.storage().copy_as(self.layout(), dtype)?;
         let out = Tensor::from_storage(s, self.shape().to_vec());
-        Ok(record(out, "to_dtype", &[self], grads::identity))
+        Ok(record(out, Op::ToDtype, &[self], grads::identity))
     }
 
     fn scalar_like(&self, s: Scalar, dtype: DType) -> Result<Tensor> {
@@ -183,7 +183,7 @@ impl Tensor {
 
     /// Turns `other` into a tensor (or keeps a number for the half-precision GPU kernels), with
     /// the dtypes of the op.
-    fn rhs(&self, op: &'static str, other: impl Operand, true_div: bool) -> Result<Rhs> {
+    fn rhs(&self, op: Op, other: impl Operand, true_div: bool) -> Result<Rhs> {
         match other.resolve() {
             OperandKind::Tensor(t) => {
                 same_device(op, &[("self", self), ("other", &t)])?;
@@ -229,10 +229,9 @@ impl Tensor {
         {
             return a.binary(op, b, reverse);
         }
-        let name = op.name();
-        let _op = self.profiled(name);
+        let _op = self.profiled(op.into());
         let (other, number, dtype, operands, compute) =
-            match self.rhs(name, other, op == BinaryOp::Div)? {
+            match self.rhs(op.into(), other, op == BinaryOp::Div)? {
                 Rhs::Tensor {
                     tensor,
                     number,
@@ -263,14 +262,14 @@ impl Tensor {
         };
         if dtype == DType::Bool && op == BinaryOp::Sub {
             return Err(Error::UnsupportedDType {
-                op: name,
+                op: op.name(),
                 dtype,
                 hint: "Subtracting bool tensors is not defined; use `a.ne(&b)?` for exclusive-or, or convert with `.to_dtype(DType::I64)?` first.".into(),
             });
         }
         if dtype == DType::Bool && op == BinaryOp::Pow {
             return Err(Error::UnsupportedDType {
-                op: name,
+                op: op.name(),
                 dtype,
                 hint: "Powers of bool tensors are not defined (as in PyTorch); convert first, e.g. `.to_dtype(DType::I64)?`.".into(),
             });
@@ -281,14 +280,15 @@ impl Tensor {
             && b.to_dtype(dtype)?.values_f64()?.iter().any(|&e| e < 0.0)
         {
             return Err(Error::invalid(
-                "pow",
+                Op::Binary(BinaryOp::Pow),
                 "integers to negative integer powers are not allowed; convert the base to a float dtype first, e.g. `.to_dtype(DType::F32)?`",
             ));
         }
         let out = no_grad(|| {
-            let (s, shape) = broadcast_pair(name, a, b, (operands, compute), |x, lx, y, ly| {
-                Storage::binary(op, x, lx, y, ly)
-            })?;
+            let (s, shape) =
+                broadcast_pair(op.into(), a, b, (operands, compute), |x, lx, y, ly| {
+                    Storage::binary(op, x, lx, y, ly)
+                })?;
             Tensor::from_storage(s, shape).to_dtype(dtype)
         })?;
         Ok(self.record_binary(op, &other, number, reverse, out))
@@ -319,7 +319,7 @@ impl Tensor {
             (self, other)
         };
         let backward = || grads::binary(op, a, b, &out);
-        record(out.clone(), op.name(), &[ta, tb], backward)
+        record(out.clone(), op.into(), &[ta, tb], backward)
     }
 
     /// `self + other` with broadcasting; `other` is a tensor or a number.
@@ -371,9 +371,8 @@ impl Tensor {
         {
             return a.compare(op, b);
         }
-        let name = op.name();
-        let _op = self.profiled(name);
-        let (other, operands, compute) = match self.rhs(name, other, false)? {
+        let _op = self.profiled(op.into());
+        let (other, operands, compute) = match self.rhs(op.into(), other, false)? {
             Rhs::Tensor {
                 tensor,
                 operands,
@@ -386,10 +385,13 @@ impl Tensor {
                 return Ok(Tensor::from_storage(s, self.shape().to_vec()));
             }
         };
-        let (s, shape) =
-            broadcast_pair(name, self, &other, (operands, compute), |x, lx, y, ly| {
-                Storage::compare(op, x, lx, y, ly)
-            })?;
+        let (s, shape) = broadcast_pair(
+            op.into(),
+            self,
+            &other,
+            (operands, compute),
+            |x, lx, y, ly| Storage::compare(op, x, lx, y, ly),
+        )?;
         Ok(Tensor::from_storage(s, shape))
     }
 
@@ -413,7 +415,7 @@ impl Tensor {
     }
 
     pub(crate) fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
-        let _op = self.profiled(op.name());
+        let _op = self.profiled(op.into());
         let dtype = self.dtype();
         // Bools become f32 for the float ops (exp, sigmoid, …), as in PyTorch; the ops that
         // keep the dtype (neg, relu) are not defined on them.
@@ -434,7 +436,7 @@ impl Tensor {
             let s = x.storage().unary(op, x.layout())?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;
-        Ok(record(y.clone(), op.name(), &[self], || {
+        Ok(record(y.clone(), op.into(), &[self], || {
             grads::unary(op, self, &y)
         }))
     }
@@ -478,16 +480,19 @@ impl Tensor {
         min: Option<impl Into<Scalar>>,
         max: Option<impl Into<Scalar>>,
     ) -> Result<Tensor> {
-        let _op = self.profiled("clamp");
+        let _op = self.profiled(Op::Clamp);
         let (lo, hi) = (min.map(Into::into), max.map(Into::into));
         if lo.is_none() && hi.is_none() {
-            return Err(Error::invalid("clamp", "give at least one of min and max"));
+            return Err(Error::invalid(
+                Op::Clamp,
+                "give at least one of min and max",
+            ));
         }
         let any_float = lo.is_some_and(|s| s.is_float()) || hi.is_some_and(|s| s.is_float());
         // A float bound makes a bool tensor f32 (PyTorch); integer bounds are not defined on it.
         if self.dtype() == DType::Bool && !any_float {
             return Err(Error::UnsupportedDType {
-                op: "clamp",
+                op: Op::Clamp.name(),
                 dtype: DType::Bool,
                 hint: "Convert it first, e.g. `.to_dtype(DType::F32)?`.".into(),
             });
@@ -498,7 +503,7 @@ impl Tensor {
             let s = x.storage().clamp(x.layout(), lo, hi)?;
             Tensor::from_storage(s, self.shape().to_vec()).to_dtype(out)
         })?;
-        Ok(record(y, "clamp", &[self], || grads::clamp(self, lo, hi)))
+        Ok(record(y, Op::Clamp, &[self], || grads::clamp(self, lo, hi)))
     }
 
     pub fn clamp_min(&self, min: impl Into<Scalar>) -> Result<Tensor> {
@@ -511,19 +516,19 @@ impl Tensor {
 
     /// `x` where `condition` is true, else `y` (`torch.where`), broadcasting all three.
     pub fn where_cond(condition: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
-        let _op = x.profiled("where");
-        same_device("where", &[("condition", condition), ("x", x), ("y", y)])?;
+        let _op = x.profiled(Op::Where);
+        same_device(Op::Where, &[("condition", condition), ("x", x), ("y", y)])?;
         if condition.dtype() != DType::Bool {
             return Err(Error::DTypeMismatch {
-                op: "where",
+                op: Op::Where.name(),
                 lhs: condition.dtype(),
                 rhs: DType::Bool,
                 hint: "The condition must be a bool tensor; make one with a comparison, e.g. `x.gt(0.0)?`.".into(),
             });
         }
         let shape = broadcast_shapes(
-            "where",
-            &broadcast_shapes("where", condition.shape(), x.shape())?,
+            Op::Where,
+            &broadcast_shapes(Op::Where, condition.shape(), x.shape())?,
             y.shape(),
         )?;
         let dtype = result_type(x, y);
@@ -540,7 +545,7 @@ impl Tensor {
             Ok(Tensor::from_storage(s, shape))
         })?;
         let backward = || grads::where_(condition, x.shape().to_vec(), y.shape().to_vec());
-        Ok(record(out, "where", &[condition, x, y], backward))
+        Ok(record(out, Op::Where, &[condition, x, y], backward))
     }
 }
 

@@ -3,6 +3,7 @@
 
 use super::{Tensor, same_device};
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::device::layout::{Layout, broadcast_shapes};
 use crate::storage::Storage;
@@ -12,8 +13,8 @@ impl Tensor {
     /// Matrix product with `torch.matmul`'s rules: 1-D operands are vectors, leading dims are
     /// batch dims and broadcast.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        let _op = self.profiled("matmul");
-        same_device("matmul", &[("self", self), ("other", other)])?;
+        let _op = self.profiled(Op::Matmul);
+        same_device(Op::Matmul, &[("self", self), ("other", other)])?;
         let (a, b) = (
             super::autocast::for_matmul(self)?,
             super::autocast::for_matmul(other)?,
@@ -24,15 +25,15 @@ impl Tensor {
                 .unwrap_or(self)
                 .matmul(b.as_ref().unwrap_or(other));
         }
-        check_gemm_dtypes("matmul", &[self, other])?;
+        check_gemm_dtypes(Op::Matmul, &[self, other])?;
         let (a, b, (m, k, n)) = as_matrices(self, other)?;
         let (ra, rb) = (a.rank(), b.rank());
-        let batch = broadcast_shapes("matmul", &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
+        let batch = broadcast_shapes(Op::Matmul, &a.shape()[..ra - 2], &b.shape()[..rb - 2])?;
         let s = batched_product(&a, &b, &batch, (m, k, n))?;
         let mut shape = batch;
         shape.extend([m, n]);
         let out = Tensor::from_storage(s, shape);
-        let out = record(out, "matmul", &[&a, &b], || grads::matmul(&a, &b));
+        let out = record(out, Op::Matmul, &[&a, &b], || grads::matmul(&a, &b));
         without_vector_dims(out, self.rank(), other.rank())
     }
 
@@ -41,22 +42,22 @@ impl Tensor {
     /// product is added onto it by the GEMM itself, so no second `m × n` tensor is made and no
     /// add runs. `Linear` runs through it.
     pub fn addmm(&self, mat1: &Tensor, mat2: &Tensor) -> Result<Tensor> {
-        let _op = self.profiled("addmm");
+        let _op = self.profiled(Op::Addmm);
         let tensors = [("self", self), ("mat1", mat1), ("mat2", mat2)];
-        same_device("addmm", &tensors)?;
+        same_device(Op::Addmm, &tensors)?;
         let [c, a, b] = [self, mat1, mat2].map(super::autocast::for_matmul);
         let (c, a, b) = (c?, a?, b?);
         if c.is_some() || a.is_some() || b.is_some() {
             let pick = |cast: Option<Tensor>, t: &Tensor| cast.unwrap_or_else(|| t.clone());
             return pick(c, self).addmm(&pick(a, mat1), &pick(b, mat2));
         }
-        check_gemm_dtypes("addmm", &[self, mat1, mat2])?;
+        check_gemm_dtypes(Op::Addmm, &[self, mat1, mat2])?;
         let (m, k, n) = addmm_dims(self, mat1, mat2)?;
-        crate::device::layout::numel_checked("addmm", &[m, n])?;
+        crate::device::layout::numel_checked(Op::Addmm, &[m, n])?;
         let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(mat1)?, gemm_ready(mat2)?)))?;
         let s = self.bias_plus_product(&a, &b, (m, n, k))?;
         let out = Tensor::from_storage(s, vec![m, n]);
-        Ok(record(out, "addmm", &[self, mat1, mat2], || {
+        Ok(record(out, Op::Addmm, &[self, mat1, mat2], || {
             grads::addmm(self, mat1, mat2)
         }))
     }
@@ -109,7 +110,7 @@ impl Tensor {
 fn as_matrices(lhs: &Tensor, rhs: &Tensor) -> Result<(Tensor, Tensor, (usize, usize, usize))> {
     if lhs.rank() == 0 || rhs.rank() == 0 {
         return Err(Error::ShapeMismatch {
-            op: "matmul",
+            op: Op::Matmul.name(),
             lhs: lhs.shape().to_vec(),
             rhs: rhs.shape().to_vec(),
             why: "both operands need at least one dimension; use `mul` for scalars".into(),
@@ -130,7 +131,7 @@ fn as_matrices(lhs: &Tensor, rhs: &Tensor) -> Result<(Tensor, Tensor, (usize, us
     let (k2, n) = (b.shape()[rb - 2], b.shape()[rb - 1]);
     if k != k2 {
         return Err(Error::ShapeMismatch {
-            op: "matmul",
+            op: Op::Matmul.name(),
             lhs: lhs.shape().to_vec(),
             rhs: rhs.shape().to_vec(),
             why: format!(
@@ -149,8 +150,8 @@ fn batched_product(
     (m, k, n): (usize, usize, usize),
 ) -> Result<Storage> {
     // Broadcast views can name more matrices than memory holds: checked before any buffer.
-    let batches = crate::device::layout::numel_checked("matmul", batch)?;
-    crate::device::layout::numel_checked("matmul", &[batches, m, n])?;
+    let batches = crate::device::layout::numel_checked(Op::Matmul, batch)?;
+    crate::device::layout::numel_checked(Op::Matmul, &[batches, m, n])?;
     let (a, b) = no_grad(|| Ok::<_, Error>((gemm_ready(a)?, gemm_ready(b)?)))?;
     let full = |t: &Tensor, r: usize, c: usize| {
         let mut shape = batch.to_vec();
@@ -165,7 +166,7 @@ fn batched_product(
             strides: l.strides[..nb].to_vec(),
             offset: l.offset,
         };
-        let mut v = crate::memory::host_vec_with_capacity("matmul", batches)?;
+        let mut v = crate::memory::host_vec_with_capacity(Op::Matmul.name(), batches)?;
         v.extend((0..batches).map(|i| bl.offset_of(i)));
         Ok(v)
     };
@@ -194,7 +195,7 @@ fn without_vector_dims(mut out: Tensor, lhs_rank: usize, rhs_rank: usize) -> Res
 /// sizes and `bias` broadcasts to `m × n`.
 fn addmm_dims(bias: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Result<(usize, usize, usize)> {
     let mismatch = |why: String| Error::ShapeMismatch {
-        op: "addmm",
+        op: Op::Addmm.name(),
         lhs: mat1.shape().to_vec(),
         rhs: mat2.shape().to_vec(),
         why,
@@ -211,13 +212,13 @@ fn addmm_dims(bias: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Result<(usize, usi
             mat2.shape()[0]
         )));
     }
-    if broadcast_shapes("addmm", bias.shape(), &[m, n])
+    if broadcast_shapes(Op::Addmm, bias.shape(), &[m, n])
         .ok()
         .as_deref()
         != Some(&[m, n][..])
     {
         return Err(Error::ShapeMismatch {
-            op: "addmm",
+            op: Op::Addmm.name(),
             lhs: bias.shape().to_vec(),
             rhs: vec![m, n],
             why: format!(
@@ -230,12 +231,12 @@ fn addmm_dims(bias: &Tensor, mat1: &Tensor, mat2: &Tensor) -> Result<(usize, usi
 
 /// The operands of a GEMM share one dtype, and one that the device multiplies (cuBLAS takes
 /// floats only; simulated GPUs refuse what cuBLAS refuses, so a lesson behaves the same on both).
-fn check_gemm_dtypes(op: &'static str, operands: &[&Tensor]) -> Result<()> {
+fn check_gemm_dtypes(op: Op, operands: &[&Tensor]) -> Result<()> {
     let first = operands[0];
     let dtype = first.dtype();
     if let Some(other) = operands.iter().find(|t| t.dtype() != dtype) {
         return Err(Error::DTypeMismatch {
-            op,
+            op: op.name(),
             lhs: dtype,
             rhs: other.dtype(),
             hint: format!(
@@ -246,7 +247,7 @@ fn check_gemm_dtypes(op: &'static str, operands: &[&Tensor]) -> Result<()> {
     }
     if dtype == DType::Bool {
         return Err(Error::UnsupportedDType {
-            op,
+            op: op.name(),
             dtype,
             hint: "Convert to a numeric dtype first.".into(),
         });

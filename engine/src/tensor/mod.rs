@@ -14,6 +14,7 @@ mod to;
 use std::sync::Arc;
 
 use crate::base::dtype::{DType, Element};
+use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
 use crate::device::layout::Layout;
@@ -130,7 +131,8 @@ impl IntoOptions for TensorOptions {
 
 /// The one device check: every tensor of `args` must be where the first one is. Returns that
 /// device, or `DeviceMismatch` naming both arguments and the fix.
-pub(crate) fn same_device(op: &'static str, args: &[(&str, &Tensor)]) -> Result<Device> {
+pub(crate) fn same_device(op: impl Into<&'static str>, args: &[(&str, &Tensor)]) -> Result<Device> {
+    let op = op.into();
     let (first_name, first) = args[0];
     expect_device(op, (first_name, first.device()), &args[1..])?;
     Ok(first.device())
@@ -139,13 +141,13 @@ pub(crate) fn same_device(op: &'static str, args: &[(&str, &Tensor)]) -> Result<
 /// The same check against a device named in the call rather than held by a tensor
 /// (`DataParallel`'s first device): every tensor of `args` must be on `expected`.
 pub(crate) fn expect_device(
-    op: &'static str,
+    op: impl Into<&'static str>,
     (expected_name, expected): (&str, Device),
     args: &[(&str, &Tensor)],
 ) -> Result<()> {
     match args.iter().find(|(_, t)| t.device() != expected) {
         Some(&(name, t)) => Err(Error::DeviceMismatch {
-            op,
+            op: op.into(),
             arg: name.to_string(),
             arg_device: t.device(),
             first_arg: expected_name.to_string(),
@@ -218,8 +220,8 @@ impl Tensor {
 
     /// Times this tensor op while a profile records: its checks, kernels and autograd record
     /// together, as PyTorch's profiler times an aten op (`storage::profiled`).
-    pub(crate) fn profiled(&self, name: &'static str) -> Option<crate::profile::OpScope> {
-        crate::storage::profiled(self.device(), name, crate::profile::Work::Unpriced)
+    pub(crate) fn profiled(&self, op: Op) -> Option<crate::profile::OpScope> {
+        crate::storage::profiled(self.device(), op, crate::profile::Work::Unpriced)
     }
 
     pub fn device(&self) -> Device {
@@ -346,7 +348,7 @@ impl Tensor {
     /// The elements in row-major order as `T`, which must be this tensor's element type. From
     /// a GPU this is a copy to the host, logged as a transfer as `.cpu()` is.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        self.check_element::<T>("to_vec")?;
+        self.check_element::<T>(Op::ToVec)?;
         self.read_logged(|host| host.values::<T>())
     }
 
@@ -377,7 +379,7 @@ impl Tensor {
 
     /// The value of a one-element tensor.
     pub fn item<T: Element>(&self) -> Result<T> {
-        self.check_one_element("item")?;
+        self.check_one_element(Op::Item)?;
         Ok(self.to_vec::<T>()?[0])
     }
 
@@ -390,7 +392,7 @@ impl Tensor {
     /// The elements as `T`, read for the engine's own use (a loss's class indices, an index
     /// tensor, a scalar operand): not a user's transfer, so never logged as one.
     pub(crate) fn values<T: Element>(&self) -> Result<Vec<T>> {
-        self.check_element::<T>("to_vec")?;
+        self.check_element::<T>(Op::ToVec)?;
         let host = self.host_readable()?;
         host.storage().read_vec::<T>(host.layout())
     }
@@ -401,18 +403,18 @@ impl Tensor {
         host.storage().read_f64(host.layout())
     }
 
-    fn check_element<T: Element>(&self, op: &'static str) -> Result<()> {
+    fn check_element<T: Element>(&self, op: Op) -> Result<()> {
         if T::DTYPE == self.dtype() {
             return Ok(());
         }
         Err(Error::ElementType {
-            op,
+            op: op.name(),
             tensor: self.dtype(),
             requested: T::DTYPE,
         })
     }
 
-    fn check_one_element(&self, op: &'static str) -> Result<()> {
+    fn check_one_element(&self, op: impl Into<&'static str>) -> Result<()> {
         if self.numel() == 1 {
             return Ok(());
         }

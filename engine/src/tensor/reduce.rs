@@ -3,6 +3,7 @@
 
 use super::Tensor;
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::device::layout::{Dim, Dims, resolve_dim, resolve_dims};
 use crate::storage::Storage;
@@ -27,12 +28,12 @@ impl Tensor {
     /// This tensor as rows to reduce: the kept dims first, the reduced ones last, copied so when
     /// they are not; a contiguous tensor reduced over its leading dims is taken as it is
     /// (`reduced_first`).
-    fn to_rows(&self, op: &'static str, dims: Option<Vec<i64>>, keepdim: bool) -> Result<Rows> {
+    fn to_rows(&self, op: Op, dims: Option<Vec<i64>>, keepdim: bool) -> Result<Rows> {
         let rank = self.rank();
         let reduced = match dims {
             None => (0..rank).collect(),
             Some(d) if d.is_empty() => (0..rank).collect(),
-            Some(d) => resolve_dims(op, &d, rank)?,
+            Some(d) => resolve_dims(op.name(), &d, rank)?,
         };
         let reduced: Vec<usize> = reduced.into_iter().filter(|&d| d < rank).collect();
         let kept: Vec<usize> = (0..rank).filter(|d| !reduced.contains(d)).collect();
@@ -76,12 +77,12 @@ impl Tensor {
         if let Some(x) = super::autocast::for_full_precision(self)? {
             return x.sum_impl(dims, keepdim, mean);
         }
-        let op = if mean { "mean" } else { "sum" };
+        let op = if mean { Op::Mean } else { Op::Sum };
         let _op = self.profiled(op);
         let dtype = self.dtype();
         if mean && !dtype.is_float() {
             return Err(Error::UnsupportedDType {
-                op,
+                op: op.name(),
                 dtype,
                 hint: "mean needs a float dtype; convert first, e.g. `.to_dtype(DType::F32)?`."
                     .into(),
@@ -127,7 +128,7 @@ impl Tensor {
 
     fn extreme(
         &self,
-        op: &'static str,
+        op: Op,
         dims: Option<Vec<i64>>,
         keepdim: bool,
         greater: bool,
@@ -141,7 +142,11 @@ impl Tensor {
                 op,
                 format!(
                     "the {} of nothing does not exist: the reduced dimensions of shape {:?} hold no element. Reduce over a non-empty dimension, or check the tensor's size first",
-                    if greater { "maximum" } else { "minimum" },
+                    if greater {
+                        Op::Binary(crate::base::op::BinaryOp::Maximum)
+                    } else {
+                        Op::Binary(crate::base::op::BinaryOp::Minimum)
+                    },
                     self.shape()
                 ),
             ));
@@ -162,60 +167,60 @@ impl Tensor {
 
     /// The largest element (NaN if any element is NaN).
     pub fn max_all(&self) -> Result<Tensor> {
-        Ok(self.extreme("max", None, false, true)?.0)
+        Ok(self.extreme(Op::Max, None, false, true)?.0)
     }
 
     /// The largest elements over `dims` (`torch.amax`).
     pub fn max(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        Ok(self.extreme("max", Some(dims.dims()), keepdim, true)?.0)
+        Ok(self.extreme(Op::Max, Some(dims.dims()), keepdim, true)?.0)
     }
 
     /// The largest elements along `dim` and their positions (`torch.max(x, dim)`).
     pub fn max_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        self.extreme("max", Some(vec![dim.as_i64()]), keepdim, true)
+        self.extreme(Op::Max, Some(vec![dim.as_i64()]), keepdim, true)
     }
 
     pub fn min_all(&self) -> Result<Tensor> {
-        Ok(self.extreme("min", None, false, false)?.0)
+        Ok(self.extreme(Op::Min, None, false, false)?.0)
     }
 
     pub fn min(&self, dims: impl Dims, keepdim: bool) -> Result<Tensor> {
-        Ok(self.extreme("min", Some(dims.dims()), keepdim, false)?.0)
+        Ok(self.extreme(Op::Min, Some(dims.dims()), keepdim, false)?.0)
     }
 
     pub fn min_dim(&self, dim: impl Dim, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        self.extreme("min", Some(vec![dim.as_i64()]), keepdim, false)
+        self.extreme(Op::Min, Some(vec![dim.as_i64()]), keepdim, false)
     }
 
     /// The flat position of the largest element (a 0-dim i64 tensor).
     pub fn argmax_all(&self) -> Result<Tensor> {
-        self.arg_extreme("argmax", None, false, true)
+        self.arg_extreme(Op::Argmax, None, false, true)
     }
 
     /// Positions of the largest elements along `dim` (the first one on ties).
     pub fn argmax(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        self.arg_extreme("argmax", Some(vec![dim.as_i64()]), keepdim, true)
+        self.arg_extreme(Op::Argmax, Some(vec![dim.as_i64()]), keepdim, true)
     }
 
     pub fn argmin_all(&self) -> Result<Tensor> {
-        self.arg_extreme("argmin", None, false, false)
+        self.arg_extreme(Op::Argmin, None, false, false)
     }
 
     pub fn argmin(&self, dim: impl Dim, keepdim: bool) -> Result<Tensor> {
-        self.arg_extreme("argmin", Some(vec![dim.as_i64()]), keepdim, false)
+        self.arg_extreme(Op::Argmin, Some(vec![dim.as_i64()]), keepdim, false)
     }
 
     /// The indices half of `extreme`; bools have no order to search, as in PyTorch.
     fn arg_extreme(
         &self,
-        op: &'static str,
+        op: Op,
         dims: Option<Vec<i64>>,
         keepdim: bool,
         largest: bool,
     ) -> Result<Tensor> {
         if self.dtype() == DType::Bool {
             return Err(Error::UnsupportedDType {
-                op,
+                op: op.name(),
                 dtype: DType::Bool,
                 hint: "Convert first, e.g. `.to_dtype(DType::U8)?`, or find a true element with `.max(..)`.".into(),
             });
@@ -224,17 +229,17 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, dim: i64, log: bool) -> Result<Tensor> {
-        let op = if log { "log_softmax" } else { "softmax" };
+        let op = if log { Op::LogSoftmax } else { Op::Softmax };
         let dtype = self.dtype();
         if !dtype.is_float() {
             return Err(Error::UnsupportedDType {
-                op,
+                op: op.name(),
                 dtype,
                 hint: "Convert first, e.g. `.to_dtype(DType::F32)?`.".into(),
             });
         }
         let rank = self.rank();
-        let d = resolve_dim(op, dim, rank)?;
+        let d = resolve_dim(op.name(), dim, rank)?;
         let compute = if dtype == DType::F64 {
             DType::F64
         } else {
@@ -263,7 +268,7 @@ impl Tensor {
     }
 
     fn softmax_recorded(&self, dim: i64, log: bool) -> Result<Tensor> {
-        let _op = self.profiled(if log { "log_softmax" } else { "softmax" });
+        let _op = self.profiled(if log { Op::LogSoftmax } else { Op::Softmax });
         if let Some(x) = super::autocast::for_full_precision(self)? {
             return x.softmax_recorded(dim, log);
         }
@@ -271,7 +276,7 @@ impl Tensor {
         let backward = || grads::softmax(&out, dim, log);
         Ok(record(
             out.clone(),
-            if log { "log_softmax" } else { "softmax" },
+            if log { Op::LogSoftmax } else { Op::Softmax },
             &[self],
             backward,
         ))
@@ -290,7 +295,7 @@ impl Tensor {
             t.is_contiguous() && t.storage_offset() == 0 && t.storage().numel() == t.numel()
         };
         let fits = self.rank() > 0
-            && resolve_dim("softmax", dim, self.rank())? == self.rank() - 1
+            && resolve_dim(Op::Softmax.name(), dim, self.rank())? == self.rank() - 1
             && self.shape() == out.shape()
             && self.dtype() == out.dtype()
             && matches!(self.dtype(), DType::F32 | DType::F64)

@@ -3,6 +3,7 @@
 
 use super::{Tensor, same_device};
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::device::layout::{
     Dim, Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims,
@@ -42,7 +43,7 @@ impl Tensor {
     /// (as `view` would), else a contiguous copy — PyTorch's `reshape`.
     pub fn reshape(&self, shape: impl IntoReshape) -> Result<Tensor> {
         let out = no_grad(|| self.reshape_impl(shape.into_reshape()))?;
-        Ok(record(out, "reshape", &[self], || {
+        Ok(record(out, Op::Reshape, &[self], || {
             grads::reshape(self.shape().to_vec())
         }))
     }
@@ -57,15 +58,15 @@ impl Tensor {
         let infer = spec.iter().filter(|&&d| d == -1).count();
         if infer > 1 || spec.iter().any(|&d| d < -1) {
             return Err(Error::invalid(
-                "reshape",
+                Op::Reshape,
                 format!("{spec:?}: only one dimension may be -1, and no other may be negative"),
             ));
         }
-        let known_prod = numel_checked("reshape", &known)?;
+        let known_prod = numel_checked(Op::Reshape, &known)?;
         let shape: Vec<usize> = if infer == 1 {
             if known_prod == 0 || !numel.is_multiple_of(known_prod) {
                 return Err(Error::ShapeMismatch {
-                    op: "reshape",
+                    op: Op::Reshape.name(),
                     lhs: self.shape().to_vec(),
                     rhs: known,
                     why: format!("{numel} elements cannot be split into {spec:?}"),
@@ -83,9 +84,9 @@ impl Tensor {
         } else {
             known
         };
-        if numel_checked("reshape", &shape)? != numel {
+        if numel_checked(Op::Reshape, &shape)? != numel {
             return Err(Error::ShapeMismatch {
-                op: "reshape",
+                op: Op::Reshape.name(),
                 lhs: self.shape().to_vec(),
                 rhs: shape.clone(),
                 why: format!(
@@ -134,7 +135,7 @@ impl Tensor {
     pub fn copy(&self) -> Result<Tensor> {
         let s = self.storage().copy_as(self.layout(), self.dtype())?;
         let out = Tensor::from_storage(s, self.shape().to_vec());
-        Ok(record(out, "copy", &[self], grads::identity))
+        Ok(record(out, Op::Copy, &[self], grads::identity))
     }
 
     /// Dimensions reordered: result dim `i` is input dim `dims[i]` (a view).
@@ -142,7 +143,7 @@ impl Tensor {
         let dims = dims.dims();
         if dims.len() != self.rank() {
             return Err(Error::invalid(
-                "permute",
+                Op::Permute,
                 format!(
                     "{dims:?} names {} dims but the tensor has {} (shape {:?}); name each dim once",
                     dims.len(),
@@ -151,9 +152,9 @@ impl Tensor {
                 ),
             ));
         }
-        let perm = resolve_dims("permute", &dims, self.rank())?;
+        let perm = resolve_dims(Op::Permute.name(), &dims, self.rank())?;
         let out = self.view_as(self.layout().permuted(&perm));
-        Ok(record(out, "permute", &[self], move || {
+        Ok(record(out, Op::Permute, &[self], move || {
             grads::permute(perm)
         }))
     }
@@ -162,8 +163,8 @@ impl Tensor {
     pub fn transpose(&self, d0: impl Dim, d1: impl Dim) -> Result<Tensor> {
         let r = self.rank();
         let (a, b) = (
-            resolve_dim("transpose", d0.as_i64(), r)?,
-            resolve_dim("transpose", d1.as_i64(), r)?,
+            resolve_dim(Op::Transpose.name(), d0.as_i64(), r)?,
+            resolve_dim(Op::Transpose.name(), d1.as_i64(), r)?,
         );
         if r < 2 {
             return Ok(self.clone());
@@ -171,7 +172,7 @@ impl Tensor {
         let mut perm: Vec<usize> = (0..r).collect();
         perm.swap(a, b);
         let out = self.view_as(self.layout().permuted(&perm));
-        Ok(record(out, "transpose", &[self], move || {
+        Ok(record(out, Op::Transpose, &[self], move || {
             grads::permute(perm)
         }))
     }
@@ -194,15 +195,15 @@ impl Tensor {
     pub fn narrow(&self, dim: impl Dim, start: usize, len: usize) -> Result<Tensor> {
         if self.rank() == 0 {
             return Err(Error::invalid(
-                "narrow",
+                Op::Narrow,
                 "a 0-dimensional tensor has no dimension to narrow; `unsqueeze(0)` it first",
             ));
         }
-        let d = resolve_dim("narrow", dim.as_i64(), self.rank())?;
+        let d = resolve_dim(Op::Narrow.name(), dim.as_i64(), self.rank())?;
         let size = self.shape()[d];
         if start.checked_add(len).is_none_or(|end| end > size) {
             return Err(Error::invalid(
-                "narrow",
+                Op::Narrow,
                 format!(
                     "start {start} + length {len} exceeds dimension {d} of size {size} (shape {:?})",
                     self.shape()
@@ -213,19 +214,19 @@ impl Tensor {
         l.offset += start * l.strides[d];
         l.shape[d] = len;
         let backward = || grads::narrow(self.shape().to_vec(), d, start);
-        Ok(record(self.view_as(l), "narrow", &[self], backward))
+        Ok(record(self.view_as(l), Op::Narrow, &[self], backward))
     }
 
     /// Removes dimension `dim` if it has size 1 (otherwise returns the tensor unchanged).
     pub fn squeeze(&self, dim: impl Dim) -> Result<Tensor> {
-        let d = resolve_dim("squeeze", dim.as_i64(), self.rank())?;
+        let d = resolve_dim(Op::Squeeze.name(), dim.as_i64(), self.rank())?;
         if self.rank() == 0 || self.shape()[d] != 1 {
             return Ok(self.clone());
         }
         let mut l = self.layout().clone();
         l.shape.remove(d);
         l.strides.remove(d);
-        Ok(record(self.view_as(l), "squeeze", &[self], || {
+        Ok(record(self.view_as(l), Op::Squeeze, &[self], || {
             grads::reshape(self.shape().to_vec())
         }))
     }
@@ -239,14 +240,14 @@ impl Tensor {
             strides: keep.iter().map(|&i| l.strides[i]).collect(),
             offset: l.offset,
         });
-        Ok(record(out, "squeeze", &[self], || {
+        Ok(record(out, Op::Squeeze, &[self], || {
             grads::reshape(self.shape().to_vec())
         }))
     }
 
     /// Inserts a dimension of size 1 at `dim` (which may be `rank`, or negative).
     pub fn unsqueeze(&self, dim: impl Dim) -> Result<Tensor> {
-        let d = resolve_dim("unsqueeze", dim.as_i64(), self.rank() + 1)?;
+        let d = resolve_dim(Op::Unsqueeze.name(), dim.as_i64(), self.rank() + 1)?;
         let mut l = self.layout().clone();
         let stride = if d < l.rank() {
             l.strides[d] * l.shape[d]
@@ -255,7 +256,7 @@ impl Tensor {
         };
         l.shape.insert(d, 1);
         l.strides.insert(d, stride);
-        Ok(record(self.view_as(l), "unsqueeze", &[self], || {
+        Ok(record(self.view_as(l), Op::Unsqueeze, &[self], || {
             grads::reshape(self.shape().to_vec())
         }))
     }
@@ -263,18 +264,18 @@ impl Tensor {
     /// This tensor seen with a larger, broadcast-compatible shape (a view; nothing is copied).
     pub fn broadcast_to(&self, shape: impl crate::device::layout::IntoShape) -> Result<Tensor> {
         let shape = shape.into_shape();
-        crate::device::layout::numel_checked("broadcast_to", &shape)?;
-        let b = broadcast_shapes("broadcast_to", self.shape(), &shape)?;
+        crate::device::layout::numel_checked(Op::BroadcastTo, &shape)?;
+        let b = broadcast_shapes(Op::BroadcastTo, self.shape(), &shape)?;
         if b != shape {
             return Err(Error::ShapeMismatch {
-                op: "broadcast_to",
+                op: Op::BroadcastTo.name(),
                 lhs: self.shape().to_vec(),
                 rhs: shape,
                 why: "the target must contain the tensor's shape".into(),
             });
         }
         let out = self.view_as(self.layout().broadcast_to(&shape));
-        Ok(record(out, "broadcast_to", &[self], || {
+        Ok(record(out, Op::BroadcastTo, &[self], || {
             grads::broadcast(self.shape().to_vec())
         }))
     }
@@ -283,7 +284,7 @@ impl Tensor {
     pub fn cat(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
         let first = *tensors
             .first()
-            .ok_or_else(|| Error::invalid("cat", "needs at least one tensor"))?;
+            .ok_or_else(|| Error::invalid(Op::Cat, "needs at least one tensor"))?;
         let names: Vec<String> = (0..tensors.len())
             .map(|i| format!("tensors[{i}]"))
             .collect();
@@ -292,11 +293,11 @@ impl Tensor {
             .map(|n| n.as_str())
             .zip(tensors.iter().copied())
             .collect();
-        let device = same_device("cat", &args)?;
-        let d = resolve_dim("cat", dim.as_i64(), first.rank())?;
+        let device = same_device(Op::Cat, &args)?;
+        let d = resolve_dim(Op::Cat.name(), dim.as_i64(), first.rank())?;
         if first.rank() == 0 {
             return Err(Error::invalid(
-                "cat",
+                Op::Cat,
                 "0-dimensional tensors cannot be concatenated; use `stack`, or `unsqueeze(0)` them first",
             ));
         }
@@ -308,7 +309,7 @@ impl Tensor {
                 && (0..first.rank()).all(|k| k == d || t.shape()[k] == first.shape()[k]);
             if !same_rest {
                 return Err(Error::ShapeMismatch {
-                    op: "cat",
+                    op: Op::Cat.name(),
                     lhs: first.shape().to_vec(),
                     rhs: t.shape().to_vec(),
                     why: format!(
@@ -319,7 +320,7 @@ impl Tensor {
             shape[d] += t.shape()[d];
             dtype = DType::promote(dtype, t.dtype());
         }
-        let mut out = Storage::alloc(device, dtype, numel_checked("cat", &shape)?)?;
+        let mut out = Storage::alloc(device, dtype, numel_checked(Op::Cat, &shape)?)?;
         let out_layout = Layout::contiguous(shape.clone());
         let mut at = 0;
         for t in tensors {
@@ -333,7 +334,7 @@ impl Tensor {
         let sizes = tensors.iter().map(|t| t.shape()[d]).collect();
         Ok(record(
             Tensor::from_storage(out, shape),
-            "cat",
+            Op::Cat,
             tensors,
             move || grads::cat(sizes, d),
         ))
@@ -343,12 +344,12 @@ impl Tensor {
     pub fn stack(tensors: &[&Tensor], dim: impl Dim) -> Result<Tensor> {
         let first = *tensors
             .first()
-            .ok_or_else(|| Error::invalid("stack", "needs at least one tensor"))?;
-        let d = resolve_dim("stack", dim.as_i64(), first.rank() + 1)?;
+            .ok_or_else(|| Error::invalid(Op::Stack, "needs at least one tensor"))?;
+        let d = resolve_dim(Op::Stack.name(), dim.as_i64(), first.rank() + 1)?;
         for (i, t) in tensors.iter().enumerate() {
             if t.shape() != first.shape() {
                 return Err(Error::ShapeMismatch {
-                    op: "stack",
+                    op: Op::Stack.name(),
                     lhs: first.shape().to_vec(),
                     rhs: t.shape().to_vec(),
                     why: format!("tensors[0] and tensors[{i}] must have the same shape"),
@@ -364,11 +365,11 @@ impl Tensor {
 
     /// The entries of dimension `dim` at `index` (an i64 or i32 tensor of positions).
     pub fn index_select(&self, dim: impl Dim, index: &Tensor) -> Result<Tensor> {
-        same_device("index_select", &[("self", self), ("index", index)])?;
-        let d = resolve_dim("index_select", dim.as_i64(), self.rank())?;
+        same_device(Op::IndexSelect, &[("self", self), ("index", index)])?;
+        let d = resolve_dim(Op::IndexSelect.name(), dim.as_i64(), self.rank())?;
         if !matches!(index.dtype(), DType::I64 | DType::I32) || index.rank() > 1 {
             return Err(Error::invalid(
-                "index_select",
+                Op::IndexSelect,
                 format!(
                     "the index must be a 1-D i64 or i32 tensor, got {} of shape {:?}",
                     index.dtype(),
@@ -402,7 +403,7 @@ impl Tensor {
                 })
             };
             let out = Tensor::from_storage(out, shape);
-            return Ok(record(out, "index_select", &[self, index], backward));
+            return Ok(record(out, Op::IndexSelect, &[self, index], backward));
         }
         let positions = positions_of(index, d, size)?;
         if self.rank() == 0 {
@@ -417,7 +418,7 @@ impl Tensor {
         let size = self.shape().get(d).copied().unwrap_or(1);
         if let Some(&p) = positions.iter().find(|&&p| p >= size) {
             return Err(Error::IndexOutOfRange {
-                op: "index_select",
+                op: Op::IndexSelect.name(),
                 index: p as i64,
                 dim: d,
                 size,
@@ -440,7 +441,7 @@ impl Tensor {
         let backward = move || grads::index_select(input_shape, d, positions);
         Ok(record(
             Tensor::from_storage(out, shape),
-            "index_select",
+            Op::IndexSelect,
             inputs,
             backward,
         ))
@@ -456,7 +457,7 @@ fn positions_of(index: &Tensor, d: usize, size: usize) -> Result<Vec<usize>> {
         let p = if i < 0 { i + size as i64 } else { i };
         if p < 0 || p >= size as i64 {
             return Err(Error::IndexOutOfRange {
-                op: "index_select",
+                op: Op::IndexSelect.name(),
                 index: i,
                 dim: d,
                 size,

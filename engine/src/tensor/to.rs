@@ -4,9 +4,10 @@
 use std::time::{Duration, Instant};
 
 use super::Tensor;
+use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
-use crate::profile::{NON_BLOCKING_TO, OpScope};
+use crate::profile::OpScope;
 use crate::storage;
 use crate::transfer::inflight::{self, InFlight};
 use crate::transfer::{Clock, CopyMode, HostMemoryKind, PeerCopy, Transfer, prediction, record};
@@ -80,8 +81,8 @@ impl Tensor {
         let mut t = self.untimed_transfer(*device, memory, mode)?;
         inflight::poll();
         let out = if t.mode == CopyMode::NonBlocking {
-            // Profiled as an op of its own: the host only queues it (`NON_BLOCKING_TO`).
-            let mut op = storage::profiled(t.to, NON_BLOCKING_TO, crate::profile::Work::Unpriced);
+            // Profiled as an op of its own: the host only queues it (`Op::ToNonBlocking`).
+            let mut op = storage::profiled(t.to, Op::ToNonBlocking, crate::profile::Work::Unpriced);
             if let Some(op) = op.as_mut() {
                 op.copying_from(t.from);
                 op.add_predicted(op_prediction(op, &t, prediction(&t).as_ref()));
@@ -102,7 +103,7 @@ impl Tensor {
         // Differentiable: the gradient flows back to the source device.
         Ok(crate::tensor::autograd::record(
             out,
-            "to",
+            Op::To,
             &[self],
             crate::tensor::autograd::grads::identity,
         ))
@@ -165,7 +166,7 @@ impl Tensor {
 
     /// Copies the contiguous `src` (this tensor's values) and records `t`, timed.
     fn blocking_copy(&self, src: &Tensor, mut t: Transfer, pinned_dst: bool) -> Result<Tensor> {
-        let mut op = storage::profiled(t.to, "to", crate::profile::Work::Unpriced);
+        let mut op = storage::profiled(t.to, Op::To, crate::profile::Work::Unpriced);
         if let Some(op) = op.as_mut() {
             op.copying_from(t.from);
         }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::call::Gemm;
 use super::runtime::Gpu;
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 
 /// Memory for cuBLAS's workspace, asked of the caller at a device's first GEMM: the device
@@ -79,7 +80,7 @@ pub(crate) fn check_dtype(dtype: DType) -> Result<()> {
     match dtype {
         DType::F32 | DType::F64 | DType::F16 | DType::BF16 => Ok(()),
         d => Err(Error::UnsupportedDType {
-            op: "matmul",
+            op: Op::Matmul.name(),
             dtype: d,
             hint: "matmul on a CUDA device takes float dtypes only (cuBLAS has no integer GEMM, and PyTorch's CUDA matmul refuses integers too); convert first, e.g. `x.to_dtype(DType::F32)?`, or multiply on the CPU.".into(),
         }),
@@ -88,7 +89,7 @@ pub(crate) fn check_dtype(dtype: DType) -> Result<()> {
 
 fn blas_error(g: &Gpu, e: impl std::fmt::Display) -> Error {
     Error::Cuda {
-        op: "matmul",
+        op: Op::Matmul.name(),
         device: g.device(),
         msg: format!("cuBLAS: {e}"),
     }
@@ -168,7 +169,7 @@ fn empty_product(g: &Gpu, dtype: DType, (out, onto): (u64, Onto), len: usize) ->
         Onto::Overwrite => super::ops::fill(g, dtype, out, len, crate::base::dtype::Scalar::Int(0)),
         // The storage layer broadcasts the bias itself when there is no product to add.
         Onto::Bias(_) => Err(Error::invalid(
-            "addmm",
+            Op::Addmm,
             "an empty product takes no bias epilogue",
         )),
     }
@@ -188,14 +189,14 @@ fn cublas_operands(
         // Neither stride is 1 (a strided view of a view): the tensor layer hands such operands
         // over contiguous, so this is a bug, not a user mistake.
         return Err(Error::invalid(
-            "matmul",
+            Op::Matmul,
             "an operand has no unit stride; call `.contiguous()?` on it first",
         ));
     };
     let fits = |v: usize| i32::try_from(v).is_ok();
     if ![m, n, k, lda, ldb].into_iter().all(fits) {
         return Err(Error::invalid(
-            "matmul",
+            Op::Matmul,
             format!(
                 "cuBLAS takes dimensions below 2^31, got {m}×{k} · {k}×{n}; split the product into smaller ones"
             ),
@@ -231,7 +232,7 @@ fn bias_of(onto: Onto, count: usize) -> Result<u64> {
     match onto {
         Onto::Bias(bias) if count == 1 => Ok(bias),
         Onto::Bias(_) => Err(Error::invalid(
-            "addmm",
+            Op::Addmm,
             "a bias joins one matrix product, not a batch",
         )),
         _ => Ok(0),

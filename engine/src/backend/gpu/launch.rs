@@ -28,15 +28,15 @@ macro_rules! kernels {
         $(
             /// Launches `{family}_{suffix}` on `g`'s stream; `op` names the user's op in errors.
             #[allow(clippy::too_many_arguments)]
-            pub(crate) fn $family(
+            pub(crate) fn $family<O: Into<&'static str>>(
                 g: &Gpu,
                 suffix: &str,
                 grid: Grid,
-                op: &'static str,
+                op: O,
                 $($arg: $t),*
             ) -> Result<()> {
                 let name = format!(concat!(stringify!($family), "_{}"), suffix);
-                g.launch(&nvrtc::$source, &name, grid, op, &[$(KernelArg::arg($arg)),*])
+                g.launch(&nvrtc::$source, &name, grid, op.into(), &[$(KernelArg::arg($arg)),*])
             }
         )*
 

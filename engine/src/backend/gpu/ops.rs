@@ -8,7 +8,7 @@ use super::launch;
 use super::runtime::Gpu;
 use super::strided::{Strided, strided, views};
 use crate::base::dtype::{DType, Scalar};
-use crate::base::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::base::op::{BinaryOp, CmpOp, Op, UnaryOp};
 use crate::device::error::Result;
 use crate::device::layout::{Layout, coalesce};
 
@@ -95,9 +95,9 @@ pub(crate) fn binary(
 ) -> Result<()> {
     pairwise(
         g,
-        launch::binary,
+        launch::binary::<Op>,
         binary_code(op),
-        op.name(),
+        op.into(),
         dtype,
         out,
         a,
@@ -116,9 +116,9 @@ pub(crate) fn compare(
 ) -> Result<()> {
     pairwise(
         g,
-        launch::compare,
+        launch::compare::<Op>,
         compare_code(op),
-        op.name(),
+        op.into(),
         dtype,
         out,
         a,
@@ -128,7 +128,7 @@ pub(crate) fn compare(
 
 /// The launcher of the binary or the compare kernels, which take the same parameters.
 type PairwiseKernel =
-    fn(&Gpu, &str, Grid, &'static str, i32, u64, u64, u64, Strided, u64, Strided) -> Result<()>;
+    fn(&Gpu, &str, Grid, Op, i32, u64, u64, u64, Strided, u64, Strided) -> Result<()>;
 
 /// `kernel(op, n, out, a, la, b, lb)` for the binary and compare kernels.
 #[allow(clippy::too_many_arguments)]
@@ -136,7 +136,7 @@ fn pairwise(
     g: &Gpu,
     kernel: PairwiseKernel,
     code: i32,
-    op: &'static str,
+    op: Op,
     dtype: DType,
     out: u64,
     (pa, la): Input,
@@ -175,8 +175,8 @@ pub(crate) fn binary_number(
     reverse: bool,
 ) -> Result<()> {
     let (oc, rev) = (binary_code(op), reverse as i32);
-    map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
-        launch::binary_number(g, t, cfg, op.name(), oc, n, po, pa, v, number, rev)
+    map_one(op.into(), dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::binary_number(g, t, cfg, op, oc, n, po, pa, v, number, rev)
     })
 }
 
@@ -190,8 +190,8 @@ pub(crate) fn compare_number(
     number: f32,
 ) -> Result<()> {
     let oc = compare_code(op);
-    map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
-        launch::compare_number(g, t, cfg, op.name(), oc, n, po, pa, v, number)
+    map_one(op.into(), dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::compare_number(g, t, cfg, op, oc, n, po, pa, v, number)
     })
 }
 
@@ -199,7 +199,7 @@ pub(crate) fn compare_number(
 /// the input view's shape through `launch`, which gets the input's dtype suffix, the grid,
 /// `[element count, output pointer, input pointer]` and the input's view.
 fn map_one(
-    op: &'static str,
+    op: Op,
     dtype: DType,
     out: u64,
     (pa, l): Input,
@@ -215,8 +215,8 @@ fn map_one(
 
 pub(crate) fn unary(g: &Gpu, op: UnaryOp, dtype: DType, out: u64, a: Input) -> Result<()> {
     let oc = unary_code(op);
-    map_one(op.name(), dtype, out, a, |t, cfg, [n, po, pa], v| {
-        launch::unary(g, t, cfg, op.name(), oc, n, po, pa, v)
+    map_one(op.into(), dtype, out, a, |t, cfg, [n, po, pa], v| {
+        launch::unary(g, t, cfg, op, oc, n, po, pa, v)
     })
 }
 
@@ -230,9 +230,20 @@ pub(crate) fn clamp(
     let bits = |x: Option<Scalar>| x.map_or(0, |x| scalar_bits(dtype, x));
     let (has_lo, lo_bits) = (lo.is_some() as i32, bits(lo));
     let (has_hi, hi_bits) = (hi.is_some() as i32, bits(hi));
-    map_one("clamp", dtype, out, a, |t, cfg, [n, po, pa], v| {
+    map_one(Op::Clamp, dtype, out, a, |t, cfg, [n, po, pa], v| {
         launch::clamp(
-            g, t, cfg, "clamp", n, po, pa, v, has_lo, lo_bits, has_hi, hi_bits,
+            g,
+            t,
+            cfg,
+            Op::Clamp,
+            n,
+            po,
+            pa,
+            v,
+            has_lo,
+            lo_bits,
+            has_hi,
+            hi_bits,
         )
     })
 }
@@ -250,13 +261,13 @@ pub(crate) fn where_(
     if n == 0 {
         return Ok(());
     }
-    let v = views("where", &[lc, la, lb])?;
+    let v = views(Op::Where, &[lc, la, lb])?;
     let grid = elementwise_grid(n);
     launch::where_cond(
         g,
         tag(dtype),
         grid,
-        "where",
+        Op::Where,
         n as u64,
         out,
         pc,
@@ -270,8 +281,8 @@ pub(crate) fn where_(
 
 /// A contiguous copy of the view of `a` (in `from`), converted to `to`.
 pub(crate) fn cast(g: &Gpu, from: DType, to: DType, out: u64, a: Input) -> Result<()> {
-    map_one("to_dtype", from, out, a, |t, cfg, [n, po, pa], v| {
-        launch::cast(g, t, cfg, "to_dtype", dtype_code(to), n, po, pa, v)
+    map_one(Op::ToDtype, from, out, a, |t, cfg, [n, po, pa], v| {
+        launch::cast(g, t, cfg, Op::ToDtype, dtype_code(to), n, po, pa, v)
     })
 }
 
@@ -282,13 +293,13 @@ pub(crate) fn write_view(g: &Gpu, dtype: DType, (pd, ld): Input, (ps, ls): Input
     if n == 0 {
         return Ok(());
     }
-    let v = views("copy", &[ld, ls])?;
+    let v = views(Op::Copy, &[ld, ls])?;
     let grid = elementwise_grid(n);
     launch::copy(
         g,
         width_tag(dtype),
         grid,
-        "copy",
+        Op::Copy,
         n as u64,
         pd,
         v[0],
@@ -346,7 +357,7 @@ pub(crate) fn index_select(
     // kernels/cast.cu): the kernel copies a row per block, so the grid counts rows.
     let row = (strides.len() == at + 2 && strides[at + 1] == 1 && shape[at + 1] >= 128)
         .then(|| shape[at + 1]);
-    let v = strided("index_select", l.offset, &shape, &strides)?;
+    let v = strided(Op::IndexSelect, l.offset, &shape, &strides)?;
     let grid = match row {
         Some(inner) => Grid {
             blocks: ((n / inner).clamp(1, 1 << 16) as u32, 1, 1),
@@ -356,16 +367,16 @@ pub(crate) fn index_select(
         None => elementwise_grid(n),
     };
     let e = entries.layout;
-    let li = strided("index_select", e.offset, &e.shape, &e.strides)?;
+    let li = strided(Op::IndexSelect, e.offset, &e.shape, &e.strides)?;
     let size = l.shape[dim];
     let fault = match entries.checked {
         true => 0,
-        false => g.index_check("index_select", dim, size)?,
+        false => g.index_check(Op::IndexSelect, dim, size)?,
     };
     let index_i32 = i32::from(entries.dtype == DType::I32);
     let (nn, t, at) = (n as u64, width_tag(dtype), at as i32);
     let (index, size) = (entries.ptr, size as u64);
-    let op = "index_select";
+    let op = Op::IndexSelect;
     launch::index_select(
         g, t, grid, op, nn, out, src, v, at, index, li, index_i32, size, fault,
     )
@@ -381,7 +392,7 @@ pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> 
         g,
         width_tag(dtype),
         elementwise_grid(n),
-        "fill",
+        Op::Fill,
         n as u64,
         ptr,
         bits,
@@ -399,7 +410,7 @@ pub(crate) fn class_rows(
     (target, lt): Input,
     classes: usize,
     scale: Option<(u64, u64)>,
-    op: &'static str,
+    op: Op,
 ) -> Result<()> {
     let n = lt.numel() * classes;
     if n == 0 {

@@ -10,6 +10,7 @@ use super::launch;
 use super::ops::tag;
 use super::runtime::Gpu;
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::Result;
 
 /// As `REDUCE_THREADS` in `kernels/reduce.cu`.
@@ -65,12 +66,12 @@ pub(crate) fn sum_rows(
     let t = tag(dtype);
     let (cn, ln, pn, m) = ((rows * parts) as u64, len as u64, parts as u64, mean as i32);
     let grid = blocks(g, rows * parts);
-    launch::sum_partials(g, t, grid, "sum", cn, ln, pn, m, input, partial, out)?;
+    launch::sum_partials(g, t, grid, Op::Sum, cn, ln, pn, m, input, partial, out)?;
     if parts == 1 {
         return Ok(()); // each block finished its row
     }
     let rn = rows as u64;
-    launch::sum_finish(g, t, blocks(g, rows), "sum", rn, pn, m, ln, partial, out)
+    launch::sum_finish(g, t, blocks(g, rows), Op::Sum, rn, pn, m, ln, partial, out)
 }
 
 /// How many chunks of rows share the columns of a `reduced × kept` column sum: enough blocks
@@ -110,7 +111,7 @@ pub(crate) fn sum_cols(
         g,
         t,
         grid(tiles * parts),
-        "sum",
+        Op::Sum,
         r,
         k,
         p,
@@ -122,7 +123,7 @@ pub(crate) fn sum_cols(
     if parts == 1 {
         return Ok(());
     }
-    launch::sum_cols_finish(g, t, grid(tiles), "sum", r, k, p, m, partial, out)
+    launch::sum_cols_finish(g, t, grid(tiles), Op::Sum, r, k, p, m, partial, out)
 }
 
 /// Per-row max (or min) values and their i64 indices of `rows` non-empty contiguous rows: one
@@ -149,7 +150,7 @@ pub(crate) fn extreme_rows(
         greater as i32,
     );
     let (pv, pi) = (partial_values, partial_indices);
-    let op = if greater { "max" } else { "min" };
+    let op = if greater { Op::Max } else { Op::Min };
     let grid = blocks(g, rows * parts);
     launch::extreme_partials(
         g, t, grid, op, cn, ln, pn, gr, input, pv, pi, values, indices,
@@ -194,7 +195,7 @@ pub(crate) fn extreme_cols(
         greater as i32,
     );
     let (pv, pi) = (partial_values, partial_indices);
-    let op = if greater { "max" } else { "min" };
+    let op = if greater { Op::Max } else { Op::Min };
     let grid = column_tiles(g, tiles * parts);
     launch::extreme_cols(g, t, grid, op, r, k, p, gr, input, pv, pi, values, indices)?;
     if parts == 1 {
@@ -232,16 +233,27 @@ pub(crate) fn softmax_rows(
     let (t, rn, ln, lg) = (tag(dtype), rows as u64, len as u64, log as i32);
     let parts = reduce_parts(rows, len);
     if parts == 1 {
-        return launch::softmax_rows(g, t, blocks(g, rows), "softmax", rn, ln, lg, input, out);
+        return launch::softmax_rows(g, t, blocks(g, rows), Op::Softmax, rn, ln, lg, input, out);
     }
     let chunks = rows * parts;
     let (cn, pn) = (chunks as u64, parts as u64);
     // The chunks' maxima, then their sums (`chunks` f64 each).
     let (maxima, sums) = (partials, partials + 8 * cn);
     let grid = blocks(g, chunks);
-    launch::softmax_partials(g, t, grid, "softmax", cn, ln, pn, input, maxima, sums)?;
+    launch::softmax_partials(g, t, grid, Op::Softmax, cn, ln, pn, input, maxima, sums)?;
     launch::softmax_write(
-        g, t, grid, "softmax", cn, ln, pn, lg, input, maxima, sums, out,
+        g,
+        t,
+        grid,
+        Op::Softmax,
+        cn,
+        ln,
+        pn,
+        lg,
+        input,
+        maxima,
+        sums,
+        out,
     )
 }
 
@@ -263,7 +275,7 @@ pub(crate) fn softmax_backward_rows(
         g,
         t,
         blocks(g, rows),
-        "softmax_backward",
+        Op::SoftmaxBackward,
         rn,
         ln,
         lg,

@@ -189,7 +189,8 @@ pub(crate) fn take_unreported_setup(devices: &[Device]) -> Option<Duration> {
     total
 }
 
-pub(crate) fn driver_error(op: &'static str, index: usize, msg: String) -> Error {
+pub(crate) fn driver_error(op: impl Into<&'static str>, index: usize, msg: String) -> Error {
+    let op = op.into();
     Error::Cuda {
         op,
         device: Device::Cuda(index),
@@ -198,7 +199,8 @@ pub(crate) fn driver_error(op: &'static str, index: usize, msg: String) -> Error
 }
 
 impl Gpu {
-    pub(crate) fn err(&self, op: &'static str, e: DriverError) -> Error {
+    pub(crate) fn err(&self, op: impl Into<&'static str>, e: DriverError) -> Error {
+        let op = op.into();
         driver_error(op, self.index, e.to_string())
     }
 
@@ -222,9 +224,10 @@ impl Gpu {
         source: &KernelSource,
         name: &str,
         grid: Grid,
-        op: &'static str,
+        op: impl Into<&'static str>,
         args: &[Arg],
     ) -> Result<()> {
+        let op = op.into();
         // SAFETY: the launchers (`launch.rs`) pass the kernel's parameter kinds, and every
         // pointer is a live block of the device holding the elements its view addresses.
         unsafe { self.driver.launch(source, name, grid, args) }.map_err(|e| self.err(op, e))
@@ -253,7 +256,8 @@ impl Gpu {
     /// ones (benches/RESULTS.md), the size of the gap between a timed GEMM and PyTorch's on an
     /// H100. Only waits that release no memory use it; those that guard memory (a segment's
     /// release, an in-flight copy) wait to the end.
-    pub(crate) fn wait_interruptibly(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn wait_interruptibly(&self, op: impl Into<&'static str>) -> Result<()> {
+        let op = op.into();
         self.wait_streams_interruptibly(op, true)
     }
 
@@ -261,11 +265,17 @@ impl Gpu {
     /// PyTorch's blocking copy waits (a DataLoader's copy on a side stream does not hold up
     /// `loss.item()`); for every stream while kernels' index checks are still to be read, since
     /// a check's slot is read from host memory, safe only once its kernel's stream is waited for.
-    pub(crate) fn wait_current_interruptibly(&self, op: &'static str) -> Result<()> {
+    pub(crate) fn wait_current_interruptibly(&self, op: impl Into<&'static str>) -> Result<()> {
+        let op = op.into();
         self.wait_streams_interruptibly(op, false)
     }
 
-    fn wait_streams_interruptibly(&self, op: &'static str, every_stream: bool) -> Result<()> {
+    fn wait_streams_interruptibly(
+        &self,
+        op: impl Into<&'static str>,
+        every_stream: bool,
+    ) -> Result<()> {
+        let op = op.into();
         let checks_before = lock(&self.checks).queued();
         let streams: Vec<StreamId> = if every_stream || checks_before > 0 {
             (0..self.driver.stream_count() as StreamId).collect()
@@ -290,9 +300,10 @@ impl Gpu {
     /// waits kept, or new ones (two threads waiting at once each get their own).
     fn events_after_queued_work(
         &self,
-        op: &'static str,
+        op: impl Into<&'static str>,
         streams: &[StreamId],
     ) -> Result<Vec<Event>> {
+        let op = op.into();
         let mut done = Vec::with_capacity(streams.len());
         for &stream in streams {
             let kept = lock(&self.idle_events).pop();
@@ -310,7 +321,8 @@ impl Gpu {
 
     /// Reports a failure of the work before `done` (all reached), and keeps them for the next
     /// waits.
-    fn keep_reached(&self, op: &'static str, done: Vec<Event>) -> Result<()> {
+    fn keep_reached(&self, op: impl Into<&'static str>, done: Vec<Event>) -> Result<()> {
+        let op = op.into();
         for event in &done {
             event.synchronize().map_err(|e| self.err(op, e))?;
         }
@@ -352,7 +364,13 @@ impl Gpu {
 
     /// The address of a zeroed slot for a kernel that checks `op`'s indices along `dim` (of
     /// `size`) as it runs; a failure is reported at the host's next wait for the device.
-    pub(crate) fn index_check(&self, op: &'static str, dim: usize, size: usize) -> Result<u64> {
+    pub(crate) fn index_check(
+        &self,
+        op: impl Into<&'static str>,
+        dim: usize,
+        size: usize,
+    ) -> Result<u64> {
+        let op = op.into();
         if lock(&self.checks).is_full() {
             self.wait_interruptibly(op)?; // reads the checks, freeing their slots
         }
@@ -386,9 +404,10 @@ impl Gpu {
     /// `wait_interruptibly` does (`cuda::Stream::synchronize`).
     pub(crate) fn wait_stream_interruptibly(
         &self,
-        op: &'static str,
+        op: impl Into<&'static str>,
         stream: StreamId,
     ) -> Result<()> {
+        let op = op.into();
         let done = self.driver.new_event().map_err(|e| self.err(op, e))?;
         self.driver
             .record_on(&done, stream)
@@ -397,7 +416,12 @@ impl Gpu {
     }
 
     /// Waits for `event` (of this device) to be reached, stopping at the user's interrupt.
-    pub(crate) fn wait_event_interruptibly(&self, op: &'static str, event: &Event) -> Result<()> {
+    pub(crate) fn wait_event_interruptibly(
+        &self,
+        op: impl Into<&'static str>,
+        event: &Event,
+    ) -> Result<()> {
+        let op = op.into();
         if let Waited::Interrupted = wait_for(std::slice::from_ref(event), None) {
             return Err(Error::Interrupted);
         }

@@ -3,6 +3,7 @@
 
 use cudarc::driver::DeviceRepr;
 
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::device::layout::{Layout, coalesce};
 
@@ -22,7 +23,7 @@ pub struct Strided {
 unsafe impl DeviceRepr for Strided {}
 
 /// The kernels' views of `layouts` (one shape), with mergeable dims merged.
-pub(crate) fn views(op: &'static str, layouts: &[&Layout]) -> Result<Vec<Strided>> {
+pub(crate) fn views(op: Op, layouts: &[&Layout]) -> Result<Vec<Strided>> {
     let (shape, strides) = coalesce(layouts);
     layouts
         .iter()
@@ -33,7 +34,7 @@ pub(crate) fn views(op: &'static str, layouts: &[&Layout]) -> Result<Vec<Strided
 
 /// A view of `shape` and `strides` from element `offset`, refused past `MAX_DIMS` dims.
 pub(crate) fn strided(
-    op: &'static str,
+    op: Op,
     offset: usize,
     shape: &[usize],
     strides: &[usize],

@@ -5,7 +5,7 @@
 
 use super::{Backward, saved};
 use crate::base::dtype::{DType, Scalar};
-use crate::base::op::{BinaryOp, UnaryOp};
+use crate::base::op::{BinaryOp, Op, UnaryOp};
 use crate::device::error::Result;
 use crate::device::layout::Layout;
 use crate::storage::Storage;
@@ -34,7 +34,7 @@ impl Tensor {
 /// The error of a backward formula asked of an op that only backward passes run.
 fn not_differentiated(op: BinaryOp) -> crate::device::error::Error {
     crate::device::error::Error::invalid(
-        "backward",
+        Op::Backward,
         format!("internal error: {} is not differentiated", op.name()),
     )
 }
@@ -193,7 +193,7 @@ pub(crate) fn unary(op: UnaryOp, x: &Tensor, out: &Tensor) -> Backward {
             UnaryOp::Gelu => g.mul(&saved(&s, 0)?.unary_op(UnaryOp::GeluDerivative)?)?,
             UnaryOp::GeluDerivative => {
                 return Err(crate::device::error::Error::invalid(
-                    "backward",
+                    Op::Backward,
                     "internal error: gelu's derivative is not differentiated",
                 ));
             }

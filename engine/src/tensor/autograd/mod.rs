@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -54,7 +55,7 @@ impl Backward {
 pub(crate) fn saved(s: &[Option<Tensor>], i: usize) -> Result<&Tensor> {
     s.get(i).and_then(Option::as_ref).ok_or_else(|| {
         Error::invalid(
-            "backward",
+            Op::Backward,
             "internal error: a backward formula read a tensor its forward did not save",
         )
     })
@@ -92,7 +93,7 @@ struct Edge {
 
 /// The op that produced a tensor: edges to its inputs and how to send a gradient back to them.
 pub(crate) struct Node {
-    pub(crate) op: &'static str,
+    pub(crate) op: Op,
     edges: Vec<Option<Edge>>,
     /// Taken by the first `backward` through it, which frees what it saved.
     backward: Mutex<Option<Backward>>,
@@ -138,7 +139,7 @@ pub(crate) fn records(inputs: &[&Tensor]) -> bool {
 /// nothing.
 pub(crate) fn record(
     out: Tensor,
-    op: &'static str,
+    op: Op,
     inputs: &[&Tensor],
     backward: impl FnOnce() -> Backward,
 ) -> Tensor {
@@ -221,14 +222,14 @@ fn accumulate(leaf: &Tensor, grad: Tensor) -> Result<()> {
 pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
     if !root.requires_grad() {
         return Err(Error::invalid(
-            "backward",
+            Op::Backward,
             "this tensor does not require grad and was not computed from one that does; call `.requires_grad_(true)?` on the leaves (parameters) before computing with them",
         ));
     }
     let seed = seed(root, gradient)?;
     let _phase = crate::profile::phase(crate::profile::Phase::Backward);
     // Dropped before the phase: the graph walk's own time, in the backward phase.
-    let _engine = crate::profile::frame("autograd engine", root.device());
+    let _engine = crate::profile::frame(Op::AutogradEngine, root.device());
     let root = Target::of(root);
     let mut grads: HashMap<usize, Tensor> = HashMap::new();
     grads.insert(root.key(), seed);
@@ -239,7 +240,7 @@ pub(crate) fn backward(root: &Tensor, gradient: Option<&Tensor>) -> Result<()> {
             };
             let node = match t {
                 Target::Leaf(leaf) => {
-                    let _grad_fn = crate::profile::grad_fn(crate::profile::ACCUMULATE_GRAD);
+                    let _grad_fn = crate::profile::grad_fn(Op::AccumulateGrad);
                     accumulate(&leaf, g)?;
                     continue;
                 }
@@ -269,7 +270,7 @@ fn seed(root: &Tensor, gradient: Option<&Tensor>) -> Result<Tensor> {
         Some(g) => {
             if g.shape() != root.shape() {
                 return Err(Error::ShapeMismatch {
-                    op: "backward",
+                    op: Op::Backward.name(),
                     lhs: root.shape().to_vec(),
                     rhs: g.shape().to_vec(),
                     why: "the gradient must have the shape of the tensor".into(),
@@ -279,7 +280,7 @@ fn seed(root: &Tensor, gradient: Option<&Tensor>) -> Result<Tensor> {
         }
         None if root.numel() == 1 => root.detach().ones_like(),
         None => Err(Error::invalid(
-            "backward",
+            Op::Backward,
             format!(
                 "the gradient can only be implied for a one-element tensor (a loss), this one has shape {:?}; reduce it (e.g. `.sum_all()?`) or use `backward_with(&gradient)`",
                 root.shape()
@@ -297,7 +298,7 @@ fn take_backward(node: &Node) -> Result<Backward> {
         .take();
     taken.ok_or_else(|| {
         Error::invalid(
-            "backward",
+            Op::Backward,
             format!(
                 "the graph through `{}` was already used by an earlier backward and its saved tensors were freed; recompute the forward pass before calling backward again",
                 node.op
@@ -364,13 +365,13 @@ impl Tensor {
     pub fn requires_grad_(&self, on: bool) -> Result<Tensor> {
         if !self.is_leaf() {
             return Err(Error::invalid(
-                "requires_grad_",
+                Op::RequiresGrad,
                 "only leaf tensors can change requires_grad; this one was computed by an op — use `.detach()` to get a leaf",
             ));
         }
         if on && !self.dtype().is_float() {
             return Err(Error::UnsupportedDType {
-                op: "requires_grad_",
+                op: Op::RequiresGrad.name(),
                 dtype: self.dtype(),
                 hint: "Only float tensors can require gradients; convert with `.to_dtype(DType::F32)?`.".into(),
             });
@@ -406,7 +407,7 @@ impl Tensor {
     pub fn assign_(&self, values: &Tensor) -> Result<()> {
         if values.shape() != self.shape() {
             return Err(Error::ShapeMismatch {
-                op: "assign_",
+                op: Op::AssignInPlace.name(),
                 lhs: self.shape().to_vec(),
                 rhs: values.shape().to_vec(),
                 why: "in-place assignment needs equal shapes".into(),
@@ -414,7 +415,7 @@ impl Tensor {
         }
         if self.grad_node().is_some() && is_grad_enabled() {
             return Err(Error::invalid(
-                "assign_",
+                Op::AssignInPlace,
                 "this tensor was computed by an op and is part of a graph; assign to leaves (parameters), or inside `no_grad`",
             ));
         }
@@ -490,7 +491,7 @@ impl Tensor {
     }
 
     /// The name of the op that produced this tensor (`AddBackward` in PyTorch), if any.
-    pub fn grad_fn(&self) -> Option<&'static str> {
+    pub fn grad_fn(&self) -> Option<Op> {
         self.grad_node().map(|n| n.op)
     }
 }

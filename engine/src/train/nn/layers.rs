@@ -1,6 +1,7 @@
 //! The layers: `Linear` (initialised as PyTorch's), activations, `Dropout`, `Flatten`.
 
 use super::Module;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::tensor::{IntoOptions, Tensor, same_device};
 
@@ -57,11 +58,11 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        same_device("linear", &[("input", x), ("weight", &self.weight)])?;
+        same_device(Op::Linear, &[("input", x), ("weight", &self.weight)])?;
         let features = x.shape().last().copied().unwrap_or(0);
         if x.rank() == 0 || features != self.in_features() {
             return Err(Error::ShapeMismatch {
-                op: "linear",
+                op: Op::Linear.name(),
                 lhs: x.shape().to_vec(),
                 rhs: self.weight.shape().to_vec(),
                 why: format!(

@@ -1,7 +1,8 @@
-//! Losses, averaged over the batch as PyTorch's defaults (`reduction="mean"`). Under autocast
+//! Losses, averaged over the batch as PyTorch's defaults (`reduction=Op::Mean`). Under autocast
 //! they compute in f32 whatever the dtype of their input.
 
 use crate::base::dtype::DType;
+use crate::base::op::Op;
 use crate::device::error::{Error, Result};
 use crate::profile::Work;
 use crate::storage::profiled;
@@ -10,7 +11,7 @@ use crate::tensor::{Tensor, same_device};
 
 /// Checks class-index targets against `[N, C]` scores and returns them as `[N, C]` rows in `dtype`
 /// on the scores' device: −1 at each row's class, 0 elsewhere (`picks`).
-fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> Result<Tensor> {
+fn one_hot(op: Op, scores: &Tensor, target: &Tensor, dtype: DType) -> Result<Tensor> {
     same_device(op, &[("input", scores), ("target", target)])?;
     if scores.rank() != 2 {
         return Err(Error::invalid(
@@ -24,7 +25,7 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
     let (n, c) = (scores.shape()[0], scores.shape()[1]);
     if target.dtype() != DType::I64 {
         return Err(Error::DTypeMismatch {
-            op,
+            op: op.name(),
             lhs: target.dtype(),
             rhs: DType::I64,
             hint: "Targets are class indices and must be i64 (PyTorch's long); convert with `target.to_dtype(DType::I64)?`.".into(),
@@ -32,7 +33,7 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
     }
     if target.shape() != [n] {
         return Err(Error::ShapeMismatch {
-            op,
+            op: op.name(),
             lhs: scores.shape().to_vec(),
             rhs: target.shape().to_vec(),
             why: format!("the target must hold one class index per row of the input, shape [{n}]"),
@@ -47,13 +48,13 @@ fn one_hot(op: &'static str, scores: &Tensor, target: &Tensor, dtype: DType) -> 
 /// On a GPU one kernel makes them from the indices where they are, checking them as it runs (an
 /// error surfaces at the host's next wait); on host memory the values are checked here, in one
 /// op of the same name (`one_hot`), so a simulated GPU's profile lists what a real one runs.
-fn picks(op: &'static str, target: &Tensor, c: usize, dtype: DType) -> Result<Tensor> {
+fn picks(op: Op, target: &Tensor, c: usize, dtype: DType) -> Result<Tensor> {
     let on_gpu = (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, None, op)?;
     if let Some(rows) = on_gpu {
         return Ok(Tensor::from_storage(rows, vec![target.numel(), c]));
     }
     let work = Work::elementwise(target.numel() * c, 1, dtype);
-    let _op = profiled(target.device(), "one_hot", work);
+    let _op = profiled(target.device(), Op::OneHot, work);
     class_rows_on_host(op, target, c, -1.0, dtype)
 }
 
@@ -68,20 +69,25 @@ fn nll_gradient(target: &Tensor, c: usize, g: &Tensor, total_weight: &Tensor) ->
         && matches!(dtype, DType::F32 | DType::F64)
         && g.device() == target.device();
     if !scalar {
-        return picks("nll_loss", target, c, dtype)?.mul(&g.div(total_weight)?);
+        return picks(Op::NllLoss, target, c, dtype)?.mul(&g.div(total_weight)?);
     }
     let scale = [
         (g.storage(), g.layout()),
         (total_weight.storage(), total_weight.layout()),
     ];
-    let on_gpu =
-        (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, Some(scale), "nll_loss")?;
+    let on_gpu = (target.storage()).class_rows_on_gpu(
+        target.layout(),
+        c,
+        dtype,
+        Some(scale),
+        Op::NllLoss,
+    )?;
     if let Some(rows) = on_gpu {
         return Ok(Tensor::from_storage(rows, vec![target.numel(), c]));
     }
     let _op = profiled(
         target.device(),
-        "nll_loss_backward",
+        Op::NllLossBackward,
         Work::elementwise(target.numel() * c, 1, dtype),
     );
     // Host memory: the two values are read where they are, and divided in their dtype.
@@ -91,13 +97,13 @@ fn nll_gradient(target: &Tensor, c: usize, g: &Tensor, total_weight: &Tensor) ->
         DType::F32 => f64::from(-((g as f32) / (w as f32))),
         _ => -(g / w),
     };
-    class_rows_on_host("nll_loss", target, c, at_class, dtype)
+    class_rows_on_host(Op::NllLoss, target, c, at_class, dtype)
 }
 
 /// `[n, c]` rows of `dtype` on `target`'s (host-backed) device: `at_class` at each row's class in
 /// `target`, checked to lie in `0..c`, and 0 elsewhere.
 fn class_rows_on_host(
-    op: &'static str,
+    op: Op,
     target: &Tensor,
     c: usize,
     at_class: f64,
@@ -109,7 +115,7 @@ fn class_rows_on_host(
     for (i, &k) in classes.iter().enumerate() {
         if k < 0 || k as usize >= c {
             return Err(Error::IndexOutOfRange {
-                op,
+                op: op.name(),
                 index: k,
                 dim: 1,
                 size: c,
@@ -166,7 +172,7 @@ impl NLLLoss {
     /// `total_weight` the mean divides by (the batch size), not the one-hot rows it picks with.
     pub fn forward(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
         let x = full_precision(input)?;
-        let picked = one_hot("nll_loss", &x, target, x.dtype())?;
+        let picked = one_hot(Op::NllLoss, &x, target, x.dtype())?;
         let (n, c) = (x.shape()[0], x.shape()[1]);
         let total_weight = Tensor::scalar(n as f64, (x.dtype(), x.device()))?;
         let loss = no_grad(|| x.mul(&picked)?.sum_all()?.div(&total_weight))?;
@@ -178,7 +184,7 @@ impl NLLLoss {
                 Ok(vec![Some(nll_gradient(target, c, g, total_weight)?)])
             })
         };
-        Ok(record(loss, "nll_loss", &[&x], backward))
+        Ok(record(loss, Op::NllLoss, &[&x], backward))
     }
 }
 
@@ -192,10 +198,10 @@ impl MSELoss {
     }
 
     pub fn forward(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
-        same_device("mse_loss", &[("input", input), ("target", target)])?;
+        same_device(Op::MseLoss, &[("input", input), ("target", target)])?;
         if input.shape() != target.shape() {
             return Err(Error::ShapeMismatch {
-                op: "mse_loss",
+                op: Op::MseLoss.name(),
                 lhs: input.shape().to_vec(),
                 rhs: target.shape().to_vec(),
                 why: "input and target must have the same shape (PyTorch would broadcast them and warn; that is almost always a bug)".into(),
@@ -218,6 +224,6 @@ impl MSELoss {
                 Ok(vec![Some(gx), Some(gt)])
             })
         };
-        Ok(record(loss, "mse_loss", &[&x, &t], backward))
+        Ok(record(loss, Op::MseLoss, &[&x, &t], backward))
     }
 }
