@@ -14,6 +14,8 @@ const WIDTHS: &[&str] = &["b1", "b2", "b4", "b8"];
 const LOSSES: &[&str] = &["f32", "f64"];
 const DRAWN: &[&str] = &["f32", "f64"];
 const INDICES: &[&str] = &["i64"];
+// Layer norm runs f16/bf16 in f32 (the tensor layer casts them).
+const NORMS: &[&str] = &["f32", "f64"];
 
 kernels! {
     binary in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided, b: u64, lb: Strided);
@@ -42,6 +44,8 @@ kernels! {
     adam_step in OPTIM for FLOATS (list: TensorList, lr: u64, b1: u64, b2: u64, eps: u64, weight_decay: u64, decoupled: i32, c1: u64, c2: u64);
     softmax_backward_rows in REDUCE for FLOATS (rows: u64, len: u64, log: i32, grad: u64, out: u64, gx: u64);
     softmax_write in REDUCE for FLOATS (chunks: u64, len: u64, parts: u64, log: i32, input: u64, maxima: u64, sums: u64, out: u64);
+    layer_norm_rows in REDUCE for NORMS (rows: u64, len: u64, eps: u64, input: u64, weight: u64, bias: u64, out: u64, mean: u64, rstd: u64);
+    layer_norm_backward_rows in REDUCE for NORMS (rows: u64, len: u64, input: u64, mean: u64, rstd: u64, weight: u64, grad: u64, gx: u64);
     random_fill in RANDOM for DRAWN (n: u64, out: u64, seed: u64, normal: i32);
     randint in RANDOM for INDICES (n: u64, out: u64, seed: u64, low: u64, range: u64);
 }

@@ -493,3 +493,79 @@ __device__ void softmax_backward_rows(u64 rows, u64 len, int log_, const T* grad
         softmax_backward_rows<T>(rows, len, log_, grad, out, gx);                              \
     }
 FOR_FLOAT_DTYPES(SOFTMAX_BACKWARD)
+
+// Layer normalization, a block per row of `len` (PyTorch's `native_layer_norm`): the row's mean
+// and biased variance in f64, `out = (x − mean)·rstd·weight + bias` with `rstd = 1/√(var + eps)`
+// (weight and bias optional: null), and each row's mean and rstd kept for the backward pass.
+// Halves run in f32 (the tensor layer casts them), as `engine/src/backend/cpu/norm.rs`.
+template <typename T>
+__device__ void layer_norm_rows(u64 rows, u64 len, double eps, const T* input, const T* weight,
+                                const T* bias, T* out, T* mean, T* rstd) {
+    __shared__ double sh[REDUCE_THREADS];
+    BLOCK_STRIDE(row, rows) {
+        const T* x = input + row * len;
+        T* y = out + row * len;
+        double s = 0.0;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) s += (double)x[j];
+        const double m = block_reduce(s, sh, Add()) / (double)len;
+        double q = 0.0;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const double d = (double)x[j] - m;
+            q += d * d;
+        }
+        const double var = block_reduce(q, sh, Add()) / (double)len;
+        const T mt = (T)m, rt = (T)(1.0 / sqrt(var + eps));
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            T v = (x[j] - mt) * rt;
+            if (weight) v = v * weight[j];
+            if (bias) v = v + bias[j];
+            y[j] = v;
+        }
+        if (threadIdx.x == 0) {
+            mean[row] = mt;
+            rstd[row] = rt;
+        }
+    }
+}
+
+// The input's gradient of `layer_norm_rows`: with x̂ = (x − mean)·rstd and g = grad·weight,
+// gx = rstd·(g − mean(g) − x̂·mean(g·x̂)), the row sums in f64.
+template <typename T>
+__device__ void layer_norm_backward_rows(u64 rows, u64 len, const T* input, const T* mean,
+                                         const T* rstd, const T* weight, const T* grad, T* gx) {
+    __shared__ double sh[REDUCE_THREADS];
+    BLOCK_STRIDE(row, rows) {
+        const T* x = input + row * len;
+        const T* g = grad + row * len;
+        T* r = gx + row * len;
+        const double m = (double)mean[row], rs = (double)rstd[row];
+        double s = 0.0, d = 0.0;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const double gj = (double)g[j] * (weight ? (double)weight[j] : 1.0);
+            s += gj;
+            d += gj * ((double)x[j] - m) * rs;
+        }
+        const double sum = block_reduce(s, sh, Add()), dot = block_reduce(d, sh, Add());
+        const double n = (double)len;
+        for (u64 j = threadIdx.x; j < len; j += blockDim.x) {
+            const double gj = (double)g[j] * (weight ? (double)weight[j] : 1.0);
+            const double xhat = ((double)x[j] - m) * rs;
+            r[j] = (T)(rs * (gj - sum / n - xhat * dot / n));
+        }
+    }
+}
+
+#define LAYER_NORM(T, S)                                                                       \
+    extern "C" __global__ void layer_norm_rows_##S(u64 rows, u64 len, u64 eps, const T* input, \
+                                                   const T* weight, const T* bias, T* out,     \
+                                                   T* mean, T* rstd) {                         \
+        layer_norm_rows<T>(rows, len, from_bits<double>(eps), input, weight, bias, out, mean,  \
+                           rstd);                                                              \
+    }                                                                                          \
+    extern "C" __global__ void layer_norm_backward_rows_##S(                                   \
+        u64 rows, u64 len, const T* input, const T* mean, const T* rstd, const T* weight,      \
+        const T* grad, T* gx) {                                                                \
+        layer_norm_backward_rows<T>(rows, len, input, mean, rstd, weight, grad, gx);           \
+    }
+LAYER_NORM(float, f32)
+LAYER_NORM(double, f64)

@@ -272,6 +272,27 @@ fn every_differentiable_op_matches_finite_differences() {
             vec![t(&[4], 61)],
             Box::new(|x| x[0].copy()?.mul(&x[0])),
         ),
+        (
+            "layer_norm with weight and bias",
+            vec![t(&[3, 5], 62), positive(&[5], 63), t(&[5], 64)],
+            Box::new(|x| x[0].layer_norm([5], Some(&x[1]), Some(&x[2]), 1e-5)),
+        ),
+        (
+            "layer_norm over two dims, no affine",
+            vec![t(&[2, 3, 4], 65)],
+            Box::new(|x| x[0].layer_norm([3, 4], None, None, 1e-5)),
+        ),
+        (
+            "layer_norm on a GPU",
+            vec![t(&[4, 6], 66), positive(&[6], 67), t(&[6], 68)],
+            Box::new(|x| {
+                let gpu = Device::Cuda(1);
+                let (w, b) = (x[1].to(&gpu)?, x[2].to(&gpu)?);
+                x[0].to(&gpu)?
+                    .layer_norm([6], Some(&w), Some(&b), 1e-5)?
+                    .cpu()
+            }),
+        ),
     ];
     let mut wrong = Vec::new();
     for (name, inputs, f) in &cases {
@@ -398,6 +419,160 @@ fn misuse_gets_clear_errors() {
         e.contains("Only float tensors can require gradients"),
         "{e}"
     );
+}
+
+/// A tensor of `layer_norm_cases.json` (`gen_layer_norm.py`), on `device`.
+fn fixture_tensor(v: &serde_json::Value, device: Device) -> Option<Tensor> {
+    let shape: Vec<usize> = serde_json::from_value(v.get("shape")?.clone()).ok()?;
+    let data: Vec<f64> = serde_json::from_value(v["data"].clone()).unwrap();
+    let dtype = DType::ALL
+        .into_iter()
+        .find(|d| d.name() == v["dtype"])
+        .unwrap();
+    Some(
+        Tensor::from_vec(data, shape, device)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap(),
+    )
+}
+
+/// Whether `got` holds `expected`'s dtype, shape and values, within what the dtype's rounding
+/// allows (placelab sums the moments in f64, PyTorch in the dtype's own float).
+fn assert_close(what: &str, got: &Tensor, expected: &Tensor) {
+    assert_eq!(got.dtype(), expected.dtype(), "{what}: dtype");
+    assert_eq!(got.shape(), expected.shape(), "{what}: shape");
+    let tolerance = match expected.dtype() {
+        DType::F64 => 1e-12,
+        DType::F32 => 2e-5,
+        _ => 2e-2,
+    };
+    let (g, e) = (got.to_f64_vec().unwrap(), expected.to_f64_vec().unwrap());
+    for (i, (a, b)) in g.iter().zip(&e).enumerate() {
+        assert!(
+            (a - b).abs() <= tolerance * (1.0 + b.abs()),
+            "{what}: element {i} is {a}, PyTorch's {b}"
+        );
+    }
+}
+
+/// `layer_norm` against PyTorch's on the CPU: outputs and the gradients of input, weight and
+/// bias, in f32, f64, f16 and bf16, on the CPU and on a stand-in GPU (its kernels, in the
+/// emulated run); and `nn::LayerNorm` as a user builds it.
+#[test]
+fn layer_norm_and_its_gradients_match_pytorch_on_every_device() {
+    stand_in::gpus(3, None).unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/layer_norm_cases.json"
+    );
+    let fixture: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for device in [Device::Cpu, Device::Cuda(1)] {
+        for case in fixture["cases"].as_array().unwrap() {
+            let name = format!("{} on {device}", case["name"].as_str().unwrap());
+            let inputs: Vec<Option<Tensor>> = (0..3)
+                .map(|i| {
+                    fixture_tensor(&case["inputs"][i], device)
+                        .map(|t| t.requires_grad_(true).unwrap())
+                })
+                .collect();
+            let normalized: Vec<usize> =
+                serde_json::from_value(case["normalized_shape"].clone()).unwrap();
+            let x = inputs[0].as_ref().unwrap();
+            let eps = case["eps"].as_f64().unwrap();
+            let y = x
+                .layer_norm(normalized, inputs[1].as_ref(), inputs[2].as_ref(), eps)
+                .unwrap();
+            assert_close(&name, &y, &fixture_tensor(&case["output"], device).unwrap());
+            let grad = fixture_tensor(&case["grad"], device).unwrap();
+            y.mul(&grad).unwrap().sum_all().unwrap().backward().unwrap();
+            for (i, input) in inputs.iter().enumerate() {
+                if let Some(t) = input {
+                    let expected = fixture_tensor(&case["grads"][i], device).unwrap();
+                    assert_close(
+                        &format!("{name}: gradient {i}"),
+                        &t.grad().unwrap(),
+                        &expected,
+                    );
+                }
+            }
+        }
+        let module = &fixture["module"];
+        let layer = nn::LayerNorm::new([10], device).unwrap();
+        let x = fixture_tensor(&module["input"], device).unwrap();
+        let out = layer.forward(&x).unwrap();
+        assert_close(
+            "nn::LayerNorm",
+            &out,
+            &fixture_tensor(&module["output"], device).unwrap(),
+        );
+        out.pow(2).unwrap().sum_all().unwrap().backward().unwrap();
+        let (w, b) = (layer.weight.as_ref().unwrap(), layer.bias.as_ref().unwrap());
+        assert_close(
+            "its weight's gradient",
+            &w.grad().unwrap(),
+            &fixture_tensor(&module["weight_grad"], device).unwrap(),
+        );
+        assert_close(
+            "its bias's gradient",
+            &b.grad().unwrap(),
+            &fixture_tensor(&module["bias_grad"], device).unwrap(),
+        );
+        assert_eq!(layer.parameters().len(), 2);
+        // Autocast's rule, PyTorch's: layer norm runs in f32, so f16 in gives f32 out, and the
+        // f16 input still gets its gradient in f16.
+        let half = x
+            .to_dtype(DType::F16)
+            .unwrap()
+            .requires_grad_(true)
+            .unwrap();
+        let y = autocast(DType::F16, || layer.forward(&half))
+            .unwrap()
+            .unwrap();
+        assert_eq!(y.dtype(), DType::F32, "on {device}");
+        y.sum_all().unwrap().backward().unwrap();
+        assert_eq!(half.grad().unwrap().dtype(), DType::F16);
+        // A profile names it, one row forward and one for its backward.
+        let p = profile(|| layer.forward(&x)?.sum_all()?.backward());
+        let rows: Vec<(placelab::op::Op, Option<placelab::op::Op>)> =
+            p.rows().iter().map(|r| (r.op, r.grad_fn)).collect();
+        use placelab::op::Op::{LayerNorm, LayerNormBackward};
+        assert!(rows.contains(&(LayerNorm, None)), "{}", p.text());
+        assert!(
+            rows.contains(&(LayerNormBackward, Some(LayerNorm))),
+            "{}",
+            p.text()
+        );
+    }
+}
+
+/// Layer norm's mistakes get errors that say what to pass instead.
+#[test]
+fn layer_norm_says_what_is_wrong_with_its_arguments() {
+    let x = Tensor::randn([2, 3], Device::Cpu).unwrap();
+    let w = Tensor::ones([4], Device::Cpu).unwrap();
+    let error = |r: Result<Tensor>| r.unwrap_err().to_string();
+    let wrong_shape = error(x.layer_norm([4], None, None, 1e-5));
+    assert!(
+        wrong_shape.contains("must be the input's last dimensions")
+            && wrong_shape.contains("`[3]`"),
+        "{wrong_shape}"
+    );
+    let wrong_weight = error(x.layer_norm([3], Some(&w), None, 1e-5));
+    assert!(
+        wrong_weight.contains("weight has shape [4], but normalized_shape is [3]"),
+        "{wrong_weight}"
+    );
+    let ints = Tensor::from_vec(vec![1i64, 2, 3], [3], Device::Cpu).unwrap();
+    let int_error = error(ints.layer_norm([3], None, None, 1e-5));
+    assert!(int_error.contains("to_dtype(DType::F32)"), "{int_error}");
+    assert!(error(x.layer_norm([3], None, None, -1.0)).contains("eps must be a finite number"));
+    let empty = nn::LayerNorm::new(Vec::<usize>::new(), Device::Cpu)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(empty.contains("at least one dimension"), "{empty}");
 }
 
 /// The tests above, again on emulated devices: the CUDA backend and `kernels/*.cu` do the work.

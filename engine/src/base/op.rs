@@ -154,6 +154,8 @@ named! {
         LogSoftmax => "log_softmax",
         SoftmaxBackward => "softmax_backward",
         LogSoftmaxBackward => "log_softmax_backward",
+        LayerNorm => "layer_norm",
+        LayerNormBackward => "layer_norm_backward",
         // Products.
         Matmul => "matmul",
         Addmm => "addmm",

@@ -3,7 +3,8 @@
 //! (`gpu::reduce`) through the partial results allocated here.
 
 use super::Storage;
-use crate::backend::cpu::reduce;
+use crate::backend::cpu::elementwise::Arith;
+use crate::backend::cpu::{norm, reduce};
 use crate::backend::gpu::reduce as gpu_reduce;
 use crate::base::dtype::DType;
 use crate::base::op::Op;
@@ -256,6 +257,78 @@ impl Storage {
         )
     }
 
+    /// Layer norm over contiguous rows of `len` (f32 or f64, as `weight` and `bias`, each `len`
+    /// values): the output, and each row's mean and `1/√(var + eps)` for the backward pass.
+    pub(crate) fn layer_norm_rows(
+        &self,
+        (weight, bias): (Option<&Storage>, Option<&Storage>),
+        len: usize,
+        eps: f64,
+    ) -> Result<[Storage; 3]> {
+        // Read once (a row stays in cache across its passes), written once.
+        let _op = self.profiled(Op::LayerNorm, Work::reduction(self.numel, 1, self.dtype));
+        let rows = self.numel.checked_div(len).unwrap_or(0);
+        let device = self.device();
+        let out = Storage::alloc(device, self.dtype, self.numel)?;
+        let mean = Storage::alloc(device, self.dtype, rows)?;
+        let rstd = Storage::alloc(device, self.dtype, rows)?;
+        if let Some(g) = self.gpu() {
+            let at = |s: Option<&Storage>| s.map_or(0, Storage::device_ptr);
+            let inputs = (self.device_ptr(), at(weight), at(bias));
+            let outputs = (out.device_ptr(), mean.device_ptr(), rstd.device_ptr());
+            gpu_reduce::layer_norm_rows(&*g?, self.dtype, inputs, (rows, len), eps, outputs)?;
+            return Ok([out, mean, rstd]);
+        }
+        let mut outputs = [out, mean, rstd];
+        match self.dtype {
+            DType::F32 => host_layer_norm::<f32>(self, (weight, bias), len, eps, &mut outputs),
+            DType::F64 => host_layer_norm::<f64>(self, (weight, bias), len, eps, &mut outputs),
+            d => unreachable!("layer norm of {d} runs in f32"),
+        }
+        Ok(outputs)
+    }
+
+    /// The input's gradient of `layer_norm_rows` from the incoming gradient `grad` (contiguous,
+    /// of `x`'s shape and dtype) and what it saved.
+    pub(crate) fn layer_norm_backward_rows(
+        [x, mean, rstd]: [&Storage; 3],
+        weight: Option<&Storage>,
+        grad: &Storage,
+        len: usize,
+    ) -> Result<Storage> {
+        let _op = grad.profiled(
+            Op::LayerNormBackward,
+            Work::reduction(grad.numel, 2, grad.dtype),
+        );
+        let rows = grad.numel.checked_div(len).unwrap_or(0);
+        grad.produce(
+            grad.dtype,
+            grad.numel,
+            |gx| match grad.dtype {
+                DType::F32 => {
+                    host_layer_norm_backward::<f32>([x, mean, rstd], weight, grad, len, gx)
+                }
+                DType::F64 => {
+                    host_layer_norm_backward::<f64>([x, mean, rstd], weight, grad, len, gx)
+                }
+                d => unreachable!("layer norm's backward of {d} runs in f32"),
+            },
+            |g, gx| {
+                let w = weight.map_or(0, Storage::device_ptr);
+                let saved = (x.device_ptr(), mean.device_ptr(), rstd.device_ptr(), w);
+                let shape = (rows, len);
+                gpu_reduce::layer_norm_backward_rows(
+                    g,
+                    grad.dtype,
+                    saved,
+                    grad.device_ptr(),
+                    shape,
+                    gx,
+                )
+            },
+        )
+    }
+
     /// A reduction's work: this whole storage read, `outputs` values written.
     fn reduction(&self, outputs: usize) -> Work {
         let size = self.dtype.size_in_bytes() as u64;
@@ -265,6 +338,35 @@ impl Storage {
             dtype: self.dtype,
         }
     }
+}
+
+/// `Storage::layer_norm_rows` on host memory, into `[out, mean, rstd]`.
+fn host_layer_norm<T: Arith>(
+    x: &Storage,
+    (weight, bias): (Option<&Storage>, Option<&Storage>),
+    len: usize,
+    eps: f64,
+    [out, mean, rstd]: &mut [Storage; 3],
+) {
+    let affine = (
+        weight.map(Storage::slice::<T>),
+        bias.map(Storage::slice::<T>),
+    );
+    let stats = (mean.slice_mut::<T>(), rstd.slice_mut::<T>());
+    norm::layer_norm_rows(x.slice::<T>(), len, eps, affine, out.slice_mut(), stats);
+}
+
+/// `Storage::layer_norm_backward_rows` on host memory, into `gx`.
+fn host_layer_norm_backward<T: Arith>(
+    [x, mean, rstd]: [&Storage; 3],
+    weight: Option<&Storage>,
+    grad: &Storage,
+    len: usize,
+    gx: &mut Storage,
+) {
+    let saved = (x.slice::<T>(), mean.slice::<T>(), rstd.slice::<T>());
+    let w = weight.map(Storage::slice::<T>);
+    norm::layer_norm_backward_rows(saved, w, grad.slice(), len, gx.slice_mut());
 }
 
 /// The partial values and indices a split GPU max/min combines, if it is split.

@@ -14,8 +14,8 @@ thread_local! {
 }
 
 /// Runs `f` with autocast to `dtype` (F16 or BF16) on this thread: matmul and `Linear` take
-/// f32 inputs in `dtype`; softmax, log-softmax, sums, means and losses compute in f32. Call
-/// `backward` outside it, as in PyTorch.
+/// f32 inputs in `dtype`; softmax, log-softmax, layer norm, sums, means and losses compute in
+/// f32. Call `backward` outside it, as in PyTorch.
 pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
     if !matches!(dtype, DType::F16 | DType::BF16) {
         return Err(Error::UnsupportedDType {

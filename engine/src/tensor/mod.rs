@@ -7,6 +7,7 @@ mod create;
 mod data;
 mod math;
 mod matmul;
+mod norm;
 mod reduce;
 mod shape_ops;
 mod to;

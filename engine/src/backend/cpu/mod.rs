@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod fork;
 pub mod half_cast;
 pub mod matmul;
+pub mod norm;
 pub mod optim;
 pub mod philox;
 pub mod random;

@@ -285,6 +285,46 @@ pub(crate) fn softmax_backward_rows(
     )
 }
 
+/// Layer norm over `rows` rows of `len`: `out`, and each row's `mean` and `rstd` for the
+/// backward pass; `weight` and `bias` are pointers to `len` values, or 0 for none.
+pub(crate) fn layer_norm_rows(
+    g: &Gpu,
+    dtype: DType,
+    (input, weight, bias): (u64, u64, u64),
+    (rows, len): (usize, usize),
+    eps: f64,
+    (out, mean, rstd): (u64, u64, u64),
+) -> Result<()> {
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let (t, rn, ln, e) = (tag(dtype), rows as u64, len as u64, eps.to_bits());
+    let grid = blocks(g, rows);
+    let op = Op::LayerNorm;
+    launch::layer_norm_rows(
+        g, t, grid, op, rn, ln, e, input, weight, bias, out, mean, rstd,
+    )
+}
+
+/// The input's gradient of `layer_norm_rows` from the incoming gradient `grad` (`weight`: 0
+/// for none).
+pub(crate) fn layer_norm_backward_rows(
+    g: &Gpu,
+    dtype: DType,
+    (input, mean, rstd, weight): (u64, u64, u64, u64),
+    grad: u64,
+    (rows, len): (usize, usize),
+    gx: u64,
+) -> Result<()> {
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let (t, rn, ln) = (tag(dtype), rows as u64, len as u64);
+    let grid = blocks(g, rows);
+    let op = Op::LayerNormBackward;
+    launch::layer_norm_backward_rows(g, t, grid, op, rn, ln, input, mean, rstd, weight, grad, gx)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,8 @@
 use super::Module;
 use crate::base::op::Op;
 use crate::device::error::{Error, Result};
-use crate::tensor::{IntoOptions, Tensor, same_device};
+use crate::device::layout::IntoShape;
+use crate::tensor::{IntoOptions, Tensor, TensorOptions, same_device};
 
 /// `y = x·Wᵀ + b`, with `W: [out, in]` and `b: [out]`. Initialised as `torch.nn.Linear`:
 /// both drawn uniformly from ±1/√in (Kaiming-uniform with a = √5).
@@ -117,6 +118,98 @@ impl Module for Linear {
             self.in_features(),
             self.out_features(),
             if self.bias.is_some() { "" } else { ", no bias" }
+        )
+    }
+}
+
+/// `torch.nn.LayerNorm`: normalizes each input over its last dims, `normalized_shape`, to mean
+/// 0 and variance 1 (`Tensor::layer_norm`), then scales by `weight` (initialised to ones) and
+/// shifts by `bias` (zeros). `eps` is 1e-5 unless `with_eps` sets it.
+pub struct LayerNorm {
+    pub normalized_shape: Vec<usize>,
+    pub eps: f64,
+    pub weight: Option<Tensor>,
+    pub bias: Option<Tensor>,
+}
+
+impl LayerNorm {
+    /// A layer norm over `normalized_shape` with a learned weight and bias, on the given device
+    /// (and dtype, default f32).
+    pub fn new(normalized_shape: impl IntoShape, opts: impl IntoOptions) -> Result<LayerNorm> {
+        LayerNorm::build(normalized_shape.into_shape(), true, opts)
+    }
+
+    /// One without weight or bias (PyTorch's `elementwise_affine=False`).
+    pub fn no_affine(
+        normalized_shape: impl IntoShape,
+        opts: impl IntoOptions,
+    ) -> Result<LayerNorm> {
+        LayerNorm::build(normalized_shape.into_shape(), false, opts)
+    }
+
+    /// The same layer with `eps` added to the variance.
+    pub fn with_eps(mut self, eps: f64) -> LayerNorm {
+        self.eps = eps;
+        self
+    }
+
+    fn build(shape: Vec<usize>, affine: bool, opts: impl IntoOptions) -> Result<LayerNorm> {
+        if shape.is_empty() || shape.contains(&0) {
+            return Err(Error::invalid(
+                "LayerNorm::new",
+                format!(
+                    "normalized_shape {shape:?} must name at least one dimension, none of size 0; e.g. `[features]`"
+                ),
+            ));
+        }
+        let opts = opts.into_options();
+        let param = |full: fn(Vec<usize>, TensorOptions) -> Result<Tensor>| {
+            full(shape.clone(), opts)?.requires_grad_(true)
+        };
+        let (weight, bias) = match affine {
+            true => (Some(param(Tensor::ones)?), Some(param(Tensor::zeros)?)),
+            false => (None, None),
+        };
+        Ok(LayerNorm {
+            normalized_shape: shape,
+            eps: 1e-5,
+            weight,
+            bias,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (w, b) = (self.weight.as_ref(), self.bias.as_ref());
+        x.layer_norm(self.normalized_shape.clone(), w, b, self.eps)
+    }
+
+    fn own_parameters(&self) -> Vec<(String, Tensor)> {
+        let named = [("weight", &self.weight), ("bias", &self.bias)];
+        let present = named
+            .into_iter()
+            .filter_map(|(n, t)| Some((n.to_string(), t.clone()?)));
+        present.collect()
+    }
+
+    fn own_parameters_mut(&mut self) -> Vec<(String, &mut Tensor)> {
+        let named = [("weight", &mut self.weight), ("bias", &mut self.bias)];
+        let present = named
+            .into_iter()
+            .filter_map(|(n, t)| Some((n.to_string(), t.as_mut()?)));
+        present.collect()
+    }
+
+    fn describe(&self) -> String {
+        let affine = if self.weight.is_some() {
+            ""
+        } else {
+            ", no affine"
+        };
+        format!(
+            "LayerNorm({:?}, eps={}{affine})",
+            self.normalized_shape, self.eps
         )
     }
 }

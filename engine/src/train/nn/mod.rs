@@ -8,7 +8,7 @@ mod loss;
 use std::time::{Duration, Instant};
 
 pub use card::summary;
-pub use layers::{Dropout, Flatten, Linear, ReLU, Sigmoid, Tanh};
+pub use layers::{Dropout, Flatten, LayerNorm, Linear, ReLU, Sigmoid, Tanh};
 pub use loss::{CrossEntropyLoss, MSELoss, NLLLoss};
 
 use crate::base::dtype::DType;
