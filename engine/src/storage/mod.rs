@@ -6,6 +6,7 @@
 
 mod copy;
 mod matmul;
+mod gather;
 mod ops;
 mod optim;
 mod random;
@@ -15,6 +16,7 @@ pub(crate) mod stream;
 use std::sync::{Arc, Mutex};
 
 pub(crate) use copy::{Completion, open_devices};
+pub(crate) use gather::index_positions;
 pub(crate) use optim::UpdateSlot;
 
 use crate::backend::cpu;

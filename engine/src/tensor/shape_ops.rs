@@ -8,7 +8,7 @@ use crate::device::error::{Error, Result};
 use crate::device::layout::{
     Dim, Dims, Layout, broadcast_shapes, numel_checked, resolve_dim, resolve_dims,
 };
-use crate::storage::Storage;
+use crate::storage::{Storage, index_positions};
 use crate::tensor::autograd::{Backward, grads, no_grad, record, saved as saved_tensor};
 
 /// A target shape for `reshape`: like a shape, but one entry may be -1 (inferred).
@@ -378,38 +378,48 @@ impl Tensor {
             ));
         }
         let size = if self.rank() == 0 { 1 } else { self.shape()[d] };
-        // On a GPU the kernel reads the entries where they are and checks them as it runs (a
-        // wrong one is reported at the host's next wait): no wait to read them back here.
-        let on_gpu = match self.rank() {
-            0 => None,
-            _ => (self.storage()).index_select_on_gpu(
-                self.layout(),
-                d,
-                (index.storage(), index.layout()),
-            )?,
-        };
-        if let Some(out) = on_gpu {
-            let mut shape = self.shape().to_vec();
-            shape[d] = index.numel();
-            let input = self.shape().to_vec();
-            // As PyTorch, the backward keeps the index; it reads the entries (a wait) then.
-            let backward = || {
-                Backward::new(vec![Some(index.detach())], move |g, s| {
-                    let positions = positions_of(saved_tensor(&s, 0)?, d, size)?;
-                    Ok(vec![
-                        Some(grads::index_select_grad(g, input, d, &positions)?),
-                        None,
-                    ])
-                })
-            };
-            let out = Tensor::from_storage(out, shape);
-            return Ok(record(out, Op::IndexSelect, &[self, index], backward));
-        }
-        let positions = positions_of(index, d, size)?;
         if self.rank() == 0 {
+            positions_of(index, d, size)?;
             return Ok(self.clone());
         }
-        self.select_positions(d, positions, &[self, index])
+        // On a GPU the kernel reads the entries where they are and checks them as it runs (a
+        // wrong one is reported at the host's next wait): no wait to read them back here.
+        let out = (self.storage()).index_select_by(
+            self.layout(),
+            d,
+            (index.storage(), index.layout()),
+        )?;
+        let mut shape = self.shape().to_vec();
+        shape[d] = index.numel();
+        let input = self.shape().to_vec();
+        // As PyTorch, the backward keeps the index; it reads the entries (on a GPU, a wait) then.
+        let backward = || {
+            Backward::new(vec![Some(index.detach())], move |g, s| {
+                let positions = positions_of(saved_tensor(&s, 0)?, d, size)?;
+                Ok(vec![
+                    Some(grads::index_select_grad(g, input, d, &positions)?),
+                    None,
+                ])
+            })
+        };
+        let out = Tensor::from_storage(out, shape);
+        Ok(record(out, Op::IndexSelect, &[self, index], backward))
+    }
+
+    /// `[n, c]` rows of `dtype` from this i64 tensor of `n` class indices (checked to lie in
+    /// `0..c`): at each class −1, or `−g / total_weight` with `scale = [g, total_weight]` (0-d,
+    /// f32 or f64, of `dtype` and this device), 0 elsewhere. One op (`one_hot`, or
+    /// `nll_loss_backward` with a scale); `op` (the loss) names a wrong index.
+    pub(crate) fn class_rows(
+        &self,
+        c: usize,
+        dtype: DType,
+        scale: Option<[&Tensor; 2]>,
+        op: Op,
+    ) -> Result<Tensor> {
+        let scale = scale.map(|s| s.map(|t| (t.storage(), t.layout())));
+        let rows = (self.storage()).class_rows(self.layout(), c, dtype, scale, op)?;
+        Ok(Tensor::from_storage(rows, vec![self.numel(), c]))
     }
 
     /// `index_select` at positions the host already holds (checked against dimension `d`):
@@ -451,19 +461,5 @@ impl Tensor {
 /// The entries of `index` (i64 or i32) as positions along dim `d` of size `size`, a negative one
 /// counting from the end: read on the host, each checked.
 fn positions_of(index: &Tensor, d: usize, size: usize) -> Result<Vec<usize>> {
-    let idx: Vec<i64> = index.values_f64()?.into_iter().map(|v| v as i64).collect();
-    let mut positions = Vec::with_capacity(idx.len());
-    for &i in &idx {
-        let p = if i < 0 { i + size as i64 } else { i };
-        if p < 0 || p >= size as i64 {
-            return Err(Error::IndexOutOfRange {
-                op: Op::IndexSelect.name(),
-                index: i,
-                dim: d,
-                size,
-            });
-        }
-        positions.push(p as usize);
-    }
-    Ok(positions)
+    index_positions(index.values_f64()?, d, size)
 }

@@ -4,8 +4,6 @@
 use crate::base::dtype::DType;
 use crate::base::op::Op;
 use crate::device::error::{Error, Result};
-use crate::profile::Work;
-use crate::storage::profiled;
 use crate::tensor::autograd::{Backward, no_grad, record, saved as saved_tensor};
 use crate::tensor::{Tensor, same_device};
 
@@ -45,23 +43,14 @@ fn one_hot(op: Op, scores: &Tensor, target: &Tensor, dtype: DType) -> Result<Ten
 /// One row per class index in `target` (checked to lie in `0..c`): −1 at the class, 0 elsewhere.
 /// The sign is the loss's: `x · picks` summed is exactly `−Σ x[i, target_i]`, and the gradient
 /// `picks · (g / n)` exactly `(−g) / n` at each class, one kernel fewer each way than negating.
-/// On a GPU one kernel makes them from the indices where they are, checking them as it runs (an
-/// error surfaces at the host's next wait); on host memory the values are checked here, in one
-/// op of the same name (`one_hot`), so a simulated GPU's profile lists what a real one runs.
+/// One op (`one_hot`) on every device, so a simulated GPU's profile lists what a real one runs.
 fn picks(op: Op, target: &Tensor, c: usize, dtype: DType) -> Result<Tensor> {
-    let on_gpu = (target.storage()).class_rows_on_gpu(target.layout(), c, dtype, None, op)?;
-    if let Some(rows) = on_gpu {
-        return Ok(Tensor::from_storage(rows, vec![target.numel(), c]));
-    }
-    let work = Work::elementwise(target.numel() * c, 1, dtype);
-    let _op = profiled(target.device(), Op::OneHot, work);
-    class_rows_on_host(op, target, c, -1.0, dtype)
+    target.class_rows(c, dtype, None, op)
 }
 
 /// nll_loss's gradient for the loss's gradient `g`: `−g / total_weight` at each row's class, 0
-/// elsewhere, in one op as PyTorch's `nll_loss_backward`: on a GPU one kernel (the rows and the
-/// scale together), on host memory the rows built with the value. The same values as the picks
-/// times `g / total_weight`, which a `g` of another shape or dtype takes.
+/// elsewhere, in one op as PyTorch's `nll_loss_backward`. The same values as the picks times
+/// `g / total_weight`, which a `g` of another shape or dtype takes.
 fn nll_gradient(target: &Tensor, c: usize, g: &Tensor, total_weight: &Tensor) -> Result<Tensor> {
     let dtype = g.dtype();
     let scalar = g.numel() == 1
@@ -71,67 +60,7 @@ fn nll_gradient(target: &Tensor, c: usize, g: &Tensor, total_weight: &Tensor) ->
     if !scalar {
         return picks(Op::NllLoss, target, c, dtype)?.mul(&g.div(total_weight)?);
     }
-    let scale = [
-        (g.storage(), g.layout()),
-        (total_weight.storage(), total_weight.layout()),
-    ];
-    let on_gpu = (target.storage()).class_rows_on_gpu(
-        target.layout(),
-        c,
-        dtype,
-        Some(scale),
-        Op::NllLoss,
-    )?;
-    if let Some(rows) = on_gpu {
-        return Ok(Tensor::from_storage(rows, vec![target.numel(), c]));
-    }
-    let _op = profiled(
-        target.device(),
-        Op::NllLossBackward,
-        Work::elementwise(target.numel() * c, 1, dtype),
-    );
-    // Host memory: the two values are read where they are, and divided in their dtype.
-    let value = |t: &Tensor| t.storage().read_f64_at(&[t.layout().offset])[0];
-    let (g, w) = (value(g), value(total_weight));
-    let at_class = match dtype {
-        DType::F32 => f64::from(-((g as f32) / (w as f32))),
-        _ => -(g / w),
-    };
-    class_rows_on_host(Op::NllLoss, target, c, at_class, dtype)
-}
-
-/// `[n, c]` rows of `dtype` on `target`'s (host-backed) device: `at_class` at each row's class in
-/// `target`, checked to lie in `0..c`, and 0 elsewhere.
-fn class_rows_on_host(
-    op: Op,
-    target: &Tensor,
-    c: usize,
-    at_class: f64,
-    dtype: DType,
-) -> Result<Tensor> {
-    let classes = target.values::<i64>()?;
-    let n = classes.len();
-    let mut rows = vec![0.0f64; n * c];
-    for (i, &k) in classes.iter().enumerate() {
-        if k < 0 || k as usize >= c {
-            return Err(Error::IndexOutOfRange {
-                op: op.name(),
-                index: k,
-                dim: 1,
-                size: c,
-            });
-        }
-        rows[i * c + k as usize] = at_class;
-    }
-    let opts = (dtype, target.device());
-    match dtype {
-        // Made in the dtype itself: no conversion op beside the row's own.
-        DType::F32 => {
-            let rows: Vec<f32> = rows.iter().map(|&v| v as f32).collect();
-            Tensor::engine_values(&rows, vec![n, c], opts)
-        }
-        _ => Tensor::engine_values(&rows, vec![n, c], opts),
-    }
+    target.class_rows(c, dtype, Some([g, total_weight]), Op::NllLoss)
 }
 
 /// The loss input in f32 (or f64): losses are always accumulated in full precision.
