@@ -68,9 +68,20 @@ ALLOWED_PAIRS = set()  # units that may name each other (same layer, either way)
 FORBIDDEN_NAMES = {  # folder -> identifiers its code must not use
     "backend/gpu/": ["Storage", "Block", "InFlight", "Tensor"],
     "backend/cpu/": ["Storage", "Block", "InFlight", "Tensor"],
+    # The storage layer alone picks a backend: the tensor layer calls its ops, never a
+    # backend's kernel or the bytes a kernel reads.
+    "tensor/": ["gpu", "device_ptr", "slice", "slice_mut", "backend"],
+    # Training calls tensor operations only.
+    "train/": ["Storage", "UpdateSlot", "Block"],
 }
-FORBIDDEN_LABEL = {"backend/gpu/": "the CUDA backend", "backend/cpu/": "the CPU backend"}
-FORBIDDEN_WHY = "backends work on pointers, slices and layouts"
+FORBIDDEN_LABEL = {"backend/gpu/": "the CUDA backend", "backend/cpu/": "the CPU backend",
+                   "tensor/": "the tensor layer", "train/": "training"}
+FORBIDDEN_WHY = {
+    "backend/gpu/": "backends work on pointers, slices and layouts",
+    "backend/cpu/": "backends work on pointers, slices and layouts",
+    "tensor/": "only storage/ picks a backend and touches the bytes (a storage op that returns a Storage)",
+    "train/": "call a tensor operation (tensor/), which calls storage",
+}
 # Cycles between files that are by design, each with why: a cycle between files must be one of
 # these sets exactly (paths relative to src/), so a file that joins it is an error.
 ALLOWED_FILE_CYCLES = {
@@ -412,7 +423,7 @@ def main():
             if lines:
                 more = f" (also line {', '.join(map(str, lines[1:]))})" if lines[1:] else ""
                 errors.append(f"{args.src}/{rel}:{lines[0]}: {FORBIDDEN_LABEL.get(folder, folder)} names "
-                              f"`{word}`; {FORBIDDEN_WHY}{more}")
+                              f"`{word}`; {FORBIDDEN_WHY[folder]}{more}")
 
     unit_graph = {u: {t for t in ts if not allowed_pair(u, t)} for u, ts in edges.items()}
     cycles = sccs(unit_graph)

@@ -43,7 +43,7 @@ op_codes! {
         Gelu = 8,
         GeluDerivative = 9,
     }
-    /// The dtype a `cast_*` kernel writes (`kernels/cast.cu`).
+    /// The dtype a `cast_*` kernel writes (`kernels/copy.cu`).
     dtype_code(DType) as PL_DTYPE {
         F32 = 0,
         F64 = 1,

@@ -25,11 +25,11 @@ kernels! {
     unary in ELEMENTWISE for ALL (op_code: i32, n: u64, out: u64, a: u64, la: Strided);
     clamp in ELEMENTWISE for ALL (n: u64, out: u64, a: u64, la: Strided, has_lo: i32, lo_bits: u64, has_hi: i32, hi_bits: u64);
     where_cond in ELEMENTWISE for ALL (n: u64, out: u64, cond: u64, lc: Strided, a: u64, la: Strided, b: u64, lb: Strided);
-    cast in CAST for ALL (to_code: i32, n: u64, out: u64, a: u64, la: Strided);
-    copy in CAST for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
-    fill in CAST for WIDTHS (n: u64, out: u64, bits: u64);
-    index_select in CAST for WIDTHS (n: u64, out: u64, src: u64, ls: Strided, dim: i32, index: u64, li: Strided, index_i32: i32, size: u64, fault: u64);
-    class_rows in CAST for LOSSES (n: u64, classes: u64, out: u64, target: u64, lt: Strided, num: u64, den: u64, fault: u64);
+    cast in COPY for ALL (to_code: i32, n: u64, out: u64, a: u64, la: Strided);
+    copy in COPY for WIDTHS (n: u64, dst: u64, ld: Strided, src: u64, ls: Strided);
+    fill in COPY for WIDTHS (n: u64, out: u64, bits: u64);
+    index_select in GATHER for WIDTHS (n: u64, out: u64, src: u64, ls: Strided, dim: i32, index: u64, li: Strided, index_i32: i32, size: u64, fault: u64);
+    class_rows in GATHER for LOSSES (n: u64, classes: u64, out: u64, target: u64, lt: Strided, num: u64, den: u64, fault: u64);
     sum_partials in REDUCE for SUMS (chunks: u64, len: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, input: u64, partial: u64, out: u64);
     sum_cols_finish in REDUCE for SUMS (reduced: u64, kept: u64, parts: u64, mean: i32, partial: u64, out: u64);

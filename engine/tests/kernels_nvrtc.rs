@@ -222,7 +222,7 @@ fn a_compile_error_carries_nvrtcs_log_with_file_and_line() {
 fn compiled_kernels_are_cached_on_disk_by_source_arch_and_version() {
     load_nvrtc();
     let dir = tempdir();
-    let first = nvrtc::cubin_cached_in(&nvrtc::CAST, (8, 0), Some(&dir)).unwrap();
+    let first = nvrtc::cubin_cached_in(&nvrtc::COPY, (8, 0), Some(&dir)).unwrap();
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert_eq!(files.len(), 1);
     let name = files[0]
@@ -232,14 +232,14 @@ fn compiled_kernels_are_cached_on_disk_by_source_arch_and_version() {
         .into_string()
         .unwrap();
     assert!(
-        name.starts_with(&format!("cast-sm_80-nvrtc{CUDA_MAJOR}.")) && name.ends_with(".cubin"),
+        name.starts_with(&format!("copy-sm_80-nvrtc{CUDA_MAJOR}.")) && name.ends_with(".cubin"),
         "{name}"
     );
     // The second call reads the file: a changed file is what it returns.
     let path = files[0].as_ref().unwrap().path();
     std::fs::write(&path, b"cached").unwrap();
     assert_eq!(
-        nvrtc::cubin_cached_in(&nvrtc::CAST, (8, 0), Some(&dir)).unwrap(),
+        nvrtc::cubin_cached_in(&nvrtc::COPY, (8, 0), Some(&dir)).unwrap(),
         b"cached"
     );
     assert_eq!(&first[..4], b"\x7fELF");
@@ -254,7 +254,7 @@ fn devices_compiling_the_same_kernels_at_once_leave_one_whole_cache_file() {
     // Four GPUs' first use at the same moment: each compiles, and each writes the cache.
     let cubins: Vec<Vec<u8>> = std::thread::scope(|s| {
         let compiles: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| nvrtc::cubin_cached_in(&nvrtc::CAST, (9, 0), Some(&dir))))
+            .map(|_| s.spawn(|| nvrtc::cubin_cached_in(&nvrtc::COPY, (9, 0), Some(&dir))))
             .collect();
         compiles
             .into_iter()
@@ -291,7 +291,7 @@ fn an_architecture_nvrtc_does_not_know_is_refused_with_the_fix() {
     load_nvrtc();
     let archs = nvrtc::supported_archs().unwrap();
     assert!(archs.contains(&90), "{archs:?}");
-    let refused = |arch: &str| match nvrtc::compile(nvrtc::CAST.name, &nvrtc::CAST.program(), arch)
+    let refused = |arch: &str| match nvrtc::compile(nvrtc::COPY.name, &nvrtc::COPY.program(), arch)
     {
         Err(Error::KernelCompile { log, .. }) => log,
         other => panic!("{arch} was compiled: {other:?}"),

@@ -180,18 +180,9 @@ impl Storage {
         }
         // One op, priced as the one kernel a GPU runs: the entries are copied directly, not
         // through `write_view` (an op of its own each).
-        let out_layout = Layout::contiguous(shape);
         crate::with_dtype!(self.dtype, T, {
             let (from, to) = (self.slice::<T>(), out.slice_mut::<T>());
-            for (i, &p) in positions.iter().enumerate() {
-                let mut dst = out_layout.clone();
-                dst.offset = i * dst.strides[dim];
-                dst.shape[dim] = 1;
-                let mut src = l.clone();
-                src.offset += p * src.strides[dim];
-                src.shape[dim] = 1;
-                cpu::copy_strided(from, &src, to, &dst);
-            }
+            cpu::gather::index_select(from, l, dim, positions, to)
         });
         Ok(out)
     }

@@ -93,12 +93,36 @@ impl Storage {
         Ok(out)
     }
 
-    /// `a · b + bias` on a GPU, one `m × k` by `k × n` product, the `n` contiguous elements of
-    /// `bias` from element `offset` added to every row in the GEMM's epilogue
-    /// (cuBLASLt, as PyTorch's `addmm`): no broadcast copy before the GEMM. `None` where that
-    /// does not apply (host memory, an empty product); the caller then broadcasts the bias into
-    /// the output and adds the product onto it.
-    pub(crate) fn addmm_on_gpu(
+    /// `bias + a · b` for one `m × k` by `k × n` product (or a batch), `bias` viewed by `lb`
+    /// broadcastable to `m × n`. On a GPU a bias row (shape `[n]` or `[1, n]`, its elements side
+    /// by side) joins the GEMM's epilogue (cuBLASLt, as PyTorch's `addmm`): no broadcast copy
+    /// first. Otherwise the bias is broadcast into a new output, which the GEMM adds the product
+    /// onto; for a bias row on a simulated GPU that copy is not priced, as the GPU it stands for
+    /// would not make it.
+    pub(crate) fn addmm(
+        a: GemmOperand,
+        b: GemmOperand,
+        (m, n, k): (usize, usize, usize),
+        (bias, lb): (&Storage, &Layout),
+    ) -> Result<Storage> {
+        let is_row = lb.shape.last() == Some(&n) && lb.numel() == n;
+        let bias_row = is_row && (n == 1 || lb.strides.last() == Some(&1));
+        if bias_row
+            && let Some(out) = Storage::addmm_in_epilogue(a, b, (m, n, k), (bias, lb.offset))?
+        {
+            return Ok(out);
+        }
+        let broadcast = || bias.copy_as(&lb.broadcast_to(&[m, n]), bias.dtype);
+        let onto = match bias_row && k > 0 && bias.device().is_cuda() {
+            true => crate::profile::unpriced(broadcast)?,
+            false => broadcast()?,
+        };
+        Storage::matmul(a, b, (m, n, k), Some(onto))
+    }
+
+    /// `addmm` with the bias row's `n` contiguous elements from element `offset` added in the
+    /// GEMM's epilogue, where that applies: on a GPU, one product, none of its sizes 0.
+    fn addmm_in_epilogue(
         a: GemmOperand,
         b: GemmOperand,
         (m, n, k): (usize, usize, usize),

@@ -1,12 +1,20 @@
-//! The bytes of a tensor, on some backend. This is the only place that matches on the backend:
-//! every op the tensor layer needs is one function here (`ops.rs`) that sends host-backed
-//! storages (the CPU and simulated CUDA devices) to the `cpu` kernels and GPU storages to the
-//! CUDA backend (`gpu`), allocating every buffer itself and passing pointers down. Reductions
-//! are in `reduce.rs`, copies to other devices in `copy.rs`.
+//! The bytes of a tensor, on some backend. This is the only place that matches on the backend.
+//! A backend's duty, written once: every op the tensor layer needs is one function here that
+//!  1. opens its profile scope with its `Work` (what the cost model prices),
+//!  2. allocates its outputs itself (`Storage::alloc`),
+//!  3. sends host-backed storages (the CPU and simulated CUDA devices) to a `backend/cpu` kernel
+//!     over slices, and GPU storages to a `backend/gpu` launcher over device pointers (`produce`
+//!     does both for an op of one output),
+//!  4. and returns a `Storage` on every backend: never an `Option` for the caller to branch on.
+//!
+//! `.ci/layers.py` holds the other side: `tensor/` names no backend, kernel launcher or byte
+//! slice, and `train/` no `Storage`. Element-wise ops are in `ops.rs`, reductions and layer norm
+//! in `reduce.rs`, gathers by index entries in `gather.rs`, copies to other devices in
+//! `copy.rs`.
 
 mod copy;
-mod matmul;
 mod gather;
+mod matmul;
 mod ops;
 mod optim;
 mod random;
@@ -15,6 +23,7 @@ pub(crate) mod stream;
 
 use std::sync::{Arc, Mutex};
 
+pub(crate) use crate::backend::cpu::elementwise::Steps;
 pub(crate) use copy::{Completion, open_devices};
 pub(crate) use gather::index_positions;
 pub(crate) use optim::UpdateSlot;

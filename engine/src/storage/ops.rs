@@ -81,6 +81,20 @@ impl Storage {
         Ok(())
     }
 
+    /// `count` values `start + i · step` of `dtype` on `device` (`arange`), written in the
+    /// device's memory (or its host stand-in) through the allocator, so an absurd length is an
+    /// `OutOfMemory` error before any value is written, then moved to a GPU.
+    pub(crate) fn arange(
+        device: Device,
+        dtype: DType,
+        count: usize,
+        steps: super::Steps,
+    ) -> Result<Storage> {
+        let mut st = Storage::alloc(device.host_side(), dtype, count)?;
+        crate::with_dtype!(dtype, T, ew::arange(st.slice_mut::<T>(), steps));
+        st.moved_to(device)
+    }
+
     /// `numel` copies of `value`, converted to `dtype`.
     pub(crate) fn full(
         device: Device,

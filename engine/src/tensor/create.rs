@@ -11,7 +11,7 @@ use crate::base::op::Op;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
 use crate::device::layout::{IntoShape, Layout, numel_checked};
-use crate::storage::Storage;
+use crate::storage::{Steps, Storage};
 
 /// PyTorch's default CPU seed, so a fresh session draws the same numbers every time.
 const DEFAULT_SEED: u64 = 67_280_421_310_721;
@@ -139,23 +139,12 @@ impl Tensor {
                 shape: vec![count],
             });
         }
-        // Made in the device's memory (or its host stand-in) through the allocator, so an
-        // absurd length is an `OutOfMemory` error before any value is written.
-        let mut st = Storage::alloc(o.device.host_side(), dtype, count)?;
-        let int_steps = match (start, step) {
-            (Scalar::Int(a), Scalar::Int(s)) if !any_float => Some((a, s)),
-            _ => None,
+        let steps = match (start, step) {
+            (Scalar::Int(a), Scalar::Int(s)) if !any_float => Steps::Int(a, s),
+            _ => Steps::Float(a, s),
         };
-        crate::with_dtype!(dtype, T, {
-            for (i, v) in st.slice_mut::<T>().iter_mut().enumerate() {
-                *v = match int_steps {
-                    // Exact for every i64 (f64 steps would round above 2⁵³), as in PyTorch.
-                    Some((a, s)) => T::from_i64(a.wrapping_add((i as i64).wrapping_mul(s))),
-                    None => T::from_f64(a + i as f64 * s),
-                };
-            }
-        });
-        Ok(Tensor::from_storage(st.moved_to(o.device)?, vec![count]))
+        let st = Storage::arange(o.device, dtype, count, steps)?;
+        Ok(Tensor::from_storage(st, vec![count]))
     }
 
     /// The `n × n` identity matrix, made where it lives: zeros, then ones written along the

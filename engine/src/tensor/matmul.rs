@@ -80,27 +80,7 @@ impl Tensor {
             &[lb.offset][..],
             (lb.strides[0], lb.strides[1]),
         );
-        // On a GPU a bias row (shape `[n]` or `[1, n]`, its elements side by side) joins the
-        // GEMM's epilogue.
-        let l = self.layout();
-        let is_row = self.shape().last() == Some(&n) && self.numel() == n;
-        let bias_row = is_row && (n == 1 || l.strides.last() == Some(&1));
-        let fused = match bias_row {
-            true => Storage::addmm_on_gpu(pa, pb, (m, n, k), (self.storage(), l.offset))?,
-            false => None,
-        };
-        if let Some(s) = fused {
-            return Ok(s);
-        }
-        // The bias in every row of a new output, which the GEMM then adds the product onto. A
-        // bias row a GPU would add in the GEMM's epilogue is not priced: a simulated device
-        // predicts what the GPU it stands for runs.
-        let broadcast = || (self.storage()).copy_as(&l.broadcast_to(&[m, n]), self.dtype());
-        let onto = match bias_row && k > 0 && self.device().is_cuda() {
-            true => crate::profile::unpriced(broadcast)?,
-            false => broadcast()?,
-        };
-        Storage::matmul(pa, pb, (m, n, k), Some(onto))
+        Storage::addmm(pa, pb, (m, n, k), (self.storage(), self.layout()))
     }
 }
 
@@ -252,10 +232,7 @@ fn check_gemm_dtypes(op: Op, operands: &[&Tensor]) -> Result<()> {
             hint: "Convert to a numeric dtype first.".into(),
         });
     }
-    if first.device().is_cuda() {
-        Storage::check_matmul_dtype(first.device(), dtype)?;
-    }
-    Ok(())
+    Storage::check_matmul_dtype(first.device(), dtype)
 }
 
 /// `t` as a GEMM operand: cuBLAS needs a unit stride in one of the two matrix dims (a broadcast

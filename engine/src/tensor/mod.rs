@@ -11,6 +11,7 @@ mod norm;
 mod reduce;
 mod shape_ops;
 mod to;
+pub(crate) mod update;
 
 use std::sync::Arc;
 

@@ -16,8 +16,8 @@ use crate::base::dtype::DType;
 use crate::base::op::Update;
 use crate::device::Device;
 use crate::device::error::{Error, Result};
-use crate::storage::UpdateSlot;
 use crate::tensor::Tensor;
+use crate::tensor::update::{ParamUpdate, apply_update};
 
 pub trait Optimizer {
     /// Updates every parameter that has a gradient.
@@ -305,21 +305,18 @@ fn update_in_place<'a>(
         });
     }
     for members in groups.into_values() {
-        let slots: Vec<UpdateSlot> = (members.iter())
-            .map(|m| UpdateSlot {
-                param: (m.param.storage(), m.param.layout()),
-                grad: (m.grad.storage(), m.grad.layout()),
-                state: [
-                    m.state[0].as_ref().map(|t| t.storage()),
-                    m.state[1].as_ref().map(|t| t.storage()),
-                ],
+        let params: Vec<ParamUpdate> = (members.iter())
+            .map(|m| ParamUpdate {
+                param: &m.param,
+                grad: &m.grad,
+                state: [m.state[0].as_ref(), m.state[1].as_ref()],
                 first: m.first,
             })
             .collect();
         // SAFETY: the engine runs nothing else on these storages during a user's call; a
         // gradient is its own storage (`check_update`), and the state is the optimizer's own.
-        unsafe { crate::storage::Storage::update_in_place(update, &slots)? };
-        drop(slots);
+        unsafe { apply_update(update, &params)? };
+        drop(params);
         for m in members {
             for (slot, state) in m.slots.into_iter().zip(m.state) {
                 if state.is_some() {

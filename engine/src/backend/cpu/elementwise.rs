@@ -507,3 +507,21 @@ mod tests {
         });
     }
 }
+
+/// The values of an `arange`: `start + i · step` from integers, exact for every i64 (f64 steps
+/// would round above 2⁵³), as in PyTorch; or from floats, in f64.
+#[derive(Debug, Clone, Copy)]
+pub enum Steps {
+    Int(i64, i64),
+    Float(f64, f64),
+}
+
+/// Writes `out[i] = start + i · step`.
+pub fn arange<T: Element>(out: &mut [T], steps: Steps) {
+    for (i, v) in out.iter_mut().enumerate() {
+        *v = match steps {
+            Steps::Int(a, s) => T::from_i64(a.wrapping_add((i as i64).wrapping_mul(s))),
+            Steps::Float(a, s) => T::from_f64(a + i as f64 * s),
+        };
+    }
+}

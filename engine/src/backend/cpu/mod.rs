@@ -5,6 +5,7 @@
 
 pub mod elementwise;
 pub mod fork;
+pub mod gather;
 pub mod half_cast;
 pub mod matmul;
 pub mod norm;

@@ -1,7 +1,7 @@
 //! Checks a kernel makes as it runs, reported on the host at its next wait for the device.
 //!
 //! `nll_loss` builds its rows from the class indices where they are (`class_rows` in
-//! `kernels/cast.cu`), and `index_select` gathers at the entries of its index tensor where they
+//! `kernels/gather.cu`), and `index_select` gathers at the entries of its index tensor where they
 //! are (`index_select_*`): checking them on the host would mean reading them back, a wait that
 //! drained the device's queue twice a training step and cost a gather 2.4 times PyTorch's time
 //! on an H100. So the kernel checks each index and, for one out of range, writes it into a slot

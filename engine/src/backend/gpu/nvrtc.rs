@@ -29,9 +29,13 @@ pub const ELEMENTWISE: KernelSource = KernelSource {
     name: "elementwise.cu",
     text: include_str!("../../../../kernels/elementwise.cu"),
 };
-pub const CAST: KernelSource = KernelSource {
-    name: "cast.cu",
-    text: include_str!("../../../../kernels/cast.cu"),
+pub const COPY: KernelSource = KernelSource {
+    name: "copy.cu",
+    text: include_str!("../../../../kernels/copy.cu"),
+};
+pub const GATHER: KernelSource = KernelSource {
+    name: "gather.cu",
+    text: include_str!("../../../../kernels/gather.cu"),
 };
 pub const REDUCE: KernelSource = KernelSource {
     name: "reduce.cu",
@@ -49,7 +53,7 @@ pub const RANDOM: KernelSource = KernelSource {
 };
 
 /// Every kernel file the engine launches from.
-pub const SOURCES: [KernelSource; 5] = [ELEMENTWISE, CAST, REDUCE, OPTIM, RANDOM];
+pub const SOURCES: [KernelSource; 6] = [ELEMENTWISE, COPY, GATHER, REDUCE, OPTIM, RANDOM];
 
 /// Headers `build.rs` writes that a kernel file includes. NVRTC has no include path here: each
 /// `#include` of one is replaced by its text.

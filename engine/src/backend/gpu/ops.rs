@@ -354,7 +354,7 @@ pub(crate) fn index_select(
     shape.extend(inner_shape);
     strides.extend(inner_strides);
     // Whole rows after `dim` (one gap-free run of at least GATHER_ROW_MIN elements in
-    // kernels/cast.cu): the kernel copies a row per block, so the grid counts rows.
+    // kernels/gather.cu): the kernel copies a row per block, so the grid counts rows.
     let row = (strides.len() == at + 2 && strides[at + 1] == 1 && shape[at + 1] >= 128)
         .then(|| shape[at + 1]);
     let v = strided(Op::IndexSelect, l.offset, &shape, &strides)?;
@@ -399,7 +399,7 @@ pub(crate) fn fill(g: &Gpu, dtype: DType, ptr: u64, n: usize, value: Scalar) -> 
     )
 }
 
-/// nll_loss's rows (`class_rows` in `kernels/cast.cu`): `classes` values of `dtype` (f32 or
+/// nll_loss's rows (`class_rows` in `kernels/gather.cu`): `classes` values of `dtype` (f32 or
 /// f64) at `out` for each class index in `target` (i64), at the class −1, or −num/den with
 /// `scale` (the device addresses of two 0-d values of `dtype`), and 0 elsewhere. A class outside
 /// `0..classes` is reported at the host's next wait for the device (`checks.rs`).
