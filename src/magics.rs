@@ -305,11 +305,7 @@ fn transfers(s: &mut Session, _: &str) -> CellReport {
                 human_bytes(t.bytes as usize),
                 human_duration(d),
                 human_rate(t.bytes as f64 / d.as_secs_f64().max(1e-12)),
-                match (
-                    t.from.starts_with("cuda"),
-                    t.to.starts_with("cuda"),
-                    t.pinned
-                ) {
+                match (t.from.is_cuda(), t.to.is_cuda(), t.pinned) {
                     (true, true, _) => "GPU to GPU",
                     (_, _, true) => "pinned",
                     _ => "pageable",
@@ -342,7 +338,7 @@ fn predicted_line(lines: &[crate::probe_client::TransferLine]) -> String {
 /// placelab measured on the predicted GPU's kind nearest in size, where it has a run there.
 fn measured_line(t: &crate::probe_client::TransferLine) -> String {
     use placelab::cost::CopyRoute;
-    let (from_gpu, to_gpu) = (t.from.starts_with("cuda"), t.to.starts_with("cuda"));
+    let (from_gpu, to_gpu) = (t.from.is_cuda(), t.to.is_cuda());
     let Some(gpu) = t
         .predicted
         .as_ref()
@@ -646,8 +642,8 @@ mod tests {
         let line = |from: &str, to: &str, pinned: bool, predicted: bool| {
             crate::probe_client::TransferLine {
                 seq: 1,
-                from: from.into(),
-                to: to.into(),
+                from: from.parse().unwrap(),
+                to: to.parse().unwrap(),
                 bytes: 1 << 20,
                 nanos: 1,
                 pinned,

@@ -382,8 +382,8 @@ mod tests {
     fn line(bytes: u64, nanos: u64, pinned: bool) -> TransferLine {
         TransferLine {
             seq: 1,
-            from: "cpu".into(),
-            to: "cuda:0".into(),
+            from: placelab::Device::Cpu,
+            to: placelab::Device::Cuda(0),
             bytes,
             nanos,
             pinned,

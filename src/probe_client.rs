@@ -32,7 +32,7 @@ impl ProbeClient {
             .ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
-        Reply::parse(request, &out)
+        Reply::parse(&out)
     }
 
     /// Stats of every used device, and the transfers after `after_seq`.

@@ -315,8 +315,8 @@ mod tests {
         change.after.devices.insert("cuda:0".into(), gpu(4_000_256));
         change.after.transfers.push(TransferLine {
             seq: 1,
-            from: "cpu".into(),
-            to: "cuda:0".into(),
+            from: placelab::Device::Cpu,
+            to: placelab::Device::Cuda(0),
             bytes: 4_000_000,
             nanos: 1_000_000,
             pinned: false,

@@ -211,6 +211,31 @@ pub fn find(name: &str) -> Option<&'static GpuSpec> {
         .find(|g| g.key == name || g.aliases.contains(&name.as_str()))
 }
 
+/// A named GPU as its key (`h100`), for serde (`#[serde(with = "by_key")]`): the probe's wire
+/// carries a simulated device's GPU so.
+pub mod by_key {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error};
+
+    use super::GpuSpec;
+
+    pub fn serialize<S: Serializer>(
+        gpu: &Option<&'static GpuSpec>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        gpu.map(|g| g.key).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<&'static GpuSpec>, D::Error> {
+        let key: Option<String> = Option::deserialize(d)?;
+        let find = |k: String| {
+            super::find(&k).ok_or_else(|| D::Error::custom(format!("no GPU named {k}")))
+        };
+        key.map(find).transpose()
+    }
+}
+
 /// The table's entry for a GPU as its driver names it (`NVIDIA H100 80GB HBM3`, `Tesla T4`),
 /// if the table has that part: a benchmark on real hardware sets its measurements beside the
 /// model's predictions.

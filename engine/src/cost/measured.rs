@@ -99,43 +99,54 @@ fn nearest<'a>(run: &'a Run, bench: &str, kind: &str, bytes: u64) -> Option<&'a 
         .min_by(|a, b| distance(a).total_cmp(&distance(b)))
 }
 
+/// A run's first line: which run, on which GPU, of which commit.
+#[derive(serde::Deserialize)]
+struct Head {
+    run: String,
+    gpu: String,
+    spec: String,
+    date: String,
+    commit: String,
+}
+
+/// A measurement line as `gpu-check.sh` writes it (its other fields are left out): a transfer's
+/// `kind` and `event_ms`, an op's or a profile row's `name` and `ms`, and PyTorch's and the
+/// host clock's times where measured.
+#[derive(serde::Deserialize)]
+struct Line {
+    bench: Option<String>,
+    kind: Option<String>,
+    name: Option<String>,
+    bytes: Option<f64>,
+    calls: Option<f64>,
+    event_ms: Option<f64>,
+    ms: Option<f64>,
+    torch_ms: Option<f64>,
+    torch_event_ms: Option<f64>,
+    wall_ms: Option<f64>,
+    call_ms: Option<f64>,
+}
+
 /// A run from its JSON lines: the first names the run, the rest are `gpu-check.sh`'s lines
 /// (`peer` ones, between two GPUs, are kept out).
 pub fn parse(text: &str) -> Result<Run, String> {
     let mut lines = text.lines().filter(|l| l.trim_start().starts_with('{'));
-    let head = flat_object(lines.next().ok_or("no lines")?)?;
-    let field = |k: &str| -> Result<String, String> {
-        match head.iter().find(|(key, _)| key == k) {
-            Some((_, Value::Text(s))) => Ok(s.clone()),
-            _ => Err(format!("the first line has no \"{k}\"")),
-        }
-    };
+    let first = lines.next().ok_or("no lines")?;
+    let head: Head = read(first)?;
     let mut run = Run {
-        name: field("run")?,
-        gpu: field("gpu")?,
-        spec: field("spec")?,
-        date: field("date")?,
-        commit: field("commit")?,
+        name: head.run,
+        gpu: head.gpu,
+        spec: head.spec,
+        date: head.date,
+        commit: head.commit,
         rows: Vec::new(),
     };
     for line in lines {
-        let object = flat_object(line)?;
-        let text = |k: &str| {
-            object.iter().find_map(|(key, v)| match v {
-                Value::Text(s) if key == k => Some(s.clone()),
-                _ => None,
-            })
-        };
-        let number = |k: &str| {
-            object.iter().find_map(|(key, v)| match v {
-                Value::Number(x) if key == k => Some(*x),
-                _ => None,
-            })
-        };
-        let Some(bench) = text("bench") else { continue };
+        let l: Line = read(line)?;
+        let Some(bench) = l.bench else { continue };
         let (name, ms) = match bench.as_str() {
-            "transfer" | "non_blocking" => (text("kind"), number("event_ms")),
-            "op" | "profile" => (text("name"), number("ms")),
+            "transfer" | "non_blocking" => (l.kind, l.event_ms),
+            "op" | "profile" => (l.name, l.ms),
             _ => continue,
         };
         let (Some(name), Some(ms)) = (name, ms) else {
@@ -144,76 +155,19 @@ pub fn parse(text: &str) -> Result<Run, String> {
         run.rows.push(Row {
             bench,
             name,
-            bytes: number("bytes").unwrap_or(0.0) as u64,
-            calls: number("calls").unwrap_or(1.0) as u64,
+            bytes: l.bytes.unwrap_or(0.0) as u64,
+            calls: l.calls.unwrap_or(1.0) as u64,
             seconds: ms / 1e3,
-            torch_seconds: number("torch_ms")
-                .or(number("torch_event_ms"))
-                .map(|t| t / 1e3),
-            wall_seconds: number("wall_ms").or(number("call_ms")).map(|t| t / 1e3),
+            torch_seconds: l.torch_ms.or(l.torch_event_ms).map(|t| t / 1e3),
+            wall_seconds: l.wall_ms.or(l.call_ms).map(|t| t / 1e3),
         });
     }
     Ok(run)
 }
 
-#[derive(Debug, Clone, PartialEq)]
-enum Value {
-    Text(String),
-    Number(f64),
-    Other,
-}
-
-/// The keys and values of a one-line JSON object whose values are strings, numbers, booleans
-/// or null (all `gpu-check.sh` writes); nested values are refused.
-fn flat_object(line: &str) -> Result<Vec<(String, Value)>, String> {
-    let bad = |why: &str| format!("{why} in the measurement line {line}");
-    let body = line
-        .trim()
-        .strip_prefix('{')
-        .and_then(|l| l.strip_suffix('}'))
-        .ok_or_else(|| bad("not one object"))?;
-    let mut chars = body.chars().peekable();
-    let mut out = Vec::new();
-    let read_string = |chars: &mut std::iter::Peekable<std::str::Chars>| -> Result<String, String> {
-        let mut s = String::new();
-        loop {
-            match chars.next() {
-                Some('"') => return Ok(s),
-                Some('\\') => match chars.next() {
-                    Some('n') => s.push('\n'),
-                    Some('t') => s.push('\t'),
-                    Some(c) => s.push(c),
-                    None => return Err(bad("an unfinished escape")),
-                },
-                Some(c) => s.push(c),
-                None => return Err(bad("an unfinished string")),
-            }
-        }
-    };
-    loop {
-        while chars.next_if(|c| c.is_whitespace() || *c == ',').is_some() {}
-        match chars.next() {
-            None => return Ok(out),
-            Some('"') => {}
-            Some(_) => return Err(bad("a key that is not a string")),
-        }
-        let key = read_string(&mut chars)?;
-        while chars.next_if(|c| c.is_whitespace() || *c == ':').is_some() {}
-        let value = if chars.next_if_eq(&'"').is_some() {
-            Value::Text(read_string(&mut chars)?)
-        } else {
-            let mut raw = String::new();
-            while let Some(c) = chars.next_if(|c| *c != ',') {
-                raw.push(c);
-            }
-            let raw = raw.trim();
-            if raw.starts_with(['{', '[']) {
-                return Err(bad("a nested value"));
-            }
-            raw.parse().map(Value::Number).unwrap_or(Value::Other)
-        };
-        out.push((key, value));
-    }
+/// One line read into `T`, or why not, with the line.
+fn read<T: serde::de::DeserializeOwned>(line: &str) -> Result<T, String> {
+    serde_json::from_str(line).map_err(|e| format!("{e} in the measurement line {line}"))
 }
 
 #[cfg(test)]
@@ -248,10 +202,14 @@ mod tests {
     }
 
     #[test]
-    fn a_line_that_is_not_flat_json_is_refused_with_the_line() {
+    fn a_line_that_does_not_read_is_refused_with_the_line() {
         let head = r#"{"run":"x","gpu":"g","spec":"h100","date":"d","commit":"c"}"#;
         let nested = format!("{head}\n{{\"bench\":\"op\",\"name\":{{\"a\":1}}}}");
-        assert!(parse(&nested).unwrap_err().contains("nested"));
+        let error = parse(&nested).unwrap_err();
+        assert!(
+            error.contains("invalid type") && error.contains(r#""name":{"a":1}"#),
+            "{error}"
+        );
         let no_time = format!("{head}\n{{\"bench\":\"op\",\"name\":\"add\"}}");
         assert!(
             parse(&no_time)

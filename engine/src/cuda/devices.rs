@@ -62,7 +62,7 @@ pub fn versions_line() -> Option<String> {
 }
 
 /// What this process can use, as `:devices`, `placelab devices` and the REPL's banner list it.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceList {
     /// `cpu (2 threads)`, then `cuda:0 NVIDIA H100 80GB HBM3 (79.1 GiB free)` or
     /// `cuda:0 (simulated) …` for each CUDA device.

@@ -7,7 +7,7 @@ use crate::cost::GpuSpec;
 /// What backs a device. `Device::kind()` (in `registry.rs`) gives it, or says why the device
 /// does not exist. The default is the host's, as a memory line with no device (page-locked host
 /// memory) has.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub enum DeviceKind {
     /// The host: its memory and the CPU kernels.
     #[default]
@@ -23,6 +23,7 @@ pub enum DeviceKind {
     /// are then predicted beside the host's.
     SimulatedGpu {
         capacity: usize,
+        #[serde(with = "crate::cost::gpus::by_key")]
         stands_for: Option<&'static GpuSpec>,
     },
 }

@@ -4,7 +4,9 @@
 
 use std::fmt;
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Device {
     Cpu,
     Cuda(usize),
@@ -37,11 +39,12 @@ impl Device {
 }
 
 /// Prints as PyTorch does: `cpu`, `cuda:0`.
+/// Honours width and alignment (`{:>8}`), as a string does: tables line devices up.
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Device::Cpu => f.write_str("cpu"),
-            Device::Cuda(i) => write!(f, "cuda:{i}"),
+            Device::Cpu => f.pad("cpu"),
+            Device::Cuda(i) => f.pad(&format!("cuda:{i}")),
         }
     }
 }

@@ -34,7 +34,7 @@ pub enum HostMemoryKind {
 }
 
 /// How a transfer's duration was measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Clock {
     /// CUDA events recorded around the copy on its stream.
     CudaEvents,

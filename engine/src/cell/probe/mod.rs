@@ -128,8 +128,8 @@ fn snapshot(after_seq: u64) -> Snapshot {
         .into_iter()
         .map(|t| TransferLine {
             seq: t.seq,
-            from: t.from.to_string(),
-            to: t.to.to_string(),
+            from: t.from,
+            to: t.to,
             bytes: t.bytes as u64,
             nanos: t.duration.as_nanos() as u64,
             pinned: t.memory == transfer::HostMemoryKind::Pinned,
