@@ -13,6 +13,7 @@ use placelab::gpu::driver::{Arg, Grid};
 use placelab::gpu::emulated;
 use placelab::gpu::launch::{KERNELS, Param};
 use placelab::prelude::*;
+use placelab::probe::wire::{Reply, Request};
 
 const GPU: Device = Device::Cuda(0);
 
@@ -776,29 +777,43 @@ fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
     if !in_own_process(name, &[]) {
         return;
     }
-    let cell_end = |wait_ms: u64| placelab::probe::answer(&format!("cell_end {wait_ms}"));
-    assert_eq!(cell_end(1000), "end\n", "no GPU opened yet");
+    // The front end's `CellEnd` request, as the cell process answers it: (found, failed,
+    // still running, stopped).
+    let cell_end = |wait_ms: u64| {
+        let reply = placelab::probe::answer(&Request::CellEnd { wait_ms }.encode());
+        match Reply::parse(&reply) {
+            Some(Reply::CellEnd {
+                found,
+                failed,
+                still_running,
+                stopped,
+            }) => (found.join("\n"), failed, still_running, stopped),
+            other => panic!("not a cell's end: {other:?}"),
+        }
+    };
+    let nothing = (String::new(), vec![], vec![], vec![]);
+    assert_eq!(cell_end(1000), nothing, "no GPU opened yet");
     cuda::emulate(1, None).unwrap();
     let x = Tensor::zeros([3, 2], GPU).unwrap();
-    assert_eq!(cell_end(1000), "end\n", "no check queued");
+    assert_eq!(cell_end(1000), nothing, "no check queued");
     for entry in [9i64, -5] {
         // One cell: the op is queued, nothing waits for the device.
         let idx = Tensor::from_vec(vec![0i64, entry], [2], GPU).unwrap();
         let _y = x.index_select(0, &idx).unwrap();
-        let reply = cell_end(1000);
+        let (reply, failed, ..) = cell_end(1000);
         assert!(
             reply.starts_with(&format!(
-                "found index {entry} out of range in index_select: dimension 0 has size 3"
+                "index {entry} out of range in index_select: dimension 0 has size 3"
             )) && reply.contains("cuda:0 checked this as its kernel ran")
                 && reply.contains("this cell queued that op: it is reported as the cell ended")
                 && reply.contains("run the cell again")
-                && reply.ends_with("\nend\n"),
+                && failed.is_empty(),
             "{reply}"
         );
         // The next cell: nothing left to report, and its value is right.
         let z = Tensor::ones([4], GPU).unwrap();
         assert_eq!(z.sum_all().unwrap().item::<f32>().unwrap(), 4.0);
-        assert_eq!(cell_end(1000), "end\n");
+        assert_eq!(cell_end(1000), nothing);
     }
     // A cell that ends while its device still runs its work (a GEMM of tens of milliseconds
     // queued before the gather, after the index's copy, which waits): a wait that reaches its
@@ -808,10 +823,11 @@ fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
     let a = Tensor::randn([1024, 1024], GPU).unwrap();
     let _product = a.matmul(&a).unwrap();
     let _y = x.index_select(0, &idx).unwrap();
-    assert_eq!(cell_end(0), "still_running cuda:0\nend\n");
-    let reply = cell_end(60_000);
+    let running = (String::new(), vec![], vec!["cuda:0".to_string()], vec![]);
+    assert_eq!(cell_end(0), running);
+    let (reply, ..) = cell_end(60_000);
     assert!(
-        reply.starts_with("found index 3 out of range in index_select")
+        reply.starts_with("index 3 out of range in index_select")
             && reply.contains("this cell queued that op"),
         "{reply}"
     );
@@ -820,7 +836,8 @@ fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
     let _product = a.matmul(&a).unwrap();
     let _y = x.index_select(0, &idx).unwrap();
     placelab::interrupt::request();
-    assert_eq!(cell_end(60_000), "stopped cuda:0\nend\n");
+    let stopped = (String::new(), vec![], vec![], vec!["cuda:0".to_string()]);
+    assert_eq!(cell_end(60_000), stopped);
     placelab::interrupt::clear();
     let e = Tensor::ones([4], GPU).unwrap().cpu().map(drop).unwrap_err();
     let text = e.to_string();
@@ -832,5 +849,5 @@ fn the_end_of_a_cell_reads_the_checks_its_kernels_made() {
             && text.contains("at the next point the host waited for the device"),
         "{text}"
     );
-    assert_eq!(cell_end(1000), "end\n");
+    assert_eq!(cell_end(1000), nothing);
 }

@@ -471,7 +471,11 @@ fn an_interrupt_meant_for_an_earlier_cell_does_not_stop_the_next() {
     // As the cell process does (`probe::serve_from_env`), and its answer to the front end's
     // `begin` line.
     placelab::interrupt::install_sigint_handler();
-    let begin = |cell: u64| assert_eq!(placelab::probe::answer(&format!("begin {cell}")), "end\n");
+    let begin = |cell: u64| {
+        let request = placelab::probe::wire::Request::Begin { cell }.encode();
+        let reply = placelab::probe::wire::Reply::parse(&placelab::probe::answer(&request));
+        assert_eq!(reply, Some(placelab::probe::wire::Reply::Done));
+    };
     // SIGINT naming `cell` (as the front end sends it), or none (as a terminal's Ctrl-C, not
     // queued), to this thread: its handler has run when the call returns.
     let sigint = |cell: Option<u64>| {

@@ -14,6 +14,7 @@ pub mod interrupt;
 mod kind;
 pub mod layout;
 mod parse;
+pub(crate) mod per_device;
 pub(crate) mod registry;
 mod value;
 

@@ -98,54 +98,12 @@ pub(crate) fn replace_simulation(
 /// Which stand-in setting is in force, counted from 0 at every change: state a layer above keeps
 /// per device (its memory, its driver) is stamped with it (`Stamped`), so that one atomic load
 /// tells whether that state was made, or last checked, under the setting now in force.
-static SETTING: AtomicU64 = AtomicU64::new(0);
+pub(super) static SETTING: AtomicU64 = AtomicU64::new(0);
 
 /// The stand-in setting in force now (see `SETTING`). Read it before the device's kind, so that
 /// a change between the two leaves a stamp that is checked again.
 pub(crate) fn setting() -> u64 {
     SETTING.load(Ordering::Acquire)
-}
-
-/// State kept for one device by a layer above the registry, made for the `DeviceKind` the device
-/// had then. Valid while the stand-in setting it was checked under is in force; after a change,
-/// while the device is still of that kind (a stand-in the new setting keeps as it was, or a real
-/// GPU). So a change of the stand-ins cannot leave a device's memory and its driver out of step:
-/// each map finds its own entry stale and makes it again.
-pub(crate) struct Stamped<T> {
-    kind: DeviceKind,
-    checked: u64,
-    pub(crate) value: T,
-}
-
-impl<T> Stamped<T> {
-    /// `value`, made for a device of `kind` under setting `seen`.
-    pub(crate) fn new(kind: DeviceKind, seen: u64, value: T) -> Stamped<T> {
-        Stamped {
-            kind,
-            checked: seen,
-            value,
-        }
-    }
-
-    /// Whether it was made or last checked under the setting in force.
-    pub(crate) fn is_current(&self) -> bool {
-        self.checked == setting()
-    }
-
-    /// Whether it is still the state of a device that is now of `kind` (read under setting
-    /// `seen`); if so it is stamped with `seen`.
-    pub(crate) fn confirm(&mut self, kind: DeviceKind, seen: u64) -> bool {
-        let same = self.kind == kind;
-        if same {
-            self.checked = seen;
-        }
-        same
-    }
-
-    /// The kind it was made for.
-    pub(crate) fn kind(&self) -> DeviceKind {
-        self.kind
-    }
 }
 
 /// A stand-in setting as read: off (`None`), on, or why it is invalid.
@@ -360,29 +318,6 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A device's state made under one stand-in setting is checked again after any change, and
-    /// kept only while the device is of the kind it was made for. (Other tests may change the
-    /// setting meanwhile: that only makes a stamp stale, which is what is asserted.)
-    #[test]
-    fn stamped_state_is_checked_again_after_a_change_and_kept_only_for_its_kind() {
-        let kind = DeviceKind::EmulatedGpu { capacity: 1 };
-        let mut state = Stamped::new(kind, setting(), "memory");
-        SETTING.fetch_add(1, Ordering::Release);
-        assert!(!state.is_current(), "made before the change");
-        let now = setting();
-        let other = DeviceKind::EmulatedGpu { capacity: 2 };
-        assert!(
-            !state.confirm(other, now),
-            "another capacity is another device"
-        );
-        assert!(!state.is_current());
-        assert!(state.confirm(kind, now), "the same kind keeps its state");
-        assert_eq!(
-            (state.checked, state.kind(), state.value),
-            (now, kind, "memory")
-        );
-    }
 
     #[test]
     fn parses_simulation_settings() {

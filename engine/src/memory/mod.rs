@@ -10,13 +10,13 @@ mod summary;
 // The allocator's policy and raw host memory, under the paths they always had.
 pub use crate::backend::alloc::{caching, host};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::base::dtype::DType;
 use crate::device::current_stream::{DEFAULT_STREAM, StreamId, current};
 use crate::device::error::{Error, Result};
-use crate::device::registry::{Stamped, setting};
+use crate::device::per_device::PerDevice;
 use crate::device::{Device, DeviceKind};
 use caching::MemoryStats;
 use caching::{CachingAllocator, RawAllocator};
@@ -57,11 +57,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Each used device's memory, stamped with the kind it was made for (`Stamped`).
-fn registry() -> &'static Mutex<HashMap<Device, Stamped<Shared>>> {
-    static R: OnceLock<Mutex<HashMap<Device, Stamped<Shared>>>> = OnceLock::new();
-    R.get_or_init(Default::default)
-}
+/// Each used device's memory, made again once the stand-ins made the device another.
+static MEMORY: PerDevice<Device, Shared> = PerDevice::new();
 
 fn raw_allocator_for(device: Device, kind: DeviceKind) -> Result<Box<dyn RawAllocator>> {
     Ok(match (device, kind) {
@@ -79,27 +76,14 @@ fn raw_allocator_for(device: Device, kind: DeviceKind) -> Result<Box<dyn RawAllo
 /// The memory of `device`, created on first use, and again after a change of the stand-ins made
 /// the device another. Fails for devices that do not exist.
 pub(crate) fn device_memory(device: Device) -> Result<Shared> {
-    if let Some(s) = lock(registry()).get(&device)
-        && s.is_current()
-    {
-        return Ok(s.value.clone());
-    }
-    // Made under another stand-in setting, or not made: the device's kind is read outside the
-    // registry's lock, which `cuda::simulate` takes while it holds the setting's.
-    let seen = setting();
-    let kind = device.kind()?;
-    let confirmed = |reg: &mut HashMap<Device, Stamped<Shared>>| {
-        let s = reg.get_mut(&device)?;
-        s.confirm(kind, seen).then(|| s.value.clone())
-    };
-    if let Some(m) = confirmed(&mut lock(registry())) {
-        return Ok(m);
-    }
+    // A replaced allocator is dropped outside the lock: giving its segments back may ask for
+    // the device.
+    MEMORY.get_or_make(device, device, |kind| new_memory(device, kind), drop)
+}
+
+/// A new caching allocator for `device`, of `kind`, under the process's cap on a CUDA device.
+fn new_memory(device: Device, kind: DeviceKind) -> Result<Shared> {
     let raw = raw_allocator_for(device, kind)?;
-    let mut reg = lock(registry());
-    if let Some(m) = confirmed(&mut reg) {
-        return Ok(m); // another thread made it meanwhile
-    }
     let fraction = match device.is_cuda() {
         true => {
             static IDLE: OnceLock<Result<()>> = OnceLock::new();
@@ -111,15 +95,11 @@ pub(crate) fn device_memory(device: Device) -> Result<Shared> {
     };
     let mut alloc = CachingAllocator::new(raw);
     alloc.set_limit(fraction.map(|f| cap_bytes(f, alloc.mem_info().1)));
-    let m = Arc::new(Mutex::new(DeviceMemory {
+    Ok(Arc::new(Mutex::new(DeviceMemory {
         alloc,
         live: BTreeMap::new(),
         fraction,
-    }));
-    let stale = reg.insert(device, Stamped::new(kind, seen, m.clone()));
-    drop(reg);
-    drop(stale); // outside the lock: giving its segments back may ask for the device
-    Ok(m)
+    })))
 }
 
 /// Gives every CUDA device's cached free segments back once this process has made and freed no
@@ -373,7 +353,7 @@ fn stream_uses_done(
 /// The live storages of `device` if it has an allocator, without creating one (no device
 /// probing, so it is safe to call while the simulation setting is locked).
 pub(crate) fn live_storages_if_used(device: &Device) -> Vec<LiveStorage> {
-    let mem = lock(registry()).get(device).map(|s| s.value.clone());
+    let mem = MEMORY.get(device);
     mem.map(|m| lock(&m).live.values().cloned().collect())
         .unwrap_or_default()
 }
@@ -421,7 +401,7 @@ pub fn live_storages(device: &Device) -> Result<Vec<LiveStorage>> {
 
 /// Devices whose memory has been used in this process, CPU first.
 pub fn used_devices() -> Vec<Device> {
-    let mut v: Vec<Device> = lock(registry()).keys().copied().collect();
+    let mut v: Vec<Device> = MEMORY.keys();
     v.sort();
     v
 }
@@ -430,7 +410,8 @@ pub fn used_devices() -> Vec<Device> {
 /// (count, capacity) takes effect for them.
 pub(crate) fn forget_simulated_devices() {
     let tensors = |m: &Shared| lock(m).live.values().any(|l| l.is_tensor());
-    lock(registry()).retain(|d, s| d.is_cpu() || tensors(&s.value));
+    let gone = MEMORY.retain(|d, _, m| d.is_cpu() || tensors(m));
+    drop(gone); // outside the lock: giving segments back may ask for the device
 }
 
 /// Each segment of `device`: (address, size, blocks as (offset, size, allocated)).

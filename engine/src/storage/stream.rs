@@ -8,15 +8,16 @@
 //! (which pool of the caching allocator a block comes from) and an event a host timestamp, so
 //! waits return at once, as PyTorch's CPU streams do.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crate::backend::gpu::driver::Event as DriverEvent;
 use crate::backend::gpu::runtime::{Gpu, gpu};
 use crate::device::current_stream::{self, DEFAULT_STREAM, StreamId, pool_slot};
 use crate::device::error::{Error, Result};
+use crate::device::per_device::PerDevice;
 use crate::device::{Device, DeviceKind};
 use crate::profile;
 
@@ -42,11 +43,8 @@ fn driver_of(device: Device) -> Result<Option<Arc<Gpu>>> {
     }
 }
 
-/// Side streams asked of simulated devices so far, by device: their numbers are handed out here.
-fn simulated_streams() -> &'static Mutex<HashMap<Device, u64>> {
-    static S: OnceLock<Mutex<HashMap<Device, u64>>> = OnceLock::new();
-    S.get_or_init(Default::default)
-}
+/// Side streams asked of each simulated device so far: their numbers are handed out here.
+static SIMULATED_STREAMS: PerDevice<Device, Arc<AtomicU64>> = PerDevice::new();
 
 impl Stream {
     /// A side stream of `device` (`torch.cuda.Stream(device)`), beside its default stream: as in
@@ -61,10 +59,9 @@ impl Stream {
                 .map_err(|e| g.err("cuda::Stream::new", e))?,
             (None, Device::Cpu) => DEFAULT_STREAM,
             (None, _) => {
-                let mut asked = lock(simulated_streams());
-                let n = asked.entry(*device).or_default();
-                *n += 1;
-                pool_slot(*n - 1)
+                let fresh = |_| Ok(Arc::new(AtomicU64::new(0)));
+                let asked = SIMULATED_STREAMS.get_or_make(*device, *device, fresh, drop)?;
+                pool_slot(asked.fetch_add(1, Ordering::Relaxed))
             }
         };
         Ok(Stream {

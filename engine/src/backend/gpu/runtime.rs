@@ -19,7 +19,7 @@ use super::nvrtc::KernelSource;
 use crate::backend::alloc::caching::{PendingUse, RawAllocator};
 use crate::device::current_stream::{STREAMS_PER_POOL, StreamId};
 use crate::device::error::{Error, Reported, Result};
-use crate::device::registry::{Stamped, setting};
+use crate::device::per_device::PerDevice;
 use crate::device::{Device, DeviceKind};
 
 pub(crate) struct Gpu {
@@ -47,11 +47,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Each opened device's driver, stamped with the kind it was made for (`Stamped`).
-fn gpus() -> &'static Mutex<HashMap<usize, Stamped<Arc<Gpu>>>> {
-    static GPUS: OnceLock<Mutex<HashMap<usize, Stamped<Arc<Gpu>>>>> = OnceLock::new();
-    GPUS.get_or_init(Default::default)
-}
+/// Each opened device's driver, by index, made again once the stand-ins made it another.
+static GPUS: PerDevice<usize, Arc<Gpu>> = PerDevice::new();
 
 /// The context setup times not yet reported, taken by the first transfer that follows.
 fn unreported_setups() -> &'static Mutex<Vec<(usize, Duration)>> {
@@ -62,20 +59,18 @@ fn unreported_setups() -> &'static Mutex<Vec<(usize, Duration)>> {
 /// `cuda:index` ready for work, its driver (a real GPU's context) created on first use, and again
 /// after a change of the stand-ins made the device another.
 pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
-    let mut map = lock(gpus());
-    if let Some(g) = map.get(&index)
-        && g.is_current()
-    {
-        return Ok(g.value.clone());
-    }
     let device = Device::Cuda(index);
-    let seen = setting();
-    let kind = device.kind()?;
-    if let Some(g) = map.get_mut(&index)
-        && g.confirm(kind, seen)
-    {
-        return Ok(g.value.clone());
-    }
+    GPUS.get_or_make(
+        index,
+        device,
+        |kind| open(index, kind),
+        |stale| give_back_workspace(&stale),
+    )
+}
+
+/// A new driver for `cuda:index`, of `kind` (a real GPU's context, or an emulated device).
+fn open(index: usize, kind: DeviceKind) -> Result<Arc<Gpu>> {
+    let device = Device::Cuda(index);
     let unavailable = |reason: String| Error::DeviceUnavailable { device, reason };
     let start = Instant::now();
     let driver = match kind {
@@ -106,11 +101,6 @@ pub(crate) fn gpu(index: usize) -> Result<Arc<Gpu>> {
         idle_events: Mutex::default(),
     });
     lock(unreported_setups()).push((index, context_setup));
-    let stale = map.insert(index, Stamped::new(kind, seen, g.clone()));
-    drop(map);
-    if let Some(stale) = stale {
-        give_back_workspace(&stale.value);
-    }
     Ok(g)
 }
 
@@ -141,38 +131,19 @@ pub(crate) fn standalone_emulated(capacity: usize) -> Gpu {
 /// tensor lives on them), so that their memory goes back now rather than at their next use. A
 /// real GPU's driver stays for the process's life: its context is made once.
 pub(crate) fn forget_stale() {
-    let gone: Vec<Stamped<Arc<Gpu>>> = {
-        let mut map = lock(gpus());
-        let seen = setting();
-        let mut stale = Vec::new();
-        for (i, g) in map.iter_mut() {
-            let kept = match g.kind() {
-                DeviceKind::Gpu => true,
-                DeviceKind::Cpu
-                | DeviceKind::EmulatedGpu { .. }
-                | DeviceKind::SimulatedGpu { .. } => {
-                    Device::Cuda(*i).kind().is_ok_and(|k| g.confirm(k, seen))
-                }
-            };
-            if !kept {
-                stale.push(*i);
-            }
-        }
-        stale.iter().filter_map(|i| map.remove(i)).collect()
-    };
-    for g in gone {
-        give_back_workspace(&g.value);
+    for g in GPUS.forget_stale(Device::Cuda) {
+        give_back_workspace(&g);
     }
 }
 
 /// The lowest-numbered device whose driver (context) has been created, if any.
 pub(crate) fn first_open() -> Option<usize> {
-    lock(gpus()).keys().min().copied()
+    GPUS.keys().into_iter().min()
 }
 
 /// How long creating `cuda:index`'s context took, if it has been created.
 pub fn context_setup_time(index: usize) -> Option<Duration> {
-    lock(gpus()).get(&index).map(|g| g.value.context_setup)
+    GPUS.get(&index).map(|g| g.context_setup)
 }
 
 /// Context setups of `devices` not reported yet (each is reported once).
@@ -537,7 +508,7 @@ pub(crate) struct CellEnd {
 /// the user interrupts. A program never calls it: there a check is read at the next wait, as in
 /// PyTorch.
 pub(crate) fn read_checks_at_cell_end(limit: Duration) -> CellEnd {
-    let mut open: Vec<Arc<Gpu>> = lock(gpus()).values().map(|g| g.value.clone()).collect();
+    let mut open: Vec<Arc<Gpu>> = GPUS.values();
     open.sort_by_key(|g| g.index);
     let deadline = Instant::now() + limit;
     let mut found = CellEnd::default();
