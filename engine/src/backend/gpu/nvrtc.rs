@@ -25,32 +25,22 @@ pub struct KernelSource {
     pub text: &'static str,
 }
 
-pub const ELEMENTWISE: KernelSource = KernelSource {
-    name: "elementwise.cu",
-    text: include_str!("../../../../kernels/elementwise.cu"),
-};
-pub const COPY: KernelSource = KernelSource {
-    name: "copy.cu",
-    text: include_str!("../../../../kernels/copy.cu"),
-};
-pub const GATHER: KernelSource = KernelSource {
-    name: "gather.cu",
-    text: include_str!("../../../../kernels/gather.cu"),
-};
-pub const REDUCE: KernelSource = KernelSource {
-    name: "reduce.cu",
-    text: include_str!("../../../../kernels/reduce.cu"),
-};
+/// The kernel file `kernels/NAME`, its text compiled into the engine.
+macro_rules! kernel_file {
+    ($name:literal) => {
+        KernelSource {
+            name: $name,
+            text: include_str!(concat!("../../../../kernels/", $name)),
+        }
+    };
+}
 
-pub const OPTIM: KernelSource = KernelSource {
-    name: "optim.cu",
-    text: include_str!("../../../../kernels/optim.cu"),
-};
-
-pub const RANDOM: KernelSource = KernelSource {
-    name: "random.cu",
-    text: include_str!("../../../../kernels/random.cu"),
-};
+pub const ELEMENTWISE: KernelSource = kernel_file!("elementwise.cu");
+pub const COPY: KernelSource = kernel_file!("copy.cu");
+pub const GATHER: KernelSource = kernel_file!("gather.cu");
+pub const REDUCE: KernelSource = kernel_file!("reduce.cu");
+pub const OPTIM: KernelSource = kernel_file!("optim.cu");
+pub const RANDOM: KernelSource = kernel_file!("random.cu");
 
 /// Every kernel file the engine launches from.
 pub const SOURCES: [KernelSource; 6] = [ELEMENTWISE, COPY, GATHER, REDUCE, OPTIM, RANDOM];
