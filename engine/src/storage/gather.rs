@@ -96,7 +96,7 @@ impl Storage {
             }
             rows[i * c + k as usize] = at_class;
         }
-        let mut host = Storage::alloc(Device::Cpu, dtype, rows.len())?;
+        let mut host = Storage::alloc(self.device().host_side(), dtype, rows.len())?;
         crate::with_dtype!(dtype, T, {
             let out = host.slice_mut::<T>();
             for (o, &v) in out.iter_mut().zip(&rows) {
