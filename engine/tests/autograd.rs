@@ -520,6 +520,7 @@ fn layer_norm_and_its_gradients_match_pytorch_on_every_device() {
             &fixture_tensor(&module["bias_grad"], device).unwrap(),
         );
         assert_eq!(layer.parameters().len(), 2);
+        assert!(x.grad().is_none(), "the data takes no gradient");
         // Autocast's rule, PyTorch's: layer norm runs in f32, so f16 in gives f32 out, and the
         // f16 input still gets its gradient in f16.
         let half = x
@@ -533,8 +534,10 @@ fn layer_norm_and_its_gradients_match_pytorch_on_every_device() {
         assert_eq!(y.dtype(), DType::F32, "on {device}");
         y.sum_all().unwrap().backward().unwrap();
         assert_eq!(half.grad().unwrap().dtype(), DType::F16);
-        // A profile names it, one row forward and one for its backward.
-        let p = profile(|| layer.forward(&x)?.sum_all()?.backward());
+        // A profile names it, one row forward and one for its backward (the input's gradient's
+        // kernel, which an input that takes a gradient runs).
+        let learned = x.detach().requires_grad_(true).unwrap();
+        let p = profile(|| layer.forward(&learned)?.sum_all()?.backward());
         let rows: Vec<(placelab::op::Op, Option<placelab::op::Op>)> =
             p.rows().iter().map(|r| (r.op, r.grad_fn)).collect();
         use placelab::op::Op::{LayerNorm, LayerNormBackward};

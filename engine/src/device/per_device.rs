@@ -135,12 +135,12 @@ impl<K: Copy + Eq + Hash, T: Clone> PerDevice<K, T> {
         self.lock().values().map(|s| s.value.clone()).collect()
     }
 
-    /// Keeps the entries `keep(key, kind it was made for, state)` accepts and returns the others,
-    /// for the caller to drop outside the lock.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, DeviceKind, &T) -> bool) -> Vec<T> {
+    /// Keeps the entries `keep(key, state)` accepts and returns the others, for the caller to
+    /// drop outside the lock.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &T) -> bool) -> Vec<T> {
         let mut map = self.lock();
         let gone: Vec<K> = (map.iter())
-            .filter(|(k, s)| !keep(k, s.kind(), &s.value))
+            .filter(|(k, s)| !keep(k, &s.value))
             .map(|(k, _)| *k)
             .collect();
         gone.iter()

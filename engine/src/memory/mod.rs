@@ -410,7 +410,7 @@ pub fn used_devices() -> Vec<Device> {
 /// (count, capacity) takes effect for them.
 pub(crate) fn forget_simulated_devices() {
     let tensors = |m: &Shared| lock(m).live.values().any(|l| l.is_tensor());
-    let gone = MEMORY.retain(|d, _, m| d.is_cpu() || tensors(m));
+    let gone = MEMORY.retain(|d, m| d.is_cpu() || tensors(m));
     drop(gone); // outside the lock: giving segments back may ask for the device
 }
 

@@ -76,6 +76,11 @@ impl Tensor {
             input: self.dtype(),
             weight: weight.map(Tensor::dtype),
             bias: bias.map(Tensor::dtype),
+            needs: [
+                self.requires_grad(),
+                weight.is_some_and(Tensor::requires_grad),
+                bias.is_some_and(Tensor::requires_grad),
+            ],
         };
         let backward = || backward([x, mean, rstd], w, meta);
         Ok(record(out, Op::LayerNorm, &inputs, backward))
@@ -90,6 +95,9 @@ struct Meta {
     input: DType,
     weight: Option<DType>,
     bias: Option<DType>,
+    /// Which of input, weight and bias take a gradient: the others' are not computed (a first
+    /// layer's input, the data, takes none).
+    needs: [bool; 3],
 }
 
 /// Layer norm's gradients (PyTorch's `native_layer_norm_backward`), saving what PyTorch saves:
@@ -106,26 +114,37 @@ fn backward([x, mean, rstd]: [Tensor; 3], w: Option<Tensor>, meta: Meta) -> Back
         let (x, mean, rstd) = (saved(&s, 0)?, saved(&s, 1)?, saved(&s, 2)?);
         let g = g.to_dtype(x.dtype())?.contiguous()?;
         let w = s.get(3).and_then(Option::as_ref);
-        let stats = [x.storage(), mean.storage(), rstd.storage()];
-        let gx = Storage::layer_norm_backward_rows(
-            stats,
-            w.map(Tensor::storage),
-            g.storage(),
-            meta.len,
-        )?;
-        let mut grads = vec![Some(
-            Tensor::from_storage(gx, x.shape().to_vec()).to_dtype(meta.input)?,
-        )];
+        let mut grads = vec![None];
+        if meta.needs[0] {
+            let stats = [x.storage(), mean.storage(), rstd.storage()];
+            let w = w.map(Tensor::storage);
+            let gx = Storage::layer_norm_backward_rows(stats, w, g.storage(), meta.len)?;
+            let gx = Tensor::from_storage(gx, x.shape().to_vec()).to_dtype(meta.input)?;
+            grads[0] = Some(gx);
+        }
         let rows = [x.numel().checked_div(meta.len).unwrap_or(0), meta.len];
         let g_rows = g.reshape(rows)?;
+        // Each affine gradient a sum over the rows, in its parameter's shape and dtype; `None`
+        // for one that takes no gradient, so the list stays aligned with the inputs.
+        let summed = |t: Tensor, dtype: DType| -> Result<Tensor> {
+            t.sum(0, false)?
+                .reshape(meta.normalized.clone())?
+                .to_dtype(dtype)
+        };
         if let Some(dtype) = meta.weight {
-            let xhat = x.reshape(rows)?.sub(mean)?.mul(rstd)?;
-            let gw = g_rows.mul(&xhat)?.sum(0, false)?;
-            grads.push(Some(gw.reshape(meta.normalized.clone())?.to_dtype(dtype)?));
+            grads.push(match meta.needs[1] {
+                true => {
+                    let xhat = x.reshape(rows)?.sub(mean)?.mul(rstd)?;
+                    Some(summed(g_rows.mul(&xhat)?, dtype)?)
+                }
+                false => None,
+            });
         }
         if let Some(dtype) = meta.bias {
-            let gb = g_rows.sum(0, false)?;
-            grads.push(Some(gb.reshape(meta.normalized.clone())?.to_dtype(dtype)?));
+            grads.push(match meta.needs[2] {
+                true => Some(summed(g_rows.clone(), dtype)?),
+                false => None,
+            });
         }
         Ok(grads)
     })
